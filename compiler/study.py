@@ -1,0 +1,241 @@
+"""The study file's schema: pydantic models, every field described, unknown keys refused.
+
+`load.py` turns a TOML file into a `Study`; `plan.py` compiles a `Study` into a `Plan`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+SLUG = r"^[a-z0-9][a-z0-9_-]*$"
+RESERVED_ARM_KEYS = ("description", "env", "cache", "replicas", "model")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StudyMeta(Strict):
+    id: str = Field(pattern=SLUG, description="Stable slug of the study; prefixes every step id.")
+    title: str = Field(description="One-line title, shown on the site.")
+    question: str = Field(description="The question the study answers.")
+    hardware: str = Field(
+        default="h200",
+        description="Hardware table entry whose spec sheet the predictions are also scored against "
+        "(h100-sxm, h200, a100-80gb, l40s, b200, cpu).",
+    )
+    source: str = Field(default="", description="Where the claims come from (a seed study, a post, an issue).")
+    notes: str = Field(default="", description="Free text shown on the study page.")
+
+
+class ModelSpec(Strict):
+    path: str | None = Field(
+        default=None,
+        description="Local model folder holding config.json (and a tokenizer), relative to the study file.",
+    )
+    name: str | None = Field(
+        default=None, description="Hub id or served name; served as --served-model-name when path is set."
+    )
+    load_format: str = Field(
+        default="dummy", description="vLLM --load-format; `dummy` = random weights, same shapes, same speed."
+    )
+    dtype: str = Field(default="auto", description="vLLM --dtype of weights and activations.")
+    tokenizer: str | None = Field(
+        default=None, description="Tokenizer folder relative to the study file; default: the model folder."
+    )
+
+    @model_validator(mode="after")
+    def _path_or_name(self) -> ModelSpec:
+        if self.path is None and self.name is None:
+            raise ValueError("give `path` (a local folder with config.json) or `name`")
+        return self
+
+
+class Arm(Strict):
+    """One server configuration: the knob under study, as `vllm serve` options on top of [engine]."""
+
+    description: str = Field(default="", description="What this arm changes, in words.")
+    env: dict[str, str] = Field(default_factory=dict, description="Environment variables for this arm's server.")
+    cache: Literal["reset", "keep"] | None = Field(
+        default=None, description="Overrides load.cache for this arm (to study warm-cache effects)."
+    )
+    replicas: int = Field(default=1, ge=1, le=64, description="Independent servers of this arm (data parallel).")
+    model: str | None = Field(default=None, description="Another model folder for this arm (relative path).")
+    args: dict[str, Any] = Field(
+        default_factory=dict, description="`vllm serve` options of this arm, named like the CLI options."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_args(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        args = dict(data.pop("args", {}) or {})
+        for key in list(data):
+            if key not in RESERVED_ARM_KEYS:
+                args[key] = data.pop(key)
+        data["args"] = args
+        return data
+
+
+class Workload(Strict):
+    input_len: int = Field(ge=1, le=1_000_000, description="Prompt tokens per request (exact: token-id prompts).")
+    output_len: int = Field(
+        ge=1, le=1_000_000, description="Output tokens per request (exact: ignore_eos + max_tokens)."
+    )
+    prefix_len: int = Field(
+        default=0, ge=0, description="Leading prompt tokens shared by every request: designed prefix reuse."
+    )
+    seed: int = Field(default=0, ge=0, description="Seed of the token-id prompts.")
+
+    @model_validator(mode="after")
+    def _prefix_fits(self) -> Workload:
+        if self.prefix_len > self.input_len:
+            raise ValueError(f"prefix_len ({self.prefix_len}) exceeds input_len ({self.input_len})")
+        return self
+
+
+PositiveInt = Annotated[int, Field(gt=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+class Load(Strict):
+    concurrency: list[PositiveInt] | None = Field(
+        default=None, description="Closed-loop ladder: requests in flight at once, one point per level."
+    )
+    rate: list[PositiveFloat] | None = Field(
+        default=None, description="Open-loop ladder: request arrival rates in requests/s."
+    )
+    arrival: Literal["poisson", "gamma"] = Field(default="poisson", description="Open-loop arrival process.")
+    burstiness: float = Field(default=1.0, gt=0, description="Gamma shape (1.0 = Poisson).")
+    requests: PositiveInt | list[PositiveInt] = Field(
+        default=64, description="Measured requests per point: one number, or one per ladder level."
+    )
+    warmup: int = Field(default=8, ge=0, description="Warmup requests before each point (no shared prefix).")
+    repeats: int = Field(default=3, ge=1, le=100, description="Repeats of every point, interleaved.")
+    cache: Literal["reset", "keep"] = Field(
+        default="reset", description="`reset`: flush + verify the prefix cache before every point; `keep`: don't."
+    )
+    server: Literal["per-arm", "per-point"] = Field(
+        default="per-arm", description="One server per arm, or a fresh server for every point."
+    )
+    request_timeout_s: float = Field(default=600.0, gt=0, description="A request running longer is failed.")
+    point_timeout_s: float | None = Field(default=None, gt=0, description="Bound on one point's wall time.")
+
+    @model_validator(mode="after")
+    def _one_ladder(self) -> Load:
+        if (self.concurrency is None) == (self.rate is None):
+            raise ValueError("give exactly one of `concurrency` (closed loop) or `rate` (open loop)")
+        levels = self.levels
+        if isinstance(self.requests, list) and len(self.requests) != len(levels):
+            raise ValueError(f"`requests` has {len(self.requests)} entries for {len(levels)} ladder levels")
+        return self
+
+    @property
+    def levels(self) -> list[float]:
+        return list(self.concurrency if self.concurrency is not None else self.rate or [])
+
+    def requests_at(self, index: int) -> int:
+        return self.requests[index] if isinstance(self.requests, list) else self.requests
+
+
+class Checks(Strict):
+    littles_law_tolerance: float = Field(
+        default=0.03, gt=0, le=1, description="Allowed relative error of L = lambda * W."
+    )
+    max_cold_hit_rate: float = Field(
+        default=0.01, ge=0, le=1, description="Highest prefix-cache hit rate a `reset` point may show."
+    )
+    warmup_tolerance: float = Field(
+        default=0.10, gt=0, le=1, description="Allowed relative gap of first- vs second-half throughput."
+    )
+    client_ceiling_fraction: float = Field(
+        default=0.5, gt=0, le=1, description="Flag points whose chunk rate exceeds this share of the client ceiling."
+    )
+
+
+class Where(Strict):
+    arm: str | None = Field(default=None, description="Arm name.")
+    workload: str | None = Field(default=None, description="Workload name.")
+    concurrency: PositiveInt | None = Field(default=None, description="Ladder level (closed loop).")
+    rate: PositiveFloat | None = Field(default=None, description="Ladder level (open loop).")
+
+
+Number = float | str
+
+
+class Prediction(Strict):
+    """A predicted value (number or expression) with a relative tolerance, a range, or a relation.
+
+    With `ratio`, the measured quantity is metric(numerator) / metric(denominator); each side is an
+    arm name or a selector table that overrides the hypothesis' `where`.
+    """
+
+    value: Number | None = Field(default=None, description="Predicted value: a number or an expression.")
+    tolerance: float | None = Field(
+        default=None, ge=0, description="Relative tolerance around `value` (default 0.05)."
+    )
+    range: tuple[Number, Number] | None = Field(default=None, description="Measured value within [low, high].")
+    relation: Literal[">", "<", ">=", "<="] | None = Field(
+        default=None, description="Measured value compared with `value`."
+    )
+    ratio: tuple[str | Where, str | Where] | None = Field(
+        default=None, description="[numerator, denominator]: arm names or selector tables."
+    )
+
+    @model_validator(mode="after")
+    def _one_form(self) -> Prediction:
+        if self.range is not None:
+            if self.value is not None or self.relation is not None or self.tolerance is not None:
+                raise ValueError("`range` stands alone: drop `value`, `relation` and `tolerance`")
+        elif self.value is None:
+            raise ValueError("give `value` (with `tolerance` or `relation`) or `range`")
+        elif self.relation is not None and self.tolerance is not None:
+            raise ValueError("a `relation` takes no `tolerance`")
+        return self
+
+    @property
+    def kind(self) -> Literal["value", "range", "relation"]:
+        if self.range is not None:
+            return "range"
+        return "relation" if self.relation is not None else "value"
+
+    @property
+    def band(self) -> float:
+        return 0.05 if self.tolerance is None else self.tolerance
+
+
+class Hypothesis(Strict):
+    id: str = Field(pattern=SLUG, description="Stable id within the study.")
+    claim: str = Field(description="The claim in words.")
+    metric: str = Field(description="What is measured (see `studyc metrics`).")
+    where: Where = Field(default_factory=Where, description="Which points the measurement rests on.")
+    predict: Prediction = Field(description="The prediction.")
+    source: str = Field(default="", description="The seed's own figure or words, for 'against the seed'.")
+
+
+class Study(Strict):
+    study: StudyMeta = Field(description="What the study is.")
+    model: ModelSpec = Field(description="The model served by every arm.")
+    engine: dict[str, Any] = Field(
+        default_factory=dict, description="`vllm serve` options shared by every arm, named like the CLI options."
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="Environment variables for every server.")
+    arms: dict[str, Arm] = Field(min_length=1, description="Server configurations, by name.")
+    workloads: dict[str, Workload] = Field(min_length=1, description="Request shapes, by name.")
+    load: Load = Field(description="How load is applied at every point.")
+    checks: Checks = Field(default_factory=Checks, description="Validity thresholds.")
+    hypothesis: list[Hypothesis] = Field(default_factory=list, description="Predictions to score.")
+
+    @field_validator("arms", "workloads")
+    @classmethod
+    def _slug_names(cls, value: dict[str, Any]) -> dict[str, Any]:
+        import re
+
+        for name in value:
+            if not re.match(SLUG, name):
+                raise ValueError(f"name {name!r} must be a slug: lowercase letters, digits, '-' or '_'")
+        return value

@@ -1,0 +1,151 @@
+"""Cross-reference checks a schema cannot express: names that must exist, selectors that must
+match exactly one point, expressions over known names, model folders that must load.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from compiler.metrics import METRICS
+from compiler.select import merge, resolve
+from compiler.study import Study, Where
+
+RUNNER_OWNED = {"host", "port", "api-key", "model"}
+Finding = tuple[str, str]  # (dotted key, message)
+
+
+def cross_check(loaded: Any) -> list[Finding]:
+    """Every cross-reference problem of a schema-valid study (`LoadedStudy`)."""
+    study: Study = loaded.study
+    return [
+        *_check_models(study, loaded.directory),
+        *_check_engine_keys(study),
+        *_check_hypotheses(study),
+    ]
+
+
+@cache
+def vllm_options() -> frozenset[str]:
+    text = (Path(__file__).parent / "vllm_serve_options.txt").read_text()
+    return frozenset(line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#"))
+
+
+def option_name(key: str) -> str:
+    return key.replace("_", "-")
+
+
+def _check_engine_keys(study: Study) -> Iterator[Finding]:
+    tables: list[tuple[str, dict[str, Any]]] = [("engine", study.engine)]
+    tables += [(f"arms.{name}", arm.args) for name, arm in study.arms.items()]
+    known = vllm_options()
+    for prefix, table in tables:
+        for key, value in table.items():
+            name = option_name(key)
+            path = f"{prefix}.{key}"
+            if name in RUNNER_OWNED:
+                yield path, f"`{name}` is set by the runner (127.0.0.1, a free port, a random key); remove it"
+            elif name not in known:
+                close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+                hint = f"; did you mean '{close[0].replace('-', '_')}'?" if close else ""
+                yield path, f"unknown `vllm serve` option{hint}"
+            elif isinstance(value, list) and any(isinstance(v, dict) for v in value):
+                yield path, "lists of tables are not `vllm serve` values"
+
+
+def _check_models(study: Study, directory: Path) -> Iterator[Finding]:
+    from compiler.modelmath import ModelError, load_model
+
+    paths = [("model.path", study.model.path)]
+    paths += [(f"arms.{name}.model", arm.model) for name, arm in study.arms.items()]
+    for key, rel in paths:
+        if rel is None:
+            continue
+        try:
+            load_model(directory / rel)
+        except ModelError as exc:
+            yield key, str(exc)
+    if study.model.tokenizer is not None and not (directory / study.model.tokenizer).is_dir():
+        yield "model.tokenizer", f"no such folder: {study.model.tokenizer}"
+
+
+def _check_hypotheses(study: Study) -> Iterator[Finding]:
+    seen: set[str] = set()
+    for index, hyp in enumerate(study.hypothesis):
+        base = f"hypothesis[{index}]"
+        if hyp.id in seen:
+            yield f"{base}.id", f"duplicate hypothesis id '{hyp.id}'"
+        seen.add(hyp.id)
+        if hyp.metric not in METRICS:
+            close = difflib.get_close_matches(hyp.metric, METRICS, n=1, cutoff=0.6)
+            hint = f"; did you mean '{close[0]}'?" if close else f" (see `studyc metrics`)"
+            yield f"{base}.metric", f"unknown metric '{hyp.metric}'{hint}"
+            continue
+        yield from _check_where(study, hyp.where, f"{base}.where")
+        ratio = hyp.predict.ratio
+        sides: list[tuple[str, Where]] = [(f"{base}.where", hyp.where)]
+        if ratio is not None:
+            sides = []
+            for i, side in enumerate(ratio):
+                key = f"{base}.predict.ratio"
+                if isinstance(side, str) and side not in study.arms:
+                    yield key, f"unknown arm '{side}'{_did_you_mean(side, study.arms)}"
+                    break
+                if isinstance(side, Where):
+                    yield from _check_where(study, side, key)
+                sides.append((key if i else f"{base}.where", merge(hyp.where, side)))
+            else:
+                if ratio[0] == ratio[1]:
+                    yield f"{base}.predict.ratio", "numerator and denominator are the same"
+        for key, where in sides:
+            try:
+                resolve(study, where, hyp.metric)
+            except ValueError as exc:
+                yield key, str(exc)
+        yield from _check_expressions(hyp.predict.value, hyp.predict.range, f"{base}.predict")
+
+
+def _check_where(study: Study, where: Where, key: str) -> Iterator[Finding]:
+    if where.arm is not None and where.arm not in study.arms:
+        yield f"{key}.arm", f"unknown arm '{where.arm}'{_did_you_mean(where.arm, study.arms)}"
+    if where.workload is not None and where.workload not in study.workloads:
+        yield f"{key}.workload", f"unknown workload '{where.workload}'{_did_you_mean(where.workload, study.workloads)}"
+    load = study.load
+    if where.concurrency is not None:
+        if load.concurrency is None:
+            yield f"{key}.concurrency", "this study's ladder is `load.rate`; select by `rate`"
+        elif where.concurrency not in load.concurrency:
+            yield f"{key}.concurrency", f"{where.concurrency} is not in load.concurrency {load.concurrency}"
+    if where.rate is not None:
+        if load.rate is None:
+            yield f"{key}.rate", "this study's ladder is `load.concurrency`; select by `concurrency`"
+        elif float(where.rate) not in [float(r) for r in load.rate]:
+            yield f"{key}.rate", f"{where.rate} is not in load.rate {load.rate}"
+
+
+def _check_expressions(value: Any, bounds: Any, key: str) -> Iterator[Finding]:
+    from compiler.expr import ExprError, parse
+    from compiler.predict_env import env_names
+
+    items = [("value", value)] if value is not None else []
+    items += [(f"range[{i}]", b) for i, b in enumerate(bounds or ())]
+    for name, item in items:
+        if not isinstance(item, str):
+            continue
+        try:
+            expr = parse(item)
+        except ExprError as exc:
+            yield f"{key}.{name}", f"bad expression: {exc}"
+            continue
+        unknown = sorted(expr.names - env_names())
+        for bad in unknown:
+            hint = _did_you_mean(bad, env_names())
+            yield f"{key}.{name}", f"unknown name '{bad}' in expression{hint}"
+
+
+def _did_you_mean(word: str, known: Any) -> str:
+    close = difflib.get_close_matches(word, list(known), n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""

@@ -1,0 +1,128 @@
+"""The `studyc` command line: each command imports lazily, calls one library function, maps to an exit code."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+DEFAULT_DB = "results/studyc.duckdb"
+
+
+@click.group()
+@click.version_option(package_name="studyc")
+def main() -> None:
+    """studyc: performance studies of LLM serving as files, measured on real vLLM servers and scored."""
+
+
+@main.command()
+@click.argument("studies", nargs=-1, required=True, type=click.Path(path_type=Path))
+def validate(studies: tuple[Path, ...]) -> None:
+    """Check study files; list every problem as file:line: key: message (exit 2)."""
+    from compiler.load import load_studies
+
+    for loaded in load_studies(list(studies)):
+        click.echo(f"{loaded.path}: ok ({len(loaded.study.hypothesis)} hypotheses)")
+
+
+@main.command()
+@click.argument("study", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+def plan(study: Path, as_json: bool) -> None:
+    """Compile a study and print its execution plan."""
+    from compiler.load import load_study
+    from compiler.plan import compile_study
+    from compiler.plan_table import format_plan
+
+    compiled = compile_study(load_study(study))
+    click.echo(compiled.to_json() if as_json else format_plan(compiled), nl=as_json)
+
+
+@main.command()
+def schema() -> None:
+    """Print the JSON Schema of the study file (for editors)."""
+    from compiler.study import Study
+
+    click.echo(json.dumps(Study.model_json_schema(), indent=2))
+
+
+@main.command()
+def metrics() -> None:
+    """List the metrics a hypothesis can name."""
+    from compiler.metrics import METRICS
+
+    for m in METRICS.values():
+        click.echo(f"{m.name:<22} {m.unit:<9} {m.level:<7} {m.description}")
+
+
+@main.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--batch", default=1, show_default=True, type=click.IntRange(min=1), help="Decode batch size.")
+@click.option("--context", default=None, type=click.IntRange(min=0), help="Tokens of context per sequence.")
+@click.option("--kv-dtype", default="auto", show_default=True, type=click.Choice(["auto", "bf16", "fp8"]))
+@click.option("--hardware", default="h200", show_default=True, help="Hardware table entry.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def model(path: Path, batch: int, context: int | None, kv_dtype: str, hardware: str, as_json: bool) -> None:
+    """Model math from a config.json: parameters, weight and KV bytes, decode roofline."""
+    from compiler.hardware import HardwareError, get_hardware
+    from compiler.modelmath import ModelError, describe, load_model
+    from studyc.errors import SpecError
+
+    try:
+        facts = describe(load_model(path), batch=batch, context=context, kv_dtype=kv_dtype,
+                         hardware=get_hardware(hardware))
+    except (ModelError, HardwareError) as exc:
+        raise SpecError(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(facts, indent=2))
+        return
+    width = max(len(k) for k in facts)
+    for key, value in facts.items():
+        shown = f"{value:,.6g}" if isinstance(value, float) else (f"{value:,}" if isinstance(value, int) else value)
+        click.echo(f"{key:<{width}}  {shown}")
+
+
+@main.command()
+@click.argument("study", type=click.Path(path_type=Path))
+@click.option("--db", type=click.Path(path_type=Path), default=DEFAULT_DB, show_default=True,
+              help="Results database (DuckDB file).")
+@click.option("--resume", is_flag=True, help="Continue the study's latest run, skipping points already committed.")
+@click.option("--keep-going", is_flag=True, help="Continue past a failed server or point; report them at the end.")
+@click.option("--dry-run", is_flag=True, help="Print what would run, start nothing.")
+@click.option("--no-calibrate", is_flag=True, help="Skip the bandwidth/matmul calibration at run start.")
+def run(study: Path, db: Path, resume: bool, keep_going: bool, dry_run: bool, no_calibrate: bool) -> None:
+    """Carry out a study against real vLLM servers and store every measurement in DuckDB."""
+    from compiler.load import load_study
+    from compiler.plan import compile_study
+    from compiler.plan_table import format_plan
+
+    plan = compile_study(load_study(study))
+    if dry_run:
+        click.echo(format_plan(plan), nl=False)
+        return
+    from runner.run import RunOptions, default_runs_dir, run_plan
+    from studyc.progress import LiveProgress
+
+    options = RunOptions(db=db, resume=resume, keep_going=keep_going, runs_dir=default_runs_dir(db),
+                         calibrate=not no_calibrate)
+    try:
+        report = run_plan(plan, options, LiveProgress())
+    except KeyboardInterrupt:
+        click.echo("interrupted: servers stopped, committed points kept (use --resume to continue)", err=True)
+        sys.exit(130)
+    click.echo(
+        f"run {report.run_id}: {report.points_done} point(s) measured, {report.points_skipped} skipped, "
+        f"wall {report.wall_s:.1f} s (measurement windows {report.window_s:.1f} s) -> {db}"
+    )
+    for label, items in (("failed", report.points_failed), ("servers failed", report.servers_failed),
+                         ("invalid (a check failed)", report.invalid), ("flagged", report.flagged)):
+        if items:
+            click.echo(f"  {label}: {', '.join(items)}")
+    if report.points_failed or report.servers_failed:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""Shared fixtures: one real CPU vLLM server of the tiny model for the whole session.
+
+Each start costs ~20 s on two cores, so tests share it. Without `.venv-vllm`
+(scripts/setup_vllm_cpu.sh) the tests that need it are skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+VLLM_VENV = REPO / ".venv-vllm"
+# Tests use the repo's CPU vLLM unless the machine says otherwise.
+os.environ.setdefault("STUDYC_VLLM", str(VLLM_VENV / "bin" / "vllm"))
+
+TINY_MODEL = REPO / "models" / "tiny-qwen3"
+MAKE_TINY = Path("/work/shared/cpu/make_tiny_model.py")  # fallback while models/ lacks a tokenizer
+
+# What the CPU server is started with (see /work/shared/cpu-vllm.md). KV: 256 MiB at
+# 1 KiB/token (2 layers x K,V x 2 KV heads x 64 x bf16) = 262,144 tokens.
+TINY_SERVE_FLAGS: tuple[str, ...] = (
+    "--load-format", "dummy",
+    "--max-model-len", "2048",
+    "--max-num-seqs", "16",
+    "--kv-cache-memory-bytes", "256M",
+    "--block-size", "32",
+    "--enforce-eager",
+    "--distributed-executor-backend", "uni",
+    "--enable-prompt-tokens-details",
+)  # fmt: skip
+TINY_SERVE_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+TINY_KV_TOKENS = 262_144
+
+
+def vllm_missing() -> str | None:
+    """Why the CPU vLLM cannot run here, or None."""
+    command = shlex.split(os.environ["STUDYC_VLLM"])
+    if not command or shutil.which(command[0]) is None:
+        what = command[0] if command else "STUDYC_VLLM empty"
+        return f"CPU vLLM not installed ({what} not found): run scripts/setup_vllm_cpu.sh"
+    return None
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A servable tiny Qwen3 directory (config + tokenizer; weights come from --load-format dummy)."""
+    if (TINY_MODEL / "config.json").exists() and (TINY_MODEL / "tokenizer.json").exists():
+        return TINY_MODEL
+    if not MAKE_TINY.exists():
+        pytest.skip(f"no tiny model: {TINY_MODEL} lacks tokenizer.json and {MAKE_TINY} is absent")
+    python = VLLM_VENV / "bin" / "python"
+    out = tmp_path_factory.mktemp("models") / "tiny-qwen3"
+    subprocess.run(
+        [str(python if python.exists() else sys.executable), str(MAKE_TINY), str(out)],
+        check=True,
+        capture_output=True,
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[Any]:
+    """A running `vllm serve` of the tiny model (a runner.engine.VllmServer; `.info` is set)."""
+    why = vllm_missing()
+    if why:
+        pytest.skip(why)
+    from runner.engine import VllmServer
+
+    log = tmp_path_factory.mktemp("vllm") / "server.log"
+    server = VllmServer(
+        ["serve", str(tiny_model_dir), *TINY_SERVE_FLAGS],
+        env=TINY_SERVE_ENV,
+        log_path=log,
+        startup_timeout_s=300,
+    )
+    with server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def complete(vllm_server: Any, tiny_model_dir: Path) -> Callable[..., dict[str, Any]]:
+    """POST /v1/completions with a token-id prompt; returns the JSON answer."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def _complete(prompt_ids: Sequence[int], max_tokens: int = 1, timeout_s: float = 120) -> dict[str, Any]:
+        body = {
+            "model": str(tiny_model_dir),
+            "prompt": list(prompt_ids),
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "temperature": 0,
+        }
+        req = urllib.request.Request(
+            vllm_server.base_url + "/v1/completions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {vllm_server.api_key}"},
+            method="POST",
+        )
+        with opener.open(req, timeout=timeout_s) as resp:
+            return json.loads(resp.read())
+
+    return _complete

@@ -1,0 +1,248 @@
+"""The vLLM engine adapter against a real CPU server, and fake engines that crash or hang."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from runner import engine
+from runner.engine import (
+    EngineError,
+    VllmServer,
+    _group_alive,
+    http_call,
+    parse_kv_capacity_log,
+    reset_prefix_cache,
+)
+from studyc.settings import Settings, derive_python
+
+from conftest import TINY_KV_TOKENS, TINY_MODEL, TINY_SERVE_ENV, TINY_SERVE_FLAGS, VLLM_VENV, vllm_missing
+
+needs_vllm = pytest.mark.skipif(vllm_missing() is not None, reason=vllm_missing() or "")
+
+
+def _script(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def _listening_addresses(port: int) -> list[str]:
+    """Local addresses (hex, as /proc/net shows them) listening on `port`."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            local, state = row.split()[1], row.split()[3]
+            addr, port_hex = local.rsplit(":", 1)
+            if state == "0A" and int(port_hex, 16) == port:
+                found.append(addr)
+    return found
+
+
+# --- the real CPU server -------------------------------------------------------------
+
+
+@pytest.mark.vllm
+def test_real_server_is_ready_and_described(vllm_server: VllmServer) -> None:
+    info = vllm_server.info
+    assert info is not None
+    assert http_call("GET", info.base_url + "/health")[0] == 200
+    assert info.base_url == f"http://127.0.0.1:{info.port}"
+    assert info.pid == vllm_server.pid
+    assert 0 < info.startup_s < 300
+    version = json.loads(http_call("GET", info.base_url + "/version")[1])["version"]
+    assert info.vllm_version == version
+    assert info.torch_version and "cpu" in info.torch_version
+    # 256 MiB of KV at 1 KiB per token; vLLM's own figure, not ours.
+    assert info.kv_capacity_tokens == TINY_KV_TOKENS
+    assert info.kv_capacity_source == "metrics:kv_cache_size_tokens"
+    assert info.gpu_name is None and info.driver_version is None
+    assert info.log_path.read_text().startswith("# studyc: ")
+
+
+@pytest.mark.vllm
+def test_real_server_log_line_agrees_on_kv_capacity(vllm_server: VllmServer) -> None:
+    log = vllm_server.log_path.read_text()
+    assert "CPU KV cache size: 262,144 tokens" in log
+    assert parse_kv_capacity_log(log) == TINY_KV_TOKENS
+
+
+@pytest.mark.vllm
+def test_real_server_listens_on_loopback_only_and_needs_its_key(vllm_server: VllmServer) -> None:
+    assert _listening_addresses(vllm_server.port) == ["0100007F"]  # 127.0.0.1, nothing else
+    # The API key is not printed into the log.
+    assert vllm_server.api_key not in vllm_server.log_path.read_text()
+    status, _ = http_call("GET", vllm_server.base_url + "/v1/models")
+    assert status == 401
+    status, _ = http_call("GET", vllm_server.base_url + "/v1/models", vllm_server.api_key)
+    assert status == 200
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_real_server_start_stop_leaves_no_process(tmp_path: Path, tiny_model_dir: Path) -> None:
+    server = VllmServer(
+        ["serve", str(tiny_model_dir), *TINY_SERVE_FLAGS],
+        env=TINY_SERVE_ENV,
+        log_path=tmp_path / "server.log",
+        startup_timeout_s=300,
+    )
+    with server as running:
+        assert running is server and server.info is not None
+        pgid = server.pid
+        assert pgid is not None
+        # The API server plus vLLM's EngineCore (and a resource tracker) share the group.
+        assert len(_group_alive(pgid)) >= 2
+    assert _group_alive(pgid) == []
+    server.stop()  # idempotent
+    assert _group_alive(pgid) == []
+
+
+# --- fakes: what a real server cannot be made to do on demand -------------------------
+
+
+def test_crash_at_start_reports_exit_code_and_log_tail(tmp_path: Path) -> None:
+    fake = _script(
+        tmp_path,
+        "fake-vllm",
+        'i=0; while [ $i -lt 50 ]; do echo "loading line $i"; i=$((i+1)); done\n'
+        'echo "ValueError: boom: unsupported model" >&2\nexit 3\n',
+    )
+    server = VllmServer(["serve", "m"], log_path=tmp_path / "log.txt", command=[str(fake)], startup_timeout_s=30)
+    with pytest.raises(EngineError) as err:
+        with server:
+            pass
+    msg = str(err.value.message)
+    assert "exited with code 3" in msg
+    assert "ValueError: boom: unsupported model" in msg
+    assert "loading line 49" in msg
+    assert "loading line 5\n" not in msg  # only the tail, not the whole log
+    assert "--api-key REDACTED" in msg
+
+
+def test_startup_timeout_kills_the_group(tmp_path: Path) -> None:
+    # A "server" that never answers and has a child of its own.
+    fake = _script(tmp_path, "hang", "echo starting\nsleep 600 &\nwait\n")
+    server = VllmServer(["serve", "m"], log_path=tmp_path / "log.txt", command=[str(fake)], startup_timeout_s=1.5)
+    server.start()
+    pgid = server.pid
+    assert pgid is not None
+    t0 = time.monotonic()
+    with pytest.raises(EngineError, match="did not answer /health within 2 s") as err:
+        server.wait_ready()
+    assert "starting" in str(err.value.message)
+    assert time.monotonic() - t0 < 20
+    assert _group_alive(pgid) == []
+
+
+def test_ctrl_c_while_waiting_leaves_no_orphans_even_if_sigterm_is_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = _script(tmp_path, "stubborn", "trap '' TERM\nsleep 600 &\nsleep 600 &\nwait\n")
+    server = VllmServer(
+        ["serve", "m"], log_path=tmp_path / "log.txt", command=[str(fake)], startup_timeout_s=60, stop_timeout_s=1
+    )
+    server.start()
+    pgid = server.pid
+    assert pgid is not None
+    deadline = time.monotonic() + 10
+    while len(_group_alive(pgid)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(_group_alive(pgid)) == 3
+
+    def interrupted(*args: object, **kwargs: object) -> tuple[int, str]:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(engine, "http_call", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        server.wait_ready()
+    assert _group_alive(pgid) == []  # SIGTERM was ignored: SIGKILL after stop_timeout_s
+
+
+def test_missing_engine_command_is_an_engine_error(tmp_path: Path) -> None:
+    server = VllmServer(
+        ["serve", "m"], log_path=tmp_path / "log.txt", command=[str(tmp_path / "no-such-vllm")], startup_timeout_s=5
+    )
+    with pytest.raises(EngineError, match="cannot run the engine command"):
+        server.start()
+
+
+def test_studyc_owns_host_port_and_key(tmp_path: Path) -> None:
+    for flag in ("--host", "--port=8000", "--api-key"):
+        with pytest.raises(EngineError, match="must not set"):
+            VllmServer(["serve", "m", flag], log_path=tmp_path / "log", command=["vllm"], startup_timeout_s=1)
+
+
+def test_multi_word_command_argv(tmp_path: Path) -> None:
+    # `python3 -m vllm.entrypoints.cli.main serve ...` must work as the engine command.
+    server = VllmServer(
+        ["serve", "m", "--load-format", "dummy"],
+        log_path=tmp_path / "log",
+        command=["python3", "-m", "vllm.entrypoints.cli.main"],
+        startup_timeout_s=1,
+        port=18000,
+    )
+    assert server.argv[:7] == ["python3", "-m", "vllm.entrypoints.cli.main", "serve", "m", "--load-format", "dummy"]
+    assert server.argv[7:11] == ["--host", "127.0.0.1", "--port", "18000"]
+    assert server.argv[11] == "--api-key" and len(server.argv[12]) >= 24
+
+
+def test_reset_prefix_cache_without_a_server_is_not_ok() -> None:
+    result = reset_prefix_cache(f"http://127.0.0.1:{engine.free_port()}", "k", timeout_s=2)
+    assert not result.ok and result.status == 0
+
+
+def test_kv_capacity_log_line_of_a_gpu_server() -> None:
+    line = "(EngineCore_DP0 pid=1) INFO 11-29 [kv_cache_utils.py:1087] GPU KV cache size: 407,248 tokens"
+    assert parse_kv_capacity_log(line) == 407_248
+    assert parse_kv_capacity_log("no such line") is None
+
+
+# --- settings --------------------------------------------------------------------------
+
+
+def test_settings_defaults_and_derived_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STUDYC_PYTHON", raising=False)
+    monkeypatch.setenv("STUDYC_VLLM", "python3.12 -m vllm.entrypoints.cli.main")
+    s = Settings()
+    assert s.vllm_argv == ["python3.12", "-m", "vllm.entrypoints.cli.main"]
+    assert s.python == "python3.12"
+    assert s.host == "127.0.0.1" and s.gpu_index == 0 and s.startup_timeout_s == 900
+    monkeypatch.setenv("STUDYC_PYTHON", "/opt/py/bin/python3")
+    assert Settings().python == "/opt/py/bin/python3"
+
+
+@pytest.mark.skipif(not (VLLM_VENV / "bin" / "vllm").exists(), reason="no .venv-vllm")
+def test_settings_python_beside_the_vllm_script() -> None:
+    assert derive_python(str(VLLM_VENV / "bin" / "vllm")) == str(VLLM_VENV / "bin" / "python3")
+    assert derive_python("no-such-vllm-anywhere") == "python3"
+
+
+def test_settings_refuse_a_non_loopback_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    from studyc.errors import StudycError
+    from studyc.settings import load_settings
+
+    monkeypatch.setenv("STUDYC_HOST", "0.0.0.0")
+    with pytest.raises(StudycError, match="STUDYC_HOST"):
+        load_settings()
+
+
+def test_tiny_model_constants_match_the_config() -> None:
+    # TINY_KV_TOKENS is derived from the model shape; keep the two in step.
+    config = TINY_MODEL / "config.json"
+    if not config.exists():
+        pytest.skip("models/tiny-qwen3 not written yet")
+    c = json.loads(config.read_text())
+    bytes_per_token = c["num_hidden_layers"] * 2 * c["num_key_value_heads"] * c["head_dim"] * 2
+    assert 256 * 2**20 // bytes_per_token == TINY_KV_TOKENS
+    assert os.path.basename(TINY_MODEL) == "tiny-qwen3"
