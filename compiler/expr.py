@@ -76,7 +76,9 @@ class _Checker:
         dotted = _dotted(node)
         if dotted is None:
             # Only Attribute nodes get here: attribute access on something that is not a name.
-            raise ExprError(f"attribute access is only allowed on names, not on a call or value{_where(node)}")
+            raise ExprError(
+                f"attribute access is only allowed on names, not on a call or value{_where(node)}"
+            )
         for part in dotted.split("."):
             if part.startswith("_"):
                 raise ExprError(f"name {dotted!r} is not allowed: parts may not start with '_'{_where(node)}")
@@ -88,7 +90,8 @@ class _Checker:
                 raise ExprError(f"only numbers are allowed as constants, got {node.value!r}{_where(node)}")
         elif isinstance(node, ast.BinOp):
             if type(node.op) not in _BINOPS:
-                raise ExprError(f"operator {type(node.op).__name__} is not allowed; use + - * / **{_where(node)}")
+                op = type(node.op).__name__
+                raise ExprError(f"operator {op} is not allowed; use + - * / **{_where(node)}")
             self.visit(node.left)
             self.visit(node.right)
         elif isinstance(node, ast.UnaryOp):
@@ -157,7 +160,7 @@ class _Evaluator:
 
     def eval(self, node: ast.expr) -> float:
         if isinstance(node, ast.Constant):
-            return float(node.value)  # floats throughout: `10**10**10` overflows instead of hanging
+            return _number(node.value, "constant")  # floats throughout: `10**10**10` overflows instead of hanging
         if isinstance(node, ast.BinOp):
             symbol, op = _BINOPS[type(node.op)]
             result = op(self.eval(node.left), self.eval(node.right))
@@ -171,10 +174,10 @@ class _Evaluator:
             return self.call(node)
         name = _dotted(node)
         assert name is not None  # the checker allowed only dotted names here
-        value = self.lookup(name)
-        if callable(value):
+        found = self.lookup(name)
+        if callable(found):
             raise ExprError(f"{name!r} is a function: call it, e.g. {name}(...)")
-        return _number(value, name)
+        return _number(found, repr(name))
 
     def call(self, node: ast.Call) -> float:
         name = _dotted(node.func)

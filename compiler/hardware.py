@@ -93,5 +93,6 @@ def get_hardware(name: str) -> Hardware:
     key = _ALIASES.get(key, key)
     if key not in HARDWARE:
         known = ", ".join(sorted(HARDWARE))
-        raise HardwareError(f"unknown hardware {name!r}; known: {known} (aliases: {', '.join(sorted(_ALIASES))})")
+        aliases = ", ".join(sorted(_ALIASES))
+        raise HardwareError(f"unknown hardware {name!r}; known: {known} (aliases: {aliases})")
     return HARDWARE[key]

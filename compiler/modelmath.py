@@ -215,7 +215,7 @@ class ModelShape:
             return None
         _check_load(batch)
         e, k = self.num_experts, self.experts_per_token
-        return e * (1.0 - (1.0 - k / e) ** batch)
+        return e * (1.0 - math.pow(1.0 - k / e, batch))
 
     def _decode_params(self, batch: float) -> float:
         # The lm_head is read every step; tied, it is the embedding matrix, which `params` already
@@ -327,9 +327,10 @@ class _Config:
 
 def _config_dtype(cfg: _Config) -> str:
     raw = cfg.data.get("dtype") or cfg.data.get("torch_dtype") or "bfloat16"  # transformers 5 says "dtype"
-    if not isinstance(raw, str) or _DTYPE_ALIASES.get(raw.lower(), raw.lower()) not in ("bf16", "fp16", "fp32"):
+    dtype = _DTYPE_ALIASES.get(raw.lower(), raw.lower()) if isinstance(raw, str) else None
+    if dtype not in ("bf16", "fp16", "fp32"):
         raise cfg.fail(f"unsupported dtype {raw!r}; expected bfloat16, float16 or float32")
-    return _DTYPE_ALIASES.get(raw.lower(), raw.lower())
+    return dtype
 
 
 def _shape_from_config(data: dict[str, Any], path: Path, name: str) -> ModelShape:
@@ -342,18 +343,18 @@ def _shape_from_config(data: dict[str, Any], path: Path, name: str) -> ModelShap
     hidden = cfg.get_int("hidden_size")
     layers = cfg.get_int("num_hidden_layers")
     heads = cfg.get_int("num_attention_heads")
-    common: dict[str, Any] = dict(
-        name=name,
-        family=family,
-        vocab_size=cfg.get_int("vocab_size"),
-        hidden_size=hidden,
-        num_layers=layers,
-        num_heads=heads,
-        num_kv_heads=cfg.get_int("num_key_value_heads", heads),
-        head_dim=cfg.get_int("head_dim", hidden // heads),
-        tie_word_embeddings=cfg.get_bool("tie_word_embeddings", False),
-        dtype=_config_dtype(cfg),
-    )
+    common: dict[str, Any] = {
+        "name": name,
+        "family": family,
+        "vocab_size": cfg.get_int("vocab_size"),
+        "hidden_size": hidden,
+        "num_layers": layers,
+        "num_heads": heads,
+        "num_kv_heads": cfg.get_int("num_key_value_heads", heads),
+        "head_dim": cfg.get_int("head_dim", hidden // heads),
+        "tie_word_embeddings": cfg.get_bool("tie_word_embeddings", False),
+        "dtype": _config_dtype(cfg),
+    }
     attention_bias = cfg.get_bool("attention_bias", False)
     if family in ("llama", "qwen3"):
         return ModelShape(

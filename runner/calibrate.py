@@ -7,7 +7,9 @@ the engine's python (studyc's own env has no torch); no GPU means calibrated=Fal
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,20 +40,31 @@ def calibrate(
     """Run the probe with `python_cmd` (e.g. Settings.python_argv). Never raises for a missing GPU."""
     argv = [*python_cmd, str(PROBE), "--device", str(gpu_index), *probe_args]
     try:
-        done = subprocess.run(
+        proc = subprocess.Popen(
             argv,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
             stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
             env=None if env is None else dict(env),
+            start_new_session=True,  # so a timeout can take the probe's children too
         )
     except FileNotFoundError as exc:
         return _failed(f"engine python not found ({shlex.join(python_cmd)}): {exc}")
-    except subprocess.TimeoutExpired:
-        return _failed(f"calibration probe ran past {timeout_s:.0f} s ({shlex.join(argv)})")
     except OSError as exc:
         return _failed(f"cannot run the calibration probe ({shlex.join(argv)}): {exc}")
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except BaseException as exc:  # timeout, or Ctrl-C: never leave a probe holding the GPU
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+        if isinstance(exc, subprocess.TimeoutExpired):
+            return _failed(f"calibration probe ran past {timeout_s:g} s ({shlex.join(argv)})")
+        raise
+    done = subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
 
     doc = _last_json_line(done.stdout)
     if doc is None:

@@ -22,7 +22,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, Self
 
 from runner import metrics
 from studyc.errors import EngineError
@@ -91,9 +91,7 @@ def free_port(host: str = HOST) -> int:
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def http_call(
-    method: str, url: str, api_key: str | None = None, timeout_s: float = 10.0
-) -> tuple[int, str]:
+def http_call(method: str, url: str, api_key: str | None = None, timeout_s: float = 10.0) -> tuple[int, str]:
     """(status, body) of one request; status 0 and the error text when nothing answered."""
     req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
     if api_key:
@@ -164,7 +162,8 @@ def kv_capacity_from_metrics(snap: metrics.Snapshot) -> tuple[int | None, str | 
         return None, None
     try:
         if all(_int_label(i, "kv_cache_size_tokens") is not None for i in infos):
-            return sum(_int_label(i, "kv_cache_size_tokens") or 0 for i in infos), "metrics:kv_cache_size_tokens"
+            tokens = sum(_int_label(i, "kv_cache_size_tokens") or 0 for i in infos)
+            return tokens, "metrics:kv_cache_size_tokens"
         total = 0
         for i in infos:
             blocks, size = _int_label(i, "num_gpu_blocks"), _int_label(i, "block_size")
@@ -256,7 +255,7 @@ class VllmServer:
         self.stop_timeout_s = stop_timeout_s
         self.gpu_index = gpu_index if gpu_index is not None else settings.gpu_index  # type: ignore[union-attr]
         self.port = port if port is not None else free_port()
-        self.api_key = secrets.token_urlsafe(24)
+        self.api_key = secrets.token_hex(20)  # hex: never starts with "-" (argparse would take it for a flag)
         self.info: ServerInfo | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
@@ -271,6 +270,10 @@ class VllmServer:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
+
+    def poll(self) -> int | None:
+        """The engine's exit code once it has exited (a crash mid-run), else None."""
+        return self._proc.poll() if self._proc is not None else None
 
     @property
     def argv(self) -> list[str]:
@@ -289,7 +292,8 @@ class VllmServer:
         if self._proc is not None:
             raise EngineError("this server was already started; make a new VllmServer")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "ab")  # append: an earlier start's log is kept
+        # Append: an earlier start's log is kept. Held open for the server's lifetime.
+        self._log = open(self.log_path, "ab")  # noqa: SIM115
         self._log_start = self._log.tell()
         self._log.write(f"# studyc: {self._printable_argv()}\n".encode())
         self._log.flush()
@@ -407,7 +411,7 @@ class VllmServer:
         try:
             out = subprocess.run(
                 [python, "-c", "import torch; print(torch.__version__)"],
-                capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, check=False,
             )  # fmt: skip
         except (OSError, subprocess.SubprocessError):
             return None
@@ -452,7 +456,7 @@ class VllmServer:
                 return False
             time.sleep(0.1)
 
-    def __enter__(self) -> VllmServer:
+    def __enter__(self) -> Self:
         self.start()
         self.wait_ready()
         return self

@@ -14,6 +14,7 @@ import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Self
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -55,14 +56,14 @@ class Snapshot(Mapping[str, float]):
     t_s: float  # time.monotonic() when the answer arrived
     samples: tuple[Sample, ...]
     types: Mapping[str, str]  # family name (as the parser names it) -> type
-    values: Mapping[str, float] = field(repr=False)
+    sums: Mapping[str, float] = field(repr=False)  # sample name -> sum over label sets
 
     def _key(self, name: str) -> str | None:
-        if name in self.values:
+        if name in self.sums:
             return name
-        if name + "_total" in self.values:
+        if name + "_total" in self.sums:
             return name + "_total"
-        if name.endswith("_total") and name[: -len("_total")] in self.values:
+        if name.endswith("_total") and name[: -len("_total")] in self.sums:
             return name[: -len("_total")]
         return None
 
@@ -70,13 +71,13 @@ class Snapshot(Mapping[str, float]):
         key = self._key(name)
         if key is None:
             raise KeyError(name)
-        return self.values[key]
+        return self.sums[key]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.values)
+        return iter(self.sums)
 
     def __len__(self) -> int:
-        return len(self.values)
+        return len(self.sums)
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and self._key(name) is not None
@@ -165,7 +166,7 @@ def parse(text: str, t_s: float | None = None) -> Snapshot:
         t_s=time.monotonic() if t_s is None else t_s,
         samples=tuple(samples),
         types=MappingProxyType(types),
-        values=MappingProxyType(values),
+        sums=MappingProxyType(values),
     )
 
 
@@ -179,7 +180,7 @@ def fetch_text(url: str, api_key: str | None = None, timeout_s: float = 10.0) ->
         req.add_header("Authorization", f"Bearer {api_key}")
     try:
         with _OPENER.open(req, timeout=timeout_s) as resp:
-            return resp.read().decode("utf-8", "replace")
+            return str(resp.read().decode("utf-8", "replace"))
     except urllib.error.HTTPError as exc:
         raise MetricsError(f"GET {url}: HTTP {exc.code}") from exc
     except (urllib.error.URLError, OSError) as exc:
@@ -276,11 +277,10 @@ class MetricsPoller:
             # Fixed schedule, not fixed sleep: a slow scrape does not stretch the period.
             next_t += self.interval_s
             now = time.monotonic()
-            if next_t < now:
-                next_t = now
+            next_t = max(next_t, now)
             self._stop.wait(next_t - now)
 
-    def __enter__(self) -> MetricsPoller:
+    def __enter__(self) -> Self:
         self.start()
         return self
 

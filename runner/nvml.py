@@ -6,11 +6,12 @@ does not report becomes a recorded warning, never an exception.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, Self
 
 _MHZ = 1e6
 
@@ -18,14 +19,19 @@ _MHZ = 1e6
 def _load_nvml() -> tuple[ModuleType | None, str | None]:
     """(pynvml, None) with NVML initialised, or (None, why not)."""
     try:
-        import pynvml
+        import pynvml  # type: ignore[import-untyped, unused-ignore]
     except ImportError as exc:
         return None, f"nvidia-ml-py not importable: {exc}"
     try:
         pynvml.nvmlInit()
-    except Exception as exc:  # NVMLError_LibraryNotFound, _DriverNotLoaded, ...
+    except _errors(pynvml) as exc:  # NVMLError_LibraryNotFound, _DriverNotLoaded, ...
         return None, f"NVML unavailable: {_err(exc)}"
     return pynvml, None
+
+
+def _errors(nv: ModuleType) -> tuple[type[BaseException], ...]:
+    # NVMLError: the driver or GPU refused; AttributeError: an older nvidia-ml-py lacks the call.
+    return (nv.NVMLError, AttributeError, OSError)
 
 
 def _err(exc: BaseException) -> str:
@@ -41,6 +47,7 @@ def gpu_info(gpu_index: int = 0) -> dict[str, Any] | None:
     nv, _ = _load_nvml()
     if nv is None:
         return None
+    errors = _errors(nv)
     try:
         h = nv.nvmlDeviceGetHandleByIndex(gpu_index)
         info: dict[str, Any] = {
@@ -59,16 +66,14 @@ def gpu_info(gpu_index: int = 0) -> dict[str, Any] | None:
         for key, get in optional.items():
             try:
                 info[key] = get()
-            except Exception:  # a field this GPU or driver does not report
+            except errors:  # a field this GPU or driver does not report
                 info[key] = None
         return info
-    except Exception:
+    except errors:
         return None
     finally:
-        try:
+        with contextlib.suppress(*errors):
             nv.nvmlShutdown()
-        except Exception:
-            pass
 
 
 @dataclass(frozen=True)
@@ -113,9 +118,10 @@ class NvmlSampler:
             return
         try:
             self._handle = nv.nvmlDeviceGetHandleByIndex(self.gpu_index)
-        except Exception as exc:
+        except _errors(nv) as exc:
             self._warn("init", f"GPU {self.gpu_index} not found by NVML: {_err(exc)}")
-            nv.nvmlShutdown()
+            with contextlib.suppress(*_errors(nv)):
+                nv.nvmlShutdown()
             return
         self._nv = nv
         self.available = True
@@ -132,7 +138,7 @@ class NvmlSampler:
         if self._nv is not None:
             try:
                 self._nv.nvmlShutdown()
-            except Exception as exc:
+            except _errors(self._nv) as exc:
                 self._warn("shutdown", f"nvmlShutdown: {_err(exc)}")
             self._nv = None
         return self.samples
@@ -169,9 +175,10 @@ class NvmlSampler:
             self.warnings.append(message)
 
     def _field(self, key: str, get: Any) -> Any:
+        assert self._nv is not None
         try:
             return get()
-        except Exception as exc:
+        except _errors(self._nv) as exc:
             self._warn(key, f"NVML {key} unavailable on GPU {self.gpu_index}: {_err(exc)}")
             return None
 
@@ -184,7 +191,8 @@ class NvmlSampler:
         mem = self._field("mem_clock", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM) * _MHZ)
         power = self._field("power", lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0)
         energy = self._field("energy", lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0)
-        temp = self._field("temperature", lambda: float(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)))
+        gpu_temp = nv.NVML_TEMPERATURE_GPU
+        temp = self._field("temperature", lambda: float(nv.nvmlDeviceGetTemperature(h, gpu_temp)))
         used = self._field("memory", lambda: int(nv.nvmlDeviceGetMemoryInfo(h).used))
         util = self._field("utilization", lambda: nv.nvmlDeviceGetUtilizationRates(h))
         row = NvmlSample(
@@ -210,7 +218,7 @@ class NvmlSampler:
             if next_t < now:  # fell behind: skip ahead rather than burst
                 next_t = now + self.interval_s
 
-    def __enter__(self) -> NvmlSampler:
+    def __enter__(self) -> Self:
         self.start()
         return self
 

@@ -130,6 +130,11 @@ def run_server_step(
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / (step.id.replace("/", "__") + ".log")
     progress.server(step, "starting")
+    if Path(step.model_dir, "config.json").is_file():
+        from runner.tokenizer import ensure_tokenizer
+
+        if ensure_tokenizer(step.model_dir):
+            progress.message(f"built the local tokenizer of {step.model_dir}")
     server = VllmServer(
         step.argv, env=step.env, log_path=log_path, command=options.engine_command,
         startup_timeout_s=options.startup_timeout_s,
@@ -225,10 +230,10 @@ def _calibration(options: RunOptions, progress: Progress) -> dict[str, Any]:
 def _client_ceiling(options: RunOptions, progress: Progress) -> dict[str, Any]:
     if not options.client_selftest:
         return {}
-    from runner.ceiling import measure_client_ceiling
-
     progress.message("measuring the load generator's own ceiling on this host")
     try:
+        from runner.ceiling import measure_client_ceiling
+
         found = measure_client_ceiling()
     except Exception as exc:  # the self-test is advisory: record why it is missing
         return {"client_ceiling_json": as_json({"error": f"{type(exc).__name__}: {exc}"})}

@@ -139,8 +139,8 @@ def test_qwen2_carries_qkv_bias(tmp_path: Path) -> None:
 
 
 def test_llama_attention_and_mlp_bias_flags(tmp_path: Path) -> None:
-    base: dict[str, Any] = dict(model_type="llama", vocab_size=100, hidden_size=32, num_hidden_layers=1,
-                                num_attention_heads=4, intermediate_size=64)
+    base: dict[str, Any] = {"model_type": "llama", "vocab_size": 100, "hidden_size": 32,
+                            "num_hidden_layers": 1, "num_attention_heads": 4, "intermediate_size": 64}
     plain = load_model(write_config(tmp_path, **base)).params
     biased = load_model(write_config(tmp_path, **base, attention_bias=True, mlp_bias=True)).params
     assert biased - plain == (32 + 2 * 32) + 32 + (2 * 64 + 32)  # q,k,v; o; gate, up, down
@@ -160,12 +160,12 @@ def test_mixtral_8x7b(tmp_path: Path) -> None:
 
 
 def test_qwen3_30b_a3b_and_dense_layers(tmp_path: Path) -> None:
-    config: dict[str, Any] = dict(
-        model_type="qwen3_moe", vocab_size=151936, hidden_size=2048, num_hidden_layers=48,
-        num_attention_heads=32, num_key_value_heads=4, head_dim=128, intermediate_size=6144,
-        moe_intermediate_size=768, num_experts=128, num_experts_per_tok=8, decoder_sparse_step=1,
-        mlp_only_layers=[],
-    )
+    config: dict[str, Any] = {
+        "model_type": "qwen3_moe", "vocab_size": 151936, "hidden_size": 2048, "num_hidden_layers": 48,
+        "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 6144,
+        "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8, "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+    }
     shape = load_model(write_config(tmp_path, **config))
     assert shape.num_moe_layers == 48
     assert round(shape.params / 1e9, 1) == 30.5

@@ -20,8 +20,14 @@ from runner.engine import (
     reset_prefix_cache,
 )
 from studyc.settings import Settings, derive_python
-
-from conftest import TINY_KV_TOKENS, TINY_MODEL, TINY_SERVE_ENV, TINY_SERVE_FLAGS, VLLM_VENV, vllm_missing
+from tests.conftest import (
+    TINY_KV_TOKENS,
+    TINY_MODEL,
+    TINY_SERVE_ENV,
+    TINY_SERVE_FLAGS,
+    VLLM_VENV,
+    vllm_missing,
+)
 
 needs_vllm = pytest.mark.skipif(vllm_missing() is not None, reason=vllm_missing() or "")
 
@@ -118,10 +124,11 @@ def test_crash_at_start_reports_exit_code_and_log_tail(tmp_path: Path) -> None:
         'i=0; while [ $i -lt 50 ]; do echo "loading line $i"; i=$((i+1)); done\n'
         'echo "ValueError: boom: unsupported model" >&2\nexit 3\n',
     )
-    server = VllmServer(["serve", "m"], log_path=tmp_path / "log.txt", command=[str(fake)], startup_timeout_s=30)
-    with pytest.raises(EngineError) as err:
-        with server:
-            pass
+    server = VllmServer(
+        ["serve", "m"], log_path=tmp_path / "log.txt", command=[str(fake)], startup_timeout_s=30
+    )
+    with pytest.raises(EngineError) as err, server:
+        pass
     msg = str(err.value.message)
     assert "exited with code 3" in msg
     assert "ValueError: boom: unsupported model" in msg
@@ -133,7 +140,9 @@ def test_crash_at_start_reports_exit_code_and_log_tail(tmp_path: Path) -> None:
 def test_startup_timeout_kills_the_group(tmp_path: Path) -> None:
     # A "server" that never answers and has a child of its own.
     fake = _script(tmp_path, "hang", "echo starting\nsleep 600 &\nwait\n")
-    server = VllmServer(["serve", "m"], log_path=tmp_path / "log.txt", command=[str(fake)], startup_timeout_s=1.5)
+    server = VllmServer(
+        ["serve", "m"], log_path=tmp_path / "log.txt", command=[str(fake)], startup_timeout_s=1.5
+    )
     server.start()
     pgid = server.pid
     assert pgid is not None
@@ -150,7 +159,11 @@ def test_ctrl_c_while_waiting_leaves_no_orphans_even_if_sigterm_is_ignored(
 ) -> None:
     fake = _script(tmp_path, "stubborn", "trap '' TERM\nsleep 600 &\nsleep 600 &\nwait\n")
     server = VllmServer(
-        ["serve", "m"], log_path=tmp_path / "log.txt", command=[str(fake)], startup_timeout_s=60, stop_timeout_s=1
+        ["serve", "m"],
+        log_path=tmp_path / "log.txt",
+        command=[str(fake)],
+        startup_timeout_s=60,
+        stop_timeout_s=1,
     )
     server.start()
     pgid = server.pid
@@ -171,7 +184,10 @@ def test_ctrl_c_while_waiting_leaves_no_orphans_even_if_sigterm_is_ignored(
 
 def test_missing_engine_command_is_an_engine_error(tmp_path: Path) -> None:
     server = VllmServer(
-        ["serve", "m"], log_path=tmp_path / "log.txt", command=[str(tmp_path / "no-such-vllm")], startup_timeout_s=5
+        ["serve", "m"],
+        log_path=tmp_path / "log.txt",
+        command=[str(tmp_path / "no-such-vllm")],
+        startup_timeout_s=5,
     )
     with pytest.raises(EngineError, match="cannot run the engine command"):
         server.start()
@@ -192,9 +208,18 @@ def test_multi_word_command_argv(tmp_path: Path) -> None:
         startup_timeout_s=1,
         port=18000,
     )
-    assert server.argv[:7] == ["python3", "-m", "vllm.entrypoints.cli.main", "serve", "m", "--load-format", "dummy"]
+    assert server.argv[:7] == [
+        "python3",
+        "-m",
+        "vllm.entrypoints.cli.main",
+        "serve",
+        "m",
+        "--load-format",
+        "dummy",
+    ]
     assert server.argv[7:11] == ["--host", "127.0.0.1", "--port", "18000"]
-    assert server.argv[11] == "--api-key" and len(server.argv[12]) >= 24
+    assert server.argv[11] == "--api-key" and len(server.argv[12]) >= 32
+    int(server.argv[12], 16)  # hex: a key starting with "-" would read as a flag to argparse
 
 
 def test_reset_prefix_cache_without_a_server_is_not_ok() -> None:

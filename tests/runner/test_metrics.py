@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 import time
@@ -66,7 +67,7 @@ def test_scrape_real_server(vllm_server: VllmServer) -> None:
     # Buckets are raw samples, not summed into a meaningless total.
     buckets = snap.buckets("vllm:time_to_first_token_seconds")
     assert buckets and buckets[-1][0] == float("inf")
-    assert "vllm:time_to_first_token_seconds_bucket" not in snap.values
+    assert "vllm:time_to_first_token_seconds_bucket" not in snap.sums
     assert any(s.name == "vllm:time_to_first_token_seconds_bucket" for s in snap.samples)
 
 
@@ -83,7 +84,9 @@ def test_counters_move_with_a_request(vllm_server: VllmServer, complete: Callabl
 
 
 @pytest.mark.vllm
-def test_reset_prefix_cache_really_empties_the_cache(vllm_server: VllmServer, complete: Callable[..., Any]) -> None:
+def test_reset_prefix_cache_really_empties_the_cache(
+    vllm_server: VllmServer, complete: Callable[..., Any]
+) -> None:
     url, key = vllm_server.base_url, vllm_server.api_key
     prompt = _prompt(2, 100)  # 3 whole blocks of 32 can hit; the last 4 tokens never do
 
@@ -110,7 +113,9 @@ def test_reset_prefix_cache_really_empties_the_cache(vllm_server: VllmServer, co
 
 
 @pytest.mark.vllm
-def test_reset_refused_while_a_request_holds_blocks(vllm_server: VllmServer, complete: Callable[..., Any]) -> None:
+def test_reset_refused_while_a_request_holds_blocks(
+    vllm_server: VllmServer, complete: Callable[..., Any]
+) -> None:
     url, key = vllm_server.base_url, vllm_server.api_key
     done = threading.Event()
 
@@ -144,7 +149,7 @@ def test_poller_sees_a_running_request(vllm_server: VllmServer, complete: Callab
         time.sleep(0.3)
     rows = poller.samples
     assert len(rows) >= 5
-    assert all(b.t_s > a.t_s for a, b in zip(rows, rows[1:], strict=False))
+    assert all(b.t_s > a.t_s for a, b in itertools.pairwise(rows))
     assert all(r.kv_cache_usage_perc is not None and r.num_requests_waiting is not None for r in rows)
     assert any((r.num_requests_running or 0) >= 1 for r in rows)
     assert rows[0].num_requests_running == 0

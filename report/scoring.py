@@ -1,0 +1,450 @@
+"""Hypotheses x a run -> scores: predicted value, measured value with its spread and 95% interval,
+relative error and a verdict. Pure (reads model configs only); shared by `studyc audit` and the site.
+
+Predictions are resolved twice: against the run's calibrated ceilings (the verdict) and against the
+spec sheet (how far the vendor number would have misled).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from compiler.expr import ExprError, parse
+from compiler.hardware import Hardware, HardwareError, get_hardware
+from compiler.load import LoadedStudy
+from compiler.metrics import METRICS
+from compiler.modelmath import ModelError, ModelShape, load_model
+from compiler.predict_env import build_env
+from compiler.select import Target, sides
+from compiler.study import Hypothesis, Study
+from report.results import RunData
+from runner.store import PointRow
+
+Verdict = Literal["confirmed", "refuted", "inconclusive", "invalid", "not run"]
+VERDICTS: tuple[Verdict, ...] = ("confirmed", "refuted", "inconclusive", "invalid", "not run")
+
+# Two-sided 95% quantiles of Student's t (0.975 one-sided) by degrees of freedom; between table rows
+# the quantile is interpolated linearly in 1/df, which is exact to the third decimal here.
+_T975: tuple[tuple[float, float], ...] = (
+    (1, 12.7062), (2, 4.3027), (3, 3.1824), (4, 2.7764), (5, 2.5706), (6, 2.4469), (7, 2.3646),
+    (8, 2.3060), (9, 2.2622), (10, 2.2281), (11, 2.2010), (12, 2.1788), (13, 2.1604), (14, 2.1448),
+    (15, 2.1314), (16, 2.1199), (17, 2.1098), (18, 2.1009), (19, 2.0930), (20, 2.0860), (21, 2.0796),
+    (22, 2.0739), (23, 2.0687), (24, 2.0639), (25, 2.0595), (26, 2.0555), (27, 2.0518), (28, 2.0484),
+    (29, 2.0452), (30, 2.0423), (40, 2.0211), (50, 2.0086), (60, 2.0003), (80, 1.9901), (100, 1.9840),
+    (120, 1.9799), (math.inf, 1.9600),
+)
+
+
+def t_quantile_975(df: float) -> float:
+    """The 0.975 quantile of Student's t with `df` degrees of freedom (df >= 1)."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
+    for (d0, t0), (d1, t1) in zip(_T975, _T975[1:]):
+        if df == d0:
+            return t0
+        if d0 < df < d1:
+            x0, x1, x = 1 / d0, (0.0 if math.isinf(d1) else 1 / d1), 1 / df
+            return t0 + (t1 - t0) * (x0 - x) / (x0 - x1)
+    return _T975[-1][1]
+
+
+@dataclass(frozen=True)
+class Stats:
+    n: int
+    mean: float
+    low: float  # spread: min over repeats
+    high: float  # spread: max over repeats
+    ci_low: float
+    ci_high: float
+
+
+def summarize(values: Sequence[float]) -> Stats:
+    """Mean, min-max spread and a 95% t interval of the mean; for one value the interval is the value."""
+    if not values:
+        raise ValueError("no values")
+    n = len(values)
+    mean = math.fsum(values) / n
+    if n == 1:
+        half = 0.0
+    else:
+        sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+        half = t_quantile_975(n - 1) * sd / math.sqrt(n)
+    return Stats(n, mean, min(values), max(values), mean - half, mean + half)
+
+
+def judge(
+    kind: str, relation: str | None, band_low: float | None, band_high: float | None, low: float, high: float
+) -> Verdict:
+    """Verdict of the interval [low, high] against a band (value, range) or a threshold (relation):
+    inside -> confirmed, entirely outside -> refuted, straddling -> inconclusive."""
+    if kind == "relation":
+        threshold = band_low if relation in (">", ">=") else band_high
+        assert threshold is not None
+        holds: dict[str, Callable[[float], bool]] = {
+            ">": lambda x: x > threshold, ">=": lambda x: x >= threshold,
+            "<": lambda x: x < threshold, "<=": lambda x: x <= threshold,
+        }
+        test = holds[relation or ">"]
+        if test(low) and test(high):
+            return "confirmed"
+        if not test(low) and not test(high):
+            return "refuted"
+        return "inconclusive"
+    assert band_low is not None and band_high is not None
+    if band_low <= low and high <= band_high:
+        return "confirmed"
+    if high < band_low or low > band_high:
+        return "refuted"
+    return "inconclusive"
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A prediction as numbers: the central value and the band a measurement must fall in."""
+
+    predicted: float | None
+    band_low: float | None
+    band_high: float | None
+
+
+@dataclass(frozen=True)
+class Score:
+    study_id: str
+    hypothesis: str
+    claim: str
+    metric: str
+    unit: str
+    kind: str  # value | range | relation
+    relation: str | None
+    tolerance: float | None
+    ratio: bool
+    targets: tuple[str, ...]
+    predicted: float | None
+    predicted_spec: float | None
+    band_low: float | None
+    band_high: float | None
+    band_low_spec: float | None
+    band_high_spec: float | None
+    values: tuple[float, ...]
+    n: int
+    measured: float | None
+    ci_low: float | None
+    ci_high: float | None
+    spread_low: float | None
+    spread_high: float | None
+    error: float | None
+    error_spec: float | None
+    verdict: Verdict
+    verdict_spec: Verdict
+    run_id: str | None
+    calibrated: bool
+    checks: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    point_ids: tuple[str, ...] = field(default=(), repr=False)
+
+    @property
+    def prediction_text(self) -> str:
+        return describe_prediction(self.kind, self.relation, self.predicted, self.band_low, self.band_high,
+                                   self.tolerance, self.ratio)
+
+    def as_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["study"] = out.pop("study_id")
+        out["values"] = list(self.values)
+        for key in ("targets", "checks", "flags", "notes", "point_ids"):
+            out[key] = list(out[key])
+        out["prediction"] = self.prediction_text
+        return out
+
+
+def describe_prediction(
+    kind: str, relation: str | None, predicted: float | None, low: float | None, high: float | None,
+    tolerance: float | None, ratio: bool,
+) -> str:
+    what = "ratio " if ratio else ""
+    if predicted is None:
+        return f"{what}(not evaluated)"
+    if kind == "range":
+        return f"{what}in [{_g(low)}, {_g(high)}]"
+    if kind == "relation":
+        return f"{what}{relation} {_g(predicted)}"
+    return f"{what}{_g(predicted)} ± {100 * (tolerance if tolerance is not None else 0.05):g}%"
+
+
+def _g(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+# -- prediction --------------------------------------------------------------------------------------
+
+
+def model_dir(loaded: LoadedStudy, arm: str) -> str | None:
+    """The folder of the model an arm serves: arm.model overrides study.model.path."""
+    study = loaded.study
+    rel = study.arms[arm].model if arm in study.arms else None
+    rel = rel or study.model.path
+    return os.path.normpath(os.path.join(loaded.directory, rel)) if rel else None
+
+
+def serving_dtypes(study: Study, arm: str, shape: ModelShape) -> tuple[str, str]:
+    """(weight dtype, KV dtype) the arm's server runs with; `auto` weights follow the checkpoint,
+    served in 16-bit when it is fp32 (vLLM's default)."""
+    dtype = study.model.dtype
+    if dtype == "auto":
+        dtype = "bf16" if shape.dtype == "fp32" else shape.dtype
+    options = {**study.engine, **(study.arms[arm].args if arm in study.arms else {})}
+    kv = str(options.get("kv_cache_dtype", options.get("kv-cache-dtype", "auto")))
+    return dtype, kv
+
+
+def hardware_pair(study: Study, run: dict[str, Any] | None) -> tuple[Hardware | None, Hardware | None, bool]:
+    """(calibrated card, spec card, calibrated?): the study's hardware entry, with the run's measured
+    bandwidth and matmul rate in place of the sheet's when the run calibrated."""
+    try:
+        spec = get_hardware(study.study.hardware)
+    except HardwareError:
+        return None, None, False
+    if run and run.get("calibrated") and (run.get("bandwidth_Bps") or run.get("flops_bf16")):
+        return spec.calibrated(bandwidth_Bps=run.get("bandwidth_Bps"), flops_bf16=run.get("flops_bf16")), spec, True
+    return spec, spec, False
+
+
+class _Models:
+    """Model shapes by folder, loaded once per scoring pass."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, ModelShape | ModelError] = {}
+
+    def get(self, folder: str) -> ModelShape:
+        if folder not in self._cache:
+            try:
+                self._cache[folder] = load_model(folder)
+            except ModelError as exc:
+                self._cache[folder] = exc
+        found = self._cache[folder]
+        if isinstance(found, ModelError):
+            raise found
+        return found
+
+
+def _evaluate(value: float | str, env: Callable[[], dict[str, Any]]) -> float:
+    if isinstance(value, int | float):
+        return float(value)
+    return parse(value).evaluate(env())
+
+
+def resolve_prediction(
+    loaded: LoadedStudy, hyp: Hypothesis, arm: str, hw: Hardware | None, models: _Models | None = None
+) -> Resolved:
+    """Numbers of a prediction on one card. Raises ExprError/ModelError/ValueError when it cannot."""
+    models = models or _Models()
+    study = loaded.study
+
+    def env() -> dict[str, Any]:
+        folder = model_dir(loaded, arm)
+        if folder is None:
+            raise ModelError(f"arm {arm!r} names no local model folder: expressions need a config.json")
+        if hw is None:
+            raise HardwareError(f"unknown hardware {study.study.hardware!r}")
+        shape = models.get(folder)
+        dtype, kv = serving_dtypes(study, arm, shape)
+        return build_env(shape, hw, dtype=dtype, kv_dtype=kv)
+
+    p = hyp.predict
+    if p.kind == "range":
+        assert p.range is not None
+        low, high = sorted((_evaluate(p.range[0], env), _evaluate(p.range[1], env)))
+        return Resolved((low + high) / 2, low, high)
+    assert p.value is not None
+    value = _evaluate(p.value, env)
+    if p.kind == "relation":
+        if p.relation in (">", ">="):
+            return Resolved(value, value, None)
+        return Resolved(value, None, value)
+    low, high = sorted((value * (1 - p.band), value * (1 + p.band)))
+    return Resolved(value, low, high)
+
+
+# -- measurement -------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Side:
+    values: dict[int, float] = field(default_factory=dict)  # repeat (or server index) -> value
+    rows: int = 0
+    point_ids: list[str] = field(default_factory=list)
+    invalid: list[str] = field(default_factory=list)
+    checks: set[str] = field(default_factory=set)
+    flags: list[str] = field(default_factory=list)
+
+
+def _point_side(data: RunData, target: Target, metric: str, failed_checks: dict[str, list[dict[str, Any]]]) -> _Side:
+    side = _Side()
+    rows: list[PointRow] = [
+        p for p in data.points
+        if p.arm == target.arm and p.workload == target.workload
+        and target.level is not None and math.isclose(p.level, target.level)
+    ]
+    for row in sorted(rows, key=lambda r: (r.repeat, r.point_id)):
+        side.rows += 1
+        side.point_ids.append(row.point_id)
+        fails = failed_checks.get(row.point_id, [])
+        fail_names = sorted({c["name"] for c in fails if c["severity"] == "fail"})
+        warn_names = sorted({c["name"] for c in fails if c["severity"] != "fail"})
+        side.checks.update(fail_names + warn_names)
+        if row.status != "ok":
+            side.invalid.append(f"{row.point_id}: status {row.status}" + (
+                f" ({row.values.get('error')})" if row.values.get("error") else ""))
+        elif fail_names or not row.valid:
+            side.invalid.append(f"{row.point_id}: failed check {', '.join(fail_names) or '(marked invalid)'}")
+        if row.values.get("cache_policy") == "keep":
+            side.flags.append(f"{row.point_id}: prefix cache kept between points (cache = keep)")
+        elif warn_names:
+            side.flags.append(f"{row.point_id}: warning {', '.join(warn_names)}")
+        value = row.metric(metric)
+        if value is not None and math.isfinite(value):
+            side.values[row.repeat] = value
+    return side
+
+
+def _server_side(data: RunData, target: Target, metric: str) -> _Side:
+    side = _Side()
+    servers = sorted((s for s in data.servers if s.get("arm") == target.arm), key=lambda s: str(s["server_id"]))
+    for index, server in enumerate(servers):
+        side.rows += 1
+        side.point_ids.append(str(server["server_id"]))
+        if server.get("status") == "failed":
+            side.invalid.append(f"{server['server_id']}: server failed ({server.get('error') or 'no detail'})")
+        value = server.get(metric)
+        if value is not None and math.isfinite(float(value)):
+            side.values[index] = float(value)
+    return side
+
+
+def score_study(loaded: LoadedStudy, data: RunData | None) -> list[Score]:
+    """Score every hypothesis of a study against one run (None: the study has not run)."""
+    models = _Models()
+    failed: dict[str, list[dict[str, Any]]] = {}
+    for check in data.checks if data else ():
+        if not check.get("passed"):
+            failed.setdefault(str(check["point_id"]), []).append(check)
+    return [_score(loaded, hyp, data, models, failed) for hyp in loaded.study.hypothesis]
+
+
+def _score(
+    loaded: LoadedStudy, hyp: Hypothesis, data: RunData | None, models: _Models,
+    failed: dict[str, list[dict[str, Any]]],
+) -> Score:
+    study = loaded.study
+    metric = METRICS.get(hyp.metric)
+    notes: list[str] = []
+    try:
+        top, bottom = sides(study, hyp)
+    except ValueError as exc:
+        top, bottom = None, None
+        notes.append(f"selector: {exc}")
+    targets = tuple(t.label for t in (top, bottom) if t is not None)
+    run = data.run if data else None
+    hw_cal, hw_spec, calibrated = hardware_pair(study, run)
+    if data is not None and not calibrated:
+        notes.append("run not calibrated: predicted against the spec sheet")
+
+    resolved: list[Resolved | None] = []
+    for hw in (hw_cal, hw_spec):
+        try:
+            resolved.append(resolve_prediction(loaded, hyp, top.arm if top else "", hw, models))
+        except (ExprError, ModelError, HardwareError, ValueError) as exc:
+            resolved.append(None)
+            if f"prediction: {exc}" not in notes:
+                notes.append(f"prediction: {exc}")
+    cal, spec = resolved
+
+    side_list: list[_Side] = []
+    if data is not None and top is not None and metric is not None:
+        for target in (top, bottom):
+            if target is None:
+                continue
+            if metric.level == "server":
+                side_list.append(_server_side(data, target, hyp.metric))
+            else:
+                side_list.append(_point_side(data, target, hyp.metric, failed))
+    values = _combine(side_list, notes)
+
+    checks = sorted(set().union(*(s.checks for s in side_list))) if side_list else []
+    flags = [f for s in side_list for f in s.flags]
+    invalid = [i for s in side_list for i in s.invalid]
+    stats = summarize(values) if values else None
+
+    verdict: Verdict
+    verdict_spec: Verdict
+    if data is None or not side_list or any(s.rows == 0 for s in side_list):
+        verdict = verdict_spec = "not run"
+        if data is not None:
+            notes.append("no measured points for this selector in the run")
+    elif invalid:
+        verdict = verdict_spec = "invalid"
+        notes.extend(invalid)
+    elif stats is None:
+        verdict = verdict_spec = "not run"
+        notes.append(f"metric {hyp.metric} was not measured on these points")
+    else:
+        verdict = _verdict(hyp, cal, stats, notes)
+        verdict_spec = _verdict(hyp, spec, stats, [])
+
+    def rel_error(r: Resolved | None) -> float | None:
+        if stats is None or r is None or r.predicted is None or r.predicted == 0:
+            return None
+        return (stats.mean - r.predicted) / abs(r.predicted)
+
+    return Score(
+        study_id=study.study.id, hypothesis=hyp.id, claim=hyp.claim, metric=hyp.metric,
+        unit="ratio" if hyp.predict.ratio else (metric.unit if metric else ""),
+        kind=hyp.predict.kind, relation=hyp.predict.relation,
+        tolerance=hyp.predict.band if hyp.predict.kind == "value" else None,
+        ratio=hyp.predict.ratio is not None, targets=targets,
+        predicted=cal.predicted if cal else None, predicted_spec=spec.predicted if spec else None,
+        band_low=cal.band_low if cal else None, band_high=cal.band_high if cal else None,
+        band_low_spec=spec.band_low if spec else None, band_high_spec=spec.band_high if spec else None,
+        values=tuple(values), n=stats.n if stats else 0, measured=stats.mean if stats else None,
+        ci_low=stats.ci_low if stats else None, ci_high=stats.ci_high if stats else None,
+        spread_low=stats.low if stats else None, spread_high=stats.high if stats else None,
+        error=rel_error(cal), error_spec=rel_error(spec), verdict=verdict, verdict_spec=verdict_spec,
+        run_id=data.run_id if data else None, calibrated=calibrated, checks=tuple(checks),
+        flags=tuple(flags), notes=tuple(notes),
+        point_ids=tuple(p for s in side_list for p in s.point_ids),
+    )
+
+
+def _combine(side_list: list[_Side], notes: list[str]) -> list[float]:
+    """Per-repeat measured values: the metric itself, or numerator / denominator of matching repeats."""
+    if not side_list:
+        return []
+    if len(side_list) == 1:
+        return [v for _, v in sorted(side_list[0].values.items())]
+    top, bottom = side_list
+    keys = sorted(set(top.values) & set(bottom.values))
+    out = [top.values[k] / bottom.values[k] for k in keys if bottom.values[k] != 0]
+    unmatched = (set(top.values) | set(bottom.values)) - set(keys)
+    if unmatched:
+        notes.append(f"{len(unmatched)} repeat(s) without a partner on the other side of the ratio were left out")
+    if len(out) < len(keys):
+        notes.append("repeat(s) with a zero denominator were left out")
+    return out
+
+
+def _verdict(hyp: Hypothesis, resolved: Resolved | None, stats: Stats, notes: list[str]) -> Verdict:
+    if resolved is None:
+        notes.append("the prediction could not be evaluated: no verdict")
+        return "inconclusive"
+    return judge(hyp.predict.kind, hyp.predict.relation, resolved.band_low, resolved.band_high,
+                 stats.ci_low, stats.ci_high)
+
+
+def verdict_counts(scores: Sequence[Score]) -> dict[str, int]:
+    """Verdict -> count, every verdict present (zeros included), in VERDICTS order."""
+    return {v: sum(1 for s in scores if s.verdict == v) for v in VERDICTS}

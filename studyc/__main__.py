@@ -1,0 +1,5 @@
+import sys
+
+from studyc.cli import main
+
+sys.exit(main())

@@ -1,0 +1,82 @@
+"""The plan: pure (same file, same bytes), golden JSON, ordering and ids as documented."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from compiler.load import load_study
+from compiler.plan import cli_args, compile_study
+from studyc.cli import main
+from tests.golden import check_golden
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _at_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+
+
+@pytest.mark.parametrize("name", ["quickstart", "fp8_kv"])
+def test_plan_golden_json(name: str) -> None:
+    result = CliRunner().invoke(main, ["plan", f"studies/{name}.toml", "--json"])
+    assert result.exit_code == 0, result.output
+    check_golden(ROOT / "tests/compiler/golden" / f"plan_{name}.json", result.output)
+
+
+def test_plan_is_pure_and_stable() -> None:
+    a = compile_study(load_study("studies/fp8_kv.toml")).to_json()
+    b = compile_study(load_study("studies/fp8_kv.toml")).to_json()
+    assert a == b
+
+
+def test_servers_outer_repeats_interleaved() -> None:
+    plan = compile_study(load_study("studies/fp8_kv.toml"))
+    assert [s.id for s in plan.servers] == ["fp8-kv/bf16", "fp8-kv/fp8"]
+    ids = [p.id for p in plan.servers[0].points]
+    assert ids[:3] == ["fp8-kv/bf16/decode/c1/r1", "fp8-kv/bf16/decode/c8/r1", "fp8-kv/bf16/decode/c32/r1"]
+    # every point of repeat 1 before any of repeat 2
+    repeats = [p.repeat for p in plan.servers[0].points]
+    assert repeats == sorted(repeats)
+    assert len(ids) == len(set(ids)) == 2 * 4 * 3
+    # fingerprints differ between repeats and arms but the prompts are the same seeded set
+    fps = {p.fingerprint for s in plan.servers for p in s.points}
+    assert len(fps) == 48
+
+
+def test_argv_resolved() -> None:
+    plan = compile_study(load_study("studies/fp8_kv.toml"))
+    fp8 = plan.servers[1]
+    assert fp8.argv[:2] == ("serve", "models/qwen3-8b")
+    assert "--kv-cache-dtype" in fp8.argv and fp8.argv[fp8.argv.index("--kv-cache-dtype") + 1] == "fp8"
+    assert "--enable-prefix-caching" in fp8.argv
+    assert fp8.kv_cache_dtype == "fp8"
+
+
+def test_cli_args_forms() -> None:
+    assert cli_args({"enforce_eager": True, "enable_prefix_caching": False, "max_num_seqs": 8,
+                     "compilation_config": {"level": 0}}) == [
+        "--enforce-eager", "--no-enable-prefix-caching", "--max-num-seqs", "8", "--compilation-config", '{"level":0}',
+    ]
+
+
+def test_plan_table_mentions_every_point() -> None:
+    result = CliRunner().invoke(main, ["plan", "studies/quickstart.toml"])
+    assert result.exit_code == 0
+    plan = json.loads(CliRunner().invoke(main, ["plan", "studies/quickstart.toml", "--json"]).output)
+    for server in plan["servers"]:
+        for point in server["points"]:
+            assert point["id"] in result.output
+    assert "estimated" in result.output
+
+
+def test_schema_is_json_schema() -> None:
+    result = CliRunner().invoke(main, ["schema"])
+    schema = json.loads(result.output)
+    assert schema["title"] == "Study"
+    assert "hypothesis" in schema["properties"]
+    assert schema["additionalProperties"] is False
