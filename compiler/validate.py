@@ -81,7 +81,7 @@ def _check_hypotheses(study: Study) -> Iterator[Finding]:
         seen.add(hyp.id)
         if hyp.metric not in METRICS:
             close = difflib.get_close_matches(hyp.metric, METRICS, n=1, cutoff=0.6)
-            hint = f"; did you mean '{close[0]}'?" if close else f" (see `studyc metrics`)"
+            hint = f"; did you mean '{close[0]}'?" if close else " (see `studyc metrics`)"
             yield f"{base}.metric", f"unknown metric '{hyp.metric}'{hint}"
             continue
         yield from _check_where(study, hyp.where, f"{base}.where")

@@ -7,6 +7,7 @@ spec sheet (how far the vendor number would have misled).
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -24,6 +25,7 @@ from compiler.study import Hypothesis, Study
 from report.results import RunData
 from runner.store import PointRow
 
+NOT_CALIBRATED = "run not calibrated: predicted against the spec sheet"
 Verdict = Literal["confirmed", "refuted", "inconclusive", "invalid", "not run"]
 VERDICTS: tuple[Verdict, ...] = ("confirmed", "refuted", "inconclusive", "invalid", "not run")
 
@@ -43,7 +45,7 @@ def t_quantile_975(df: float) -> float:
     """The 0.975 quantile of Student's t with `df` degrees of freedom (df >= 1)."""
     if df < 1:
         raise ValueError(f"degrees of freedom must be >= 1, got {df}")
-    for (d0, t0), (d1, t1) in zip(_T975, _T975[1:]):
+    for (d0, t0), (d1, t1) in itertools.pairwise(_T975):
         if df == d0:
             return t0
         if d0 < df < d1:
@@ -280,7 +282,7 @@ class _Side:
     point_ids: list[str] = field(default_factory=list)
     invalid: list[str] = field(default_factory=list)
     checks: set[str] = field(default_factory=set)
-    flags: list[str] = field(default_factory=list)
+    flags: dict[str, list[str]] = field(default_factory=dict)  # what is flagged -> point ids
 
 
 def _point_side(data: RunData, target: Target, metric: str, failed_checks: dict[str, list[dict[str, Any]]]) -> _Side:
@@ -303,9 +305,10 @@ def _point_side(data: RunData, target: Target, metric: str, failed_checks: dict[
         elif fail_names or not row.valid:
             side.invalid.append(f"{row.point_id}: failed check {', '.join(fail_names) or '(marked invalid)'}")
         if row.values.get("cache_policy") == "keep":
-            side.flags.append(f"{row.point_id}: prefix cache kept between points (cache = keep)")
-        elif warn_names:
-            side.flags.append(f"{row.point_id}: warning {', '.join(warn_names)}")
+            side.flags.setdefault("prefix cache kept between points (cache = keep)", []).append(row.point_id)
+        for name in warn_names:
+            if not (name == "cache_cold" and row.values.get("cache_policy") == "keep"):
+                side.flags.setdefault(f"warning {name}", []).append(row.point_id)
         value = row.metric(metric)
         if value is not None and math.isfinite(value):
             side.values[row.repeat] = value
@@ -352,7 +355,7 @@ def _score(
     run = data.run if data else None
     hw_cal, hw_spec, calibrated = hardware_pair(study, run)
     if data is not None and not calibrated:
-        notes.append("run not calibrated: predicted against the spec sheet")
+        notes.append(NOT_CALIBRATED)
 
     resolved: list[Resolved | None] = []
     for hw in (hw_cal, hw_spec):
@@ -376,7 +379,11 @@ def _score(
     values = _combine(side_list, notes)
 
     checks = sorted(set().union(*(s.checks for s in side_list))) if side_list else []
-    flags = [f for s in side_list for f in s.flags]
+    flagged: dict[str, list[str]] = {}
+    for s in side_list:
+        for what, ids in s.flags.items():
+            flagged.setdefault(what, []).extend(ids)
+    flags = [f"{what} on {', '.join(sorted(ids))}" for what, ids in sorted(flagged.items())]
     invalid = [i for s in side_list for i in s.invalid]
     stats = summarize(values) if values else None
 

@@ -37,6 +37,7 @@ BASE_ENV = {
     "VLLM_NO_USAGE_STATS": "1",
 }
 _RESERVED_FLAGS = ("--host", "--port", "--api-key")
+_PORT_TAKEN = "Address already in use"
 LOG_TAIL_LINES = 30
 
 # vLLM >= 0.6 logs e.g. "GPU KV cache size: 407,248 tokens" (CPU: "CPU KV cache size: ...").
@@ -254,6 +255,7 @@ class VllmServer:
         )
         self.stop_timeout_s = stop_timeout_s
         self.gpu_index = gpu_index if gpu_index is not None else settings.gpu_index  # type: ignore[union-attr]
+        self._auto_port = port is None
         self.port = port if port is not None else free_port()
         self.api_key = secrets.token_hex(20)  # hex: never starts with "-" (argparse would take it for a flag)
         self.info: ServerInfo | None = None
@@ -291,14 +293,17 @@ class VllmServer:
     def start(self) -> None:
         if self._proc is not None:
             raise EngineError("this server was already started; make a new VllmServer")
+        self._t0 = time.monotonic()
+        self._spawn()
+
+    def _spawn(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         # Append: an earlier start's log is kept. Held open for the server's lifetime.
-        self._log = open(self.log_path, "ab")  # noqa: SIM115
+        self._log = open(self.log_path, "ab")
         self._log_start = self._log.tell()
         self._log.write(f"# studyc: {self._printable_argv()}\n".encode())
         self._log.flush()
         env = {**os.environ, **BASE_ENV, **self.extra_env}
-        self._t0 = time.monotonic()
         try:
             self._proc = subprocess.Popen(
                 self.argv,
@@ -323,9 +328,17 @@ class VllmServer:
             self.start()
         assert self._proc is not None
         deadline = self._t0 + self.startup_timeout_s
+        port_retries = 2
         try:
             while True:
                 rc = self._proc.poll()
+                if rc is not None and self._auto_port and port_retries and _PORT_TAKEN in self.log_tail():
+                    # Another process took the port between free_port() and vLLM's bind: new port.
+                    port_retries -= 1
+                    self._end_group()
+                    self.port = free_port()
+                    self._spawn()
+                    continue
                 if rc is not None:
                     self.stop()
                     raise EngineError(
@@ -333,7 +346,8 @@ class VllmServer:
                         f"last lines of {self.log_path}:\n{self.log_tail()}"
                     )
                 status, _ = http_call("GET", self.base_url + "/health", self.api_key, timeout_s=5.0)
-                if status == 200:
+                # /health needs no key: check ours works, so a stranger on the port is not taken for us.
+                if status == 200 and http_call("GET", self.base_url + "/v1/models", self.api_key)[0] == 200:
                     break
                 if time.monotonic() >= deadline:
                     self.stop()
@@ -423,20 +437,28 @@ class VllmServer:
             self._stopped = True
             return
         self._stopped = True
-        proc, pgid = self._proc, self._proc.pid  # start_new_session: pgid == pid
+        try:
+            self._end_group()
+        finally:
+            _LIVE.discard(self)
+
+    def _end_group(self) -> None:
+        """End the current process group, reap the leader, close our end of the log."""
+        proc = self._proc
+        assert proc is not None
+        pgid = proc.pid  # start_new_session: pgid == pid
         try:
             self._signal_group(pgid, signal.SIGTERM)
             if not self._wait_group(proc, pgid, self.stop_timeout_s):
                 self._signal_group(pgid, signal.SIGKILL)
                 self._wait_group(proc, pgid, 10.0)
         finally:
-            if proc.poll() is None:  # last resort if the group signal could not reach it
+            if proc.poll() is None:  # last resort if the group signal missed it
                 proc.kill()
                 proc.wait()
             if self._log is not None:
                 self._log.close()
                 self._log = None
-            _LIVE.discard(self)
 
     @staticmethod
     def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -25,7 +25,7 @@ from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from email.utils import formatdate
-from typing import Any
+from typing import Any, Self
 
 __all__ = ["Instrument", "InstrumentConfig", "StreamLog", "prompt_key", "read_send_log"]
 
@@ -54,6 +54,7 @@ class InstrumentConfig:
     disconnect_after: int = 1
     error_every: int = 0  # send error_after chunks, then a vLLM error event and [DONE]
     error_after: int = 1
+    api_key: str | None = None  # like `vllm serve --api-key`: 401 without `Authorization: Bearer <key>`
     cpu: int | None = None  # pin the server's thread to this core
     send_log: str | None = None  # JSON lines written by dump() and at exit
     keep_log: bool = True
@@ -195,7 +196,7 @@ def _error_body(status: int, message: str) -> dict:
 
 # ---------------------------------------------------------------------------------- server
 class _Stream:
-    __slots__ = ("conn", "log", "span", "first", "rest", "usage", "i", "itl", "stop_after", "fault")
+    __slots__ = ("conn", "fault", "first", "i", "itl", "log", "rest", "span", "stop_after", "usage")
 
     def __init__(self, conn: _ServerConn, log: StreamLog, span: bytes, first: bytes, rest: list[bytes],
                  usage: bytes, itl: float, stop_after: int | None, fault: str | None) -> None:
@@ -220,6 +221,7 @@ class _ServerConn(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.server.connections += 1
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
@@ -247,11 +249,23 @@ class _ServerConn(asyncio.Protocol):
                 self.transport.write(_json_response(400, "Bad Request", _error_body(400, "bad request")))
                 self.transport.close()
                 return
-            self.server.handle(self, method, target.split(b"?", 1)[0], body)
+            server = self.server
+            if server.auth is not None and head[0].startswith(b"POST /v1/") and not _authorized(head, server.auth):
+                self.transport.write(_json_response(401, "Unauthorized", {"error": "Unauthorized"}))
+                continue
+            server.handle(self, method, target.split(b"?", 1)[0], body)
 
     def write(self, data: bytes) -> None:
         if self.transport is not None:
             self.transport.write(data)
+
+
+def _authorized(head: list[bytes], expected: bytes) -> bool:
+    for line in head[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"authorization" and value.strip() == expected:
+            return True
+    return False
 
 
 class _Server:
@@ -262,10 +276,12 @@ class _Server:
         self.in_flight = 0
         self.max_in_flight = 0
         self.requests = 0
+        self.connections = 0
         self.logs: list[StreamLog] = []
         self.heap: list[tuple[float, int, _Stream]] = []
         self.pacer: asyncio.Task[None] | None = None
         self.server: asyncio.AbstractServer | None = None
+        self.auth = b"Bearer " + cfg.api_key.encode() if cfg.api_key else None
 
     # ------------------------------------------------------------ routing
     def handle(self, conn: _ServerConn, method: bytes, path: bytes, body: bytes) -> None:
@@ -275,7 +291,7 @@ class _Server:
             conn.write(_head(200, "OK", _JSON, False, 0))
         elif path == b"/v1/models":
             conn.write(_json_response(200, "OK", {"object": "list", "data": [
-                {"id": "instrument", "object": "model", "owned_by": "studyc"}]}))
+                {"id": "instrument", "object": "model", "owned_by": "studyc", "root": "instrument"}]}))
         elif path == b"/_instrument/stats":
             conn.write(_json_response(200, "OK", self.stats()))
         elif path == b"/_instrument/reset" and method == b"POST":
@@ -289,12 +305,13 @@ class _Server:
 
     def stats(self) -> dict[str, Any]:
         return {"requests": self.requests, "in_flight": self.in_flight, "max_in_flight": self.max_in_flight,
-                "streams_logged": len(self.logs)}
+                "connections": self.connections, "streams_logged": len(self.logs)}
 
     def reset(self) -> None:
         self.logs = []
         self.max_in_flight = self.in_flight
         self.requests = 0
+        self.connections = 0
 
     def dump(self) -> int:
         logs, self.logs = self.logs, []
@@ -369,8 +386,7 @@ class _Server:
             log.t_end = _now()
             return
         self.in_flight += 1
-        if self.in_flight > self.max_in_flight:
-            self.max_in_flight = self.in_flight
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
         conn.busy = True
         itl = float(ask["itl_ms"]) / 1e3 if "itl_ms" in ask else cfg.itl_s
         st = _Stream(conn, log, span, first, rest, usage, itl, stop_after, fault)
@@ -500,9 +516,9 @@ class Instrument:
     def base_url(self) -> str:
         return f"http://{HOST}:{self.port}"
 
-    def start(self) -> Instrument:
+    def start(self) -> Self:
         ready = threading.Event()
-        err: list[BaseException] = []
+        err: list[Exception] = []
 
         def main() -> None:
             _pin(self.cfg.cpu)
@@ -512,7 +528,7 @@ class Instrument:
             self._server = _Server(self.cfg)
             try:
                 self.port = loop.run_until_complete(self._server.start())
-            except BaseException as e:  # surfaced to the caller of start()
+            except Exception as e:
                 err.append(e)
                 ready.set()
                 return
@@ -552,7 +568,7 @@ class Instrument:
             self._thread.join(timeout=10)
             self._loop = None
 
-    def __enter__(self) -> Instrument:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -570,6 +586,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     ap.add_argument("--send-log", default=None, help="JSON lines of per-stream send times (POST /_instrument/dump)")
     ap.add_argument("--no-log", action="store_true", help="keep no send log (saves memory in long bursts)")
     ap.add_argument("--cpu", type=int, default=None, help="pin to this core")
+    ap.add_argument("--api-key", default=None)
     for name in ("fail", "hang", "disconnect", "error"):
         ap.add_argument(f"--{name}-every", type=int, default=0)
     ap.add_argument("--fail-status", type=int, default=500)
@@ -579,7 +596,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         per_chunk_writes=a.per_chunk_writes,
         fail_every=a.fail_every, fail_status=a.fail_status, hang_every=a.hang_every,
         disconnect_every=a.disconnect_every, error_every=a.error_every, cpu=a.cpu, send_log=a.send_log,
-        keep_log=not a.no_log,
+        keep_log=not a.no_log, api_key=a.api_key,
     )
     _pin(cfg.cpu)
     loop = _new_loop()

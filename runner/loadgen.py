@@ -11,9 +11,9 @@ socket read, and worker processes (each with its own event loop) when one core i
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import gc
 import hashlib
-import fcntl
 import json
 import math
 import os
@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 from array import array
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from multiprocessing.connection import Connection
@@ -158,14 +158,14 @@ def arrival_times(n: int, rate_rps: float, *, arrival: str = "poisson", burstine
         raise ValueError(f"rate_rps must be a positive finite number, got {rate_rps}")
     rng = random.Random(seed)
     if arrival == "poisson":
-        gap: Callable[[], float] = lambda: rng.expovariate(rate_rps)  # noqa: E731
+        gap: Callable[[], float] = lambda: rng.expovariate(rate_rps)
     elif arrival == "gamma":
         if not burstiness > 0:
             raise ValueError(f"burstiness must be > 0, got {burstiness}")
         scale = 1.0 / (rate_rps * burstiness)
-        gap = lambda: rng.gammavariate(burstiness, scale)  # noqa: E731
+        gap = lambda: rng.gammavariate(burstiness, scale)
     elif arrival == "constant":
-        gap = lambda: 1.0 / rate_rps  # noqa: E731
+        gap = lambda: 1.0 / rate_rps
     else:
         raise ValueError(f"arrival must be poisson, gamma or constant, got {arrival!r}")
     t = 0.0
@@ -180,7 +180,7 @@ def arrival_times(n: int, rate_rps: float, *, arrival: str = "poisson", burstine
 class _Conn(asyncio.Protocol):
     """One keep-alive connection carrying one request at a time. The hot path is data_received."""
 
-    __slots__ = ("transport", "scan", "runs", "first", "fut", "end", "err", "alive", "got")
+    __slots__ = ("alive", "end", "err", "first", "fut", "got", "runs", "scan", "transport")
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
@@ -311,6 +311,8 @@ class _Plan:
     concurrency: int | None  # closed loop: this worker's slots; open loop: its in-flight cap or None
     open_loop: tuple[tuple[int, float], ...] | None  # this worker's (index, offset from t0)
     request_timeout_s: float
+    busy_poll: bool = False
+    cpus: tuple[int, ...] | None = None
 
 
 class _Worker:
@@ -323,6 +325,7 @@ class _Worker:
         self.idle: list[_Conn] = []
         self.active: set[_Conn] = set()
         self.expired = False
+        self.spinning = False
         self.deadline = math.inf
         tgt = plan.target
         self._header = tgt.header
@@ -362,7 +365,7 @@ class _Worker:
             if conn is None:
                 try:
                     conn = await self._connect(limit - _now())
-                except (asyncio.TimeoutError, TimeoutError):
+                except TimeoutError:
                     self._row(index, warmup, scheduled, sent, None, _now(), None, why_late)
                     return
                 except OSError as e:
@@ -373,7 +376,7 @@ class _Worker:
             fut = loop.create_future()
             conn.start(fut)
             self.active.add(conn)
-            timer = loop.call_at(_loop_time(loop, limit), conn.cancel, why_late)
+            timer = _at(loop, limit, conn.cancel, why_late)
             conn.transport.write(payload)  # type: ignore[union-attr]
             try:
                 await fut
@@ -421,10 +424,25 @@ class _Worker:
 
     async def run_measured(self, t0: float, deadline: float) -> None:
         self._arm(deadline)
-        if self.plan.open_loop is None:
-            await self._closed()
-        else:
-            await self._open(t0)
+        spinner = None
+        if self.plan.busy_poll:
+            spinner = asyncio.get_running_loop().create_task(self._spin())
+        try:
+            if self.plan.open_loop is None:
+                await self._closed()
+            else:
+                await self._open(t0)
+        finally:
+            self.spinning = False
+            if spinner is not None:
+                await spinner
+
+    async def _spin(self) -> None:
+        # A ready callback on every pass makes the loop poll sockets with a zero timeout, so the
+        # worker never sleeps in epoll_wait and wakes up ~4x sooner when a chunk lands.
+        self.spinning = True
+        while self.spinning:
+            await asyncio.sleep(0)
 
     async def _closed(self) -> None:
         specs = self.plan.specs
@@ -479,7 +497,7 @@ class _Worker:
         self.deadline = deadline
         if math.isfinite(deadline):
             loop = asyncio.get_running_loop()
-            loop.call_at(_loop_time(loop, deadline), self._expire)
+            _at(loop, deadline, self._expire)
 
     def _expire(self) -> None:
         if self.expired:
@@ -495,24 +513,52 @@ class _Worker:
         self.idle.clear()
 
 
-def _loop_time(loop: asyncio.AbstractEventLoop, t_monotonic: float) -> float:
-    """Convert a time.monotonic() instant to the loop's clock (uvloop's is not time.monotonic)."""
-    return loop.time() + (t_monotonic - _now())
+class _At:
+    """A one-shot timer at a time.monotonic() instant. uvloop's clock ticks in whole milliseconds,
+    so a timer can fire up to 1 ms early: it re-arms until the instant has really passed."""
+
+    __slots__ = ("args", "fn", "handle", "loop", "when")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, when: float, fn: Callable[..., None], args: tuple) -> None:
+        self.loop = loop
+        self.when = when
+        self.fn = fn
+        self.args = args
+        self.handle = loop.call_later(max(when - _now(), 0.0), self._fire)
+
+    def _fire(self) -> None:
+        left = self.when - _now()
+        if left > 0:
+            self.handle = self.loop.call_later(left, self._fire)
+        else:
+            self.fn(*self.args)
+
+    def cancel(self) -> None:
+        self.handle.cancel()
+
+
+def _at(loop: asyncio.AbstractEventLoop, when: float, fn: Callable[..., None], *args: Any) -> _At:
+    return _At(loop, when, fn, args)
 
 
 # -------------------------------------------------------------------------------- orchestration
-def auto_workers(concurrency: int | None, rate_rps: float | None, n_requests: int) -> int:
+def auto_workers(concurrency: int | None, rate_rps: float | None, n_requests: int, *,
+                 cpus: int | None = None) -> int:
     """Worker processes for a point when the caller does not say.
 
-    One uvloop worker sustains several hundred thousand SSE chunks/s (see benchmarks/README.md), far
-    above what a server streams at moderate concurrency. Past 256 streams in flight, add a worker
-    per 256, up to the CPUs this process may use, leaving one for the rest of the runner.
+    One uvloop worker reads ~1 M SSE chunks/s in bursts and ~300 k/s one chunk per read, on one
+    core of this kind (benchmarks/README.md): far above what a server streams. Beyond 512 streams in
+    flight add a worker per 512, up to the CPUs this process may use, leaving one for the runner.
     """
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    streams = concurrency if concurrency is not None else (n_requests if rate_rps is None else 0)
-    if rate_rps is not None and concurrency is None:
-        streams = min(n_requests, 256)  # unknown in-flight: decided by the server's latency
-    want = max(1, math.ceil(streams / 256))
+    if cpus is None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if concurrency is not None:
+        streams = concurrency
+    elif rate_rps is None:
+        streams = n_requests  # all at once
+    else:
+        streams = 512  # open loop without a cap: in flight depends on the server; one worker
+    want = max(1, math.ceil(streams / 512))
     return max(1, min(want, cpus - 1 if cpus > 2 else 1))
 
 
@@ -564,6 +610,8 @@ def _worker_main(fd: int) -> None:
     gc.disable()
     pipe = Connection(fd)
     plan, counter_path, n, deadline = pipe.recv()
+    if plan.cpus:
+        os.sched_setaffinity(0, plan.cpus)
     loop = _setup_loop()
     asyncio.set_event_loop(loop)
     worker = _Worker(plan, _FileCounter(counter_path, n))
@@ -700,6 +748,8 @@ def run_load(
     point_timeout_s: float | None = None,
     workers: int | None = None,
     extra_body: Mapping | None = None,
+    busy_poll: bool = False,
+    cpus: Collection[int] | None = None,
 ) -> LoadResult:
     """Run one load point and return a record per request (warmup ones flagged); never raises for
     what happens to requests.
@@ -714,6 +764,11 @@ def run_load(
 
     `workers`: processes, each with its own event loop, sharing concurrency and requests; None picks
     by concurrency (`auto_workers`); 0 runs on this process's thread without spawning.
+    `busy_poll`: keep each worker's loop spinning through the measured window (a core at 100% per
+    worker) so chunk timestamps are taken ~6 us after arrival instead of ~25 us; only where the load
+    generator has cores of its own (never beside a CPU vLLM server on a 2-core machine).
+    `cpus`: pin the worker processes to these CPUs (e.g. {1} on a 2-core machine, where a CPU vLLM
+    pins its model thread to core 0); None leaves them where this process may run.
     """
     if concurrency is not None and concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -724,8 +779,9 @@ def run_load(
     n = len(specs)
     wspecs = tuple(warmup)
     open_loop = rate_rps is not None
+    pinned = tuple(sorted(cpus)) if cpus else None
     if workers is None:
-        workers = auto_workers(concurrency, rate_rps, n)
+        workers = auto_workers(concurrency, rate_rps, n, cpus=len(pinned) if pinned else None)
     inprocess = workers == 0
     nw = max(1, min(workers, max(n, 1))) if not inprocess else 1
     if not open_loop:
@@ -754,6 +810,8 @@ def run_load(
             concurrency=cap,
             open_loop=share,
             request_timeout_s=request_timeout_s,
+            busy_poll=busy_poll,
+            cpus=pinned,
         ))
 
     if inprocess:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from compiler.plan import PointStep
@@ -85,7 +85,7 @@ def _load(endpoint: Endpoint, point: PointStep, specs: list[RequestSpec]) -> Any
 
 def run_point(point: PointStep, endpoint: Endpoint, ctx: PointContext) -> PointOutcome:
     """Carry out one point. Never raises for engine trouble: the outcome says what failed."""
-    out = PointOutcome(point=point, status="ok", error=None, started_at=datetime.now(timezone.utc))
+    out = PointOutcome(point=point, status="ok", error=None, started_at=datetime.now(UTC))
     phase_start = time.monotonic()
 
     def phase(name: str) -> None:

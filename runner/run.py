@@ -12,9 +12,9 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +109,7 @@ def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) 
             status = "complete" if not (report.points_failed or report.servers_failed) else "partial"
         finally:
             report.wall_s = time.monotonic() - origin
-            store.update_run(run_id, status=status, finished_at=datetime.now(timezone.utc))
+            store.update_run(run_id, status=status, finished_at=datetime.now(UTC))
             progress.close()
     return report
 
@@ -142,7 +142,7 @@ def run_server_step(
     row: dict[str, Any] = {
         "run_id": run_id, "server_id": step.id, "arm": step.arm, "fingerprint": step.fingerprint,
         "argv_json": as_json(list(server.argv)), "env_json": as_json(step.env),
-        "started_at": datetime.now(timezone.utc), "log_path": str(log_path),
+        "started_at": datetime.now(UTC), "log_path": str(log_path),
     }
     try:
         server.start()
@@ -183,11 +183,11 @@ def _open_run(store: Store, plan: Plan, options: RunOptions, progress: Progress)
             progress.message(f"resuming run {previous['run_id']}")
             return previous["run_id"], store.done_points(previous["run_id"])
         progress.message("nothing to resume: starting a new run")
-    run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+    run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
     row: dict[str, Any] = {
         "run_id": run_id, "study_id": plan.study_id, "study_path": plan.study_path,
         "study_sha256": plan.study_sha256, "plan_json": plan.to_json(), "studyc_version": __version__,
-        "git_sha": git_sha(), "host": socket.gethostname(), "started_at": datetime.now(timezone.utc),
+        "git_sha": git_sha(), "host": socket.gethostname(), "started_at": datetime.now(UTC),
         "status": "running", "engine_command": " ".join(options.engine_command or _engine_command()),
         "notes": platform.platform(),
     }
@@ -246,7 +246,7 @@ def _gpu(progress: Progress) -> dict[str, Any]:
     info = gpu_info(_gpu_index())
     if info is None:
         return {"nvml_available": False}
-    return {"nvml_available": True, "gpu_name": info.get("name"), "driver_version": info.get("driver")}
+    return {"nvml_available": True, "gpu_name": info.get("name"), "driver_version": info.get("driver_version")}
 
 
 def _fill_run_versions(store: Store, run_id: str, info: Any) -> None:

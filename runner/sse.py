@@ -39,9 +39,23 @@ class ResponseScanner:
     """
 
     __slots__ = (
-        "status", "reason", "keep_alive", "complete", "chunks", "done_seen", "prompt_tokens",
-        "output_tokens", "error", "_head", "_mode", "_left", "_crlf", "_raw", "_trailer", "_tail",
+        "_crlf",
         "_errbody",
+        "_head",
+        "_left",
+        "_mode",
+        "_raw",
+        "_tail",
+        "_trailer",
+        "chunks",
+        "complete",
+        "done_seen",
+        "error",
+        "keep_alive",
+        "output_tokens",
+        "prompt_tokens",
+        "reason",
+        "status",
     )
 
     def __init__(self) -> None:

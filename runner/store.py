@@ -286,7 +286,7 @@ class Store:
     def merge_from(self, other: Path) -> dict[str, int]:
         """Copy every run of another results database into this one (runs already present are skipped)."""
         alias = "src"
-        self.con.execute(f"ATTACH '{str(other)}' AS {alias} (READ_ONLY)")
+        self.con.execute(f"ATTACH '{other!s}' AS {alias} (READ_ONLY)")
         try:
             version = self.con.execute(f"SELECT value FROM {alias}.meta WHERE key = 'schema_version'").fetchone()
             if version is None or version[0] != str(SCHEMA_VERSION):
@@ -307,6 +307,38 @@ class Store:
             return copied | {"runs_new": len(new)}
         finally:
             self.con.execute(f"DETACH {alias}")
+
+    # -- report reads (site downloads) ----------------------------------------------------------
+
+    def export_sorted(self, run_id: str, table: str, path: Path, fmt: str) -> int:
+        """One run's rows of a table as CSV (without per-token times) or Parquet, in a stable order so a
+        rebuilt site is byte-identical. Returns the number of rows written."""
+        order = {
+            "runs": "run_id", "servers": "server_id", "points": "point_id", "requests": "point_id, warmup DESC, idx",
+            "checks": "point_id, name", "telemetry": "point_id, source, t_s",
+        }
+        if table not in order:
+            raise StoreError(f"unknown table {table}")
+        cursor = self.con.cursor()  # a fresh cursor: no other result of this connection is left pending
+        try:
+            rel = cursor.sql(
+                f"SELECT * FROM {table} WHERE run_id = ? ORDER BY {order[table]}", params=[run_id]
+            )
+            arrow = rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.arrow()
+        finally:
+            cursor.close()
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            pq.write_table(arrow, str(path))
+        elif fmt == "csv":
+            import pyarrow.csv as pcsv
+
+            keep = [c for c in arrow.column_names if c != "token_times_s"]
+            pcsv.write_csv(arrow.select(keep), str(path))
+        else:
+            raise StoreError(f"unknown export format {fmt} (csv or parquet)")
+        return int(arrow.num_rows)
 
 
 def as_json(value: Any) -> str:

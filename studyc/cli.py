@@ -124,5 +124,44 @@ def run(study: Path, db: Path, resume: bool, keep_going: bool, dry_run: bool, no
         sys.exit(1)
 
 
+_DBS = click.option("--db", "dbs", multiple=True, type=click.Path(path_type=Path), default=[DEFAULT_DB],
+                    show_default=True, help="Results database; repeat to combine hosts (latest run per study wins).")
+
+
+@main.command()
+@click.argument("studies", nargs=-1, required=True, type=click.Path(path_type=Path))
+@_DBS
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per hypothesis.")
+def audit(studies: tuple[Path, ...], dbs: tuple[Path, ...], as_json: bool) -> None:
+    """Score each hypothesis against the latest run: predicted vs measured, with a verdict (exit 0 even if refuted)."""
+    from report.audit import run_audit
+
+    run_audit(studies, dbs, as_json)
+
+
+@main.command()
+@click.argument("studies", nargs=-1, type=click.Path(path_type=Path))
+@_DBS
+@click.option("--out", type=click.Path(path_type=Path), default=Path("site"), show_default=True,
+              help="Folder to write the static site into.")
+@click.option("--strict", is_flag=True, help="Fail (exit 1) on warnings: failed checks, missing metrics.")
+def site(studies: tuple[Path, ...], dbs: tuple[Path, ...], out: Path, strict: bool) -> None:
+    """Build the static site (default studies: those in studies/*.toml with a run in the database)."""
+    from report.site import run_site
+
+    run_site(dbs, out, strict, studies)
+
+
+@main.command()
+@click.argument("out", type=click.Path(path_type=Path))
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
+def merge(out: Path, inputs: tuple[Path, ...]) -> None:
+    """Combine results databases from several hosts into OUT (runs already there are kept)."""
+    from report.merge import merge_databases
+
+    for line in merge_databases(out, inputs):
+        click.echo(line)
+
+
 if __name__ == "__main__":
     sys.exit(main())

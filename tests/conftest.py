@@ -10,8 +10,6 @@ import json
 import os
 import shlex
 import shutil
-import subprocess
-import sys
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -19,13 +17,14 @@ from typing import Any
 
 import pytest
 
+pytest_plugins = ["tests.fixtures_run"]
+
 REPO = Path(__file__).resolve().parents[1]
 VLLM_VENV = REPO / ".venv-vllm"
 # Tests use the repo's CPU vLLM unless the machine says otherwise.
 os.environ.setdefault("STUDYC_VLLM", str(VLLM_VENV / "bin" / "vllm"))
 
 TINY_MODEL = REPO / "models" / "tiny-qwen3"
-MAKE_TINY = Path("/work/shared/cpu/make_tiny_model.py")  # fallback while models/ lacks a tokenizer
 
 # What the CPU server is started with (see /work/shared/cpu-vllm.md). KV: 256 MiB at
 # 1 KiB/token (2 layers x K,V x 2 KV heads x 64 x bf16) = 262,144 tokens.
@@ -53,20 +52,12 @@ def vllm_missing() -> str | None:
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A servable tiny Qwen3 directory (config + tokenizer; weights come from --load-format dummy)."""
-    if (TINY_MODEL / "config.json").exists() and (TINY_MODEL / "tokenizer.json").exists():
-        return TINY_MODEL
-    if not MAKE_TINY.exists():
-        pytest.skip(f"no tiny model: {TINY_MODEL} lacks tokenizer.json and {MAKE_TINY} is absent")
-    python = VLLM_VENV / "bin" / "python"
-    out = tmp_path_factory.mktemp("models") / "tiny-qwen3"
-    subprocess.run(
-        [str(python if python.exists() else sys.executable), str(MAKE_TINY), str(out)],
-        check=True,
-        capture_output=True,
-    )
-    return out
+def tiny_model_dir() -> Path:
+    """The repo's tiny Qwen3 folder with its locally built tokenizer (weights: --load-format dummy)."""
+    from runner.tokenizer import ensure_tokenizer
+
+    ensure_tokenizer(TINY_MODEL)
+    return TINY_MODEL
 
 
 @pytest.fixture(scope="session")

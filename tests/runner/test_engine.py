@@ -137,6 +137,20 @@ def test_crash_at_start_reports_exit_code_and_log_tail(tmp_path: Path) -> None:
     assert "--api-key REDACTED" in msg
 
 
+def test_port_taken_at_bind_is_retried_on_a_new_port(tmp_path: Path) -> None:
+    fake = _script(tmp_path, "busy", 'echo "OSError: [Errno 98] Address already in use"\nexit 1\n')
+    server = VllmServer(
+        ["serve", "m"], log_path=tmp_path / "log.txt", command=[str(fake)], startup_timeout_s=30
+    )
+    with pytest.raises(EngineError, match="exited with code 1"):
+        server.wait_ready()
+    headers = [
+        line for line in (tmp_path / "log.txt").read_text().splitlines() if line.startswith("# studyc:")
+    ]
+    assert len(headers) == 3  # the first try and two retries, each on a port of its own
+    assert len({h.split("--port ")[1].split()[0] for h in headers}) == 3
+
+
 def test_startup_timeout_kills_the_group(tmp_path: Path) -> None:
     # A "server" that never answers and has a child of its own.
     fake = _script(tmp_path, "hang", "echo starting\nsleep 600 &\nwait\n")

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import itertools
+import json
 import random
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,6 +36,27 @@ def _prompt(seed: int, n: int) -> list[int]:
     """Token ids no other test sends (ids 4.. are ordinary words of the tiny vocab)."""
     rng = random.Random(seed)
     return [rng.randrange(4, 4096) for _ in range(n)]
+
+
+@contextlib.contextmanager
+def _held_request(server: VllmServer, model_dir: Path, seed: int) -> Iterator[None]:
+    """A streaming request that runs (and holds KV blocks) until the block ends and we hang up."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    body = {"model": str(model_dir), "prompt": _prompt(seed, 16), "max_tokens": 1900, "ignore_eos": True,
+            "temperature": 0, "stream": True}  # fmt: skip
+    conn.request("POST", "/v1/completions", json.dumps(body),
+                 {"Content-Type": "application/json", "Authorization": f"Bearer {server.api_key}"})  # fmt: skip
+    try:
+        resp = conn.getresponse()
+        assert resp.status == 200
+        assert resp.readline().startswith(b"data: ")  # first token out: the request is running
+        yield
+    finally:
+        conn.close()  # vLLM aborts a request whose client went away
+    deadline = time.monotonic() + 30
+    while (scrape(server.base_url, server.api_key).num_requests_running or 0) > 0:
+        assert time.monotonic() < deadline, "the held request was not aborted"
+        time.sleep(0.05)
 
 
 def _scrape_after(server: VllmServer, before: Snapshot, prompt_tokens: float) -> Snapshot:
@@ -113,46 +137,33 @@ def test_reset_prefix_cache_really_empties_the_cache(
 
 
 @pytest.mark.vllm
-def test_reset_refused_while_a_request_holds_blocks(
-    vllm_server: VllmServer, complete: Callable[..., Any]
-) -> None:
+def test_reset_refused_while_a_request_holds_blocks(vllm_server: VllmServer, tiny_model_dir: Path) -> None:
     url, key = vllm_server.base_url, vllm_server.api_key
-    done = threading.Event()
-
-    def long_request() -> None:
-        try:
-            complete(_prompt(3, 16), max_tokens=1500)
-        finally:
-            done.set()
-
-    threading.Thread(target=long_request, daemon=True).start()
-    deadline = time.monotonic() + 30
-    while (scrape(url, key).num_requests_running or 0) < 1 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    refused = reset_prefix_cache(url, key)
-    running_after = scrape(url, key).num_requests_running
-    forced = reset_prefix_cache(url, key, reset_running_requests=True)  # preempts, then resets
-    assert done.wait(120)
-    if running_after == 0:
-        pytest.skip("the request finished before the reset could be refused (machine too fast)")
+    with _held_request(vllm_server, tiny_model_dir, seed=3):
+        refused = reset_prefix_cache(url, key)
+        running = scrape(url, key).num_requests_running
+        forced = reset_prefix_cache(url, key, reset_running_requests=True)  # preempts, then resets
+    assert running == 1
     # HTTP 200 and still not ok: only an explicit {"success": true} counts.
     assert refused.status == 200 and not refused.ok
     assert '"success":false' in refused.body.replace(" ", "")
     assert forced.ok
+    assert scrape(url, key).num_requests_running == 0  # the abort went through
 
 
 @pytest.mark.vllm
-def test_poller_sees_a_running_request(vllm_server: VllmServer, complete: Callable[..., Any]) -> None:
+def test_poller_sees_a_running_request(vllm_server: VllmServer, tiny_model_dir: Path) -> None:
     with MetricsPoller(vllm_server.base_url, vllm_server.api_key, interval_s=0.1) as poller:
         time.sleep(0.3)
-        complete(_prompt(4, 32), max_tokens=400)
+        with _held_request(vllm_server, tiny_model_dir, seed=4):
+            time.sleep(0.5)
         time.sleep(0.3)
     rows = poller.samples
     assert len(rows) >= 5
     assert all(b.t_s > a.t_s for a, b in itertools.pairwise(rows))
     assert all(r.kv_cache_usage_perc is not None and r.num_requests_waiting is not None for r in rows)
-    assert any((r.num_requests_running or 0) >= 1 for r in rows)
-    assert rows[0].num_requests_running == 0
+    assert rows[0].num_requests_running == 0 and rows[-1].num_requests_running == 0
+    assert any(r.num_requests_running == 1 and (r.kv_cache_usage_perc or 0) > 0 for r in rows)
     assert poller.errors == 0 and poller.warnings == []
 
 

@@ -1,0 +1,130 @@
+"""`studyc audit`: score studies against the latest run in one or more results databases and print
+predicted vs measured, as a rich table or as JSON. Refuted is a result, not an error: exit 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from compiler.load import LoadedStudy, load_studies
+from report.results import RunData, latest_runs
+from report.scoring import NOT_CALIBRATED, Score, score_study
+
+VERDICT_STYLE = {
+    "confirmed": "bold green",
+    "refuted": "bold red",
+    "inconclusive": "yellow",
+    "invalid": "magenta",
+    "not run": "dim",
+}
+
+
+@dataclass(frozen=True)
+class Audit:
+    """Every scored hypothesis of the audited studies, in study then file order."""
+
+    studies: tuple[LoadedStudy, ...]
+    runs: dict[str, RunData]
+    scores: tuple[Score, ...]
+
+
+def audit_studies(studies: Sequence[LoadedStudy], dbs: Sequence[Path]) -> Audit:
+    runs = latest_runs(dbs)
+    scores: list[Score] = []
+    for loaded in studies:
+        scores.extend(score_study(loaded, runs.get(loaded.study.study.id)))
+    return Audit(tuple(studies), runs, tuple(scores))
+
+
+def fmt(x: float | None, unit: str = "") -> str:
+    """A number for people: 4 significant digits, seconds shown in ms."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    if unit == "s":
+        return f"{x * 1e3:.4g} ms"
+    if unit in ("", "ratio"):
+        return f"{x:.4g}"
+    return f"{x:.4g} {unit}"
+
+
+def fmt_pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:+.1f}%"
+
+
+def json_rows(result: Audit) -> list[dict[str, Any]]:
+    return [s.as_json() for s in result.scores]
+
+
+def print_table(result: Audit) -> None:
+    """One rich table per study; the spec-sheet column only where it differs from the calibrated one."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console()
+    for study_id in sorted({s.study_id for s in result.scores}):
+        scores = [s for s in result.scores if s.study_id == study_id]
+        run_id = next((s.run_id for s in scores if s.run_id), None)
+        show_spec = any(s.predicted_spec != s.predicted for s in scores)
+        table = Table(title=f"{study_id}: predicted vs measured" + (f" (run {run_id})" if run_id else " (no run)"),
+                      title_justify="left")
+        table.add_column("hypothesis", no_wrap=True)
+        table.add_column("metric", overflow="fold")
+        table.add_column("predicted", justify="right")
+        if show_spec:
+            table.add_column("on spec sheet", justify="right")
+        table.add_column("measured", justify="right")
+        table.add_column("95% CI", justify="right")
+        table.add_column("n", justify="right")
+        table.add_column("error", justify="right")
+        table.add_column("verdict", no_wrap=True)
+        table.add_column("checks", overflow="fold")
+        for s in scores:
+            unit = s.unit
+            ci = "-" if s.ci_low is None else f"[{fmt(s.ci_low, unit)}, {fmt(s.ci_high, unit)}]"
+            cells = [s.hypothesis, s.metric, _pred_units(s)]
+            if show_spec:
+                cells.append(fmt(s.predicted_spec, unit))
+            cells += [fmt(s.measured, unit), ci, str(s.n), fmt_pct(s.error)]
+            # Text cells: study text is never read as rich markup.
+            table.add_row(*(Text(c) for c in cells), Text(s.verdict, style=VERDICT_STYLE[s.verdict]),
+                          Text(", ".join(s.checks)))
+        console.print(table, highlight=False)
+    uncalibrated = sorted({s.study_id for s in result.scores if NOT_CALIBRATED in s.notes})
+    if uncalibrated:
+        console.print(f"not calibrated (predicted against the spec sheet): {', '.join(uncalibrated)}",
+                      markup=False, highlight=False)
+    for s in result.scores:
+        for note in s.notes:
+            if note != NOT_CALIBRATED:
+                console.print(f"  {s.study_id}/{s.hypothesis}: {note}", markup=False, highlight=False)
+
+
+def _pred_units(s: Score) -> str:
+    if s.predicted is None:
+        return "(not evaluated)"
+    if s.ratio and s.kind != "range":
+        return "ratio " + (f"{s.relation} {fmt(s.predicted)}" if s.kind == "relation"
+                           else f"{fmt(s.predicted)} ± {100 * (s.tolerance or 0):g}%")
+    if s.kind == "range":
+        return f"[{fmt(s.band_low, s.unit)}, {fmt(s.band_high, s.unit)}]"
+    if s.kind == "relation":
+        return f"{s.relation} {fmt(s.predicted, s.unit)}"
+    return f"{fmt(s.predicted, s.unit)} ± {100 * (s.tolerance or 0):g}%"
+
+
+def run_audit(study_paths: Sequence[Path], dbs: Sequence[Path], as_json: bool) -> Audit:
+    """The `studyc audit` command: load, score, print."""
+    import click
+
+    result = audit_studies(load_studies(list(study_paths)), dbs)
+    if as_json:
+        click.echo(json.dumps(json_rows(result), indent=2, default=str))
+    else:
+        print_table(result)
+    return result

@@ -1,0 +1,23 @@
+"""`studyc merge`: combine results databases from several hosts into one (runs already present are kept)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from runner.store import Store
+from studyc.errors import StoreError
+
+
+def merge_databases(out: Path, inputs: Sequence[Path]) -> list[str]:
+    """Copy every run of each input into `out` (created if missing); one line of report per input."""
+    lines = []
+    with Store(out) as store:
+        for source in inputs:
+            if not Path(source).exists():
+                raise StoreError(f"{source}: no such results database")
+            if Path(source).resolve() == Path(out).resolve():
+                raise StoreError(f"{source}: cannot merge a database into itself")
+            copied = store.merge_from(Path(source))
+            lines.append(f"{source}: {copied.get('runs_new', 0)} new run(s) -> {out}")
+    return lines

@@ -1,0 +1,152 @@
+"""`studyc site`: results databases + study files -> a static, offline site under `site/`.
+
+Like mkdocs' build: every page context is gathered first (scores, charts, warnings), then pages are
+written; `--strict` turns warnings into failure before anything is written. Templates are Jinja with
+autoescape and StrictUndefined; the vendored vega JS is copied beside the pages.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from markupsafe import Markup
+
+from compiler.load import LoadedStudy, load_studies
+from report import pages
+from report.results import RunData, latest_runs
+from report.scoring import Score, score_study
+from runner.store import Store
+from studyc.errors import StudycError
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "site_templates"
+
+
+class SiteError(StudycError):
+    """The site cannot be built, or `--strict` found warnings."""
+
+
+@dataclass
+class SiteResult:
+    out: Path
+    pages: list[Path] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def json_script(value: Any, element_id: str) -> Markup:
+    """A value as JSON in a <script type="application/json"> element, safe inside HTML: `<`, `>` and `&`
+    are written as JSON escapes so no text in it can close the element (django's json_script)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+    return Markup('<script type="application/json" id="{}">{}</script>').format(element_id, Markup(text))
+
+
+def environment() -> Environment:
+    env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=True, undefined=StrictUndefined,
+                      keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+    env.filters["json_script"] = json_script
+    return env
+
+
+def default_studies(dbs: Sequence[Path], studies_dir: Path) -> list[Path]:
+    """The study files under `studies_dir` whose study id has a run in the databases."""
+    have = set(latest_runs(dbs))
+    found = []
+    for path in sorted(studies_dir.glob("*.toml")):
+        try:
+            sid = tomllib.loads(path.read_text(encoding="utf-8")).get("study", {}).get("id")
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            continue
+        if sid in have:
+            found.append(path)
+    return found
+
+
+@dataclass(frozen=True)
+class Gathered:
+    index: pages.IndexPage
+    audit: pages.AuditPage
+    studies: tuple[tuple[pages.StudyPage, RunData | None], ...]
+    warnings: tuple[str, ...]
+
+
+def gather(studies: Sequence[LoadedStudy], dbs: Sequence[Path]) -> Gathered:
+    """Every page context, scored and charted, nothing written yet."""
+    ids = [s.study.study.id for s in studies]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise SiteError(f"two study files share the id {', '.join(dupes)}: pass one file per study")
+    runs = latest_runs(dbs)
+    used = {s.study.study.id: runs[s.study.study.id] for s in studies if s.study.study.id in runs}
+    scores: dict[str, list[Score]] = {s.study.study.id: score_study(s, used.get(s.study.study.id)) for s in studies}
+    study_pages = tuple(
+        (pages.study_page(s, used.get(s.study.study.id), scores[s.study.study.id]), used.get(s.study.study.id))
+        for s in sorted(studies, key=lambda s: s.study.study.id)
+    )
+    warnings = tuple(w for page, _ in study_pages for w in page.warnings)
+    return Gathered(pages.index_page(studies, used, scores), pages.audit_page(studies, used, scores),
+                    study_pages, warnings)
+
+
+def write(gathered: Gathered, out: Path) -> list[Path]:
+    """Write the gathered pages, the static assets and the data downloads into `out`."""
+    env = environment()
+    written: list[Path] = []
+    static = out / "static"
+    if static.exists():
+        shutil.rmtree(static)
+    shutil.copytree(TEMPLATES / "static", static)
+
+    def page(template: str, path: Path, ctx: Any) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(env.get_template(template).render(page=ctx), encoding="utf-8")
+        written.append(path)
+
+    page("index.html", out / "index.html", gathered.index)
+    page("audit.html", out / "audit.html", gathered.audit)
+    for study_ctx, data in gathered.studies:
+        folder = out / "studies" / study_ctx.study_id
+        page("study.html", folder / "index.html", study_ctx)
+        if data is not None:
+            _downloads(data, folder / "data")
+    return written
+
+
+def _downloads(data: RunData, folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    with Store(data.db, read_only=True) as store:
+        for table, fmt in pages.DOWNLOADS:
+            store.export_sorted(data.run_id, table, folder / f"{table}.{fmt}", fmt)
+
+
+def build_site(
+    dbs: Sequence[Path], out: Path, *, strict: bool = False, study_paths: Sequence[Path] = (),
+    studies_dir: Path = Path("studies"),
+) -> SiteResult:
+    """Build the site; with `strict`, raise SiteError listing the warnings instead of writing."""
+    if not dbs:
+        raise SiteError("no results database given (--db)")
+    paths = list(study_paths) or default_studies(dbs, studies_dir)
+    if not paths:
+        raise SiteError(f"no study in {studies_dir}/ has a run in {', '.join(str(d) for d in dbs)}")
+    gathered = gather(load_studies(paths), dbs)
+    if strict and gathered.warnings:
+        raise SiteError("--strict: the site has warnings:\n  " + "\n  ".join(gathered.warnings))
+    return SiteResult(out=out, pages=write(gathered, out), warnings=list(gathered.warnings))
+
+
+def run_site(dbs: Sequence[Path], out: Path, strict: bool, study_paths: Sequence[Path]) -> SiteResult:
+    """The `studyc site` command: build, then say what was written and what to look at."""
+    import click
+
+    result = build_site(dbs, out, strict=strict, study_paths=study_paths)
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    click.echo(f"site: {len(result.pages)} page(s) -> {out}/index.html")
+    return result

@@ -1,0 +1,114 @@
+"""Small results databases written through Store's own write API, and study files to score them with."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from runner.store import Store
+
+REPO = Path(__file__).resolve().parents[2]
+TINY_MODEL = REPO / "models" / "tiny-qwen3"
+
+
+def study_text(hypotheses: str, *, study_id: str = "toy", title: str = "Toy study", claim_extra: str = "",
+               hardware: str = "cpu") -> str:
+    """A two-arm, one-workload, concurrency [1, 4] study on the tiny model; `hypotheses` is TOML."""
+    return f'''
+[study]
+id = "{study_id}"
+title = {title!r}
+question = "Does the toy behave?{claim_extra}"
+hardware = "{hardware}"
+
+[model]
+path = "{TINY_MODEL}"
+name = "tiny"
+
+[engine]
+max_model_len = 2048
+
+[arms.a]
+description = "arm a"
+
+[arms.b]
+description = "arm b"
+cache = "keep"
+
+[workloads.w]
+input_len = 128
+output_len = 32
+
+[load]
+concurrency = [1, 4]
+requests = 8
+warmup = 2
+repeats = 3
+{hypotheses}
+'''
+
+
+def write_study(tmp: Path, hypotheses: str, **kw: Any) -> Path:
+    path = tmp / f"{kw.get('study_id', 'toy')}.toml"
+    path.write_text(study_text(hypotheses, **kw))
+    return path
+
+
+@dataclass
+class P:
+    """One point to commit: metrics by name, and the checks that did not pass as (name, severity)."""
+
+    arm: str
+    level: int
+    repeat: int
+    metrics: dict[str, float]
+    status: str = "ok"
+    failed_checks: list[tuple[str, str]] = field(default_factory=list)
+    workload: str = "w"
+
+    @property
+    def point_id(self) -> str:
+        return f"toy/{self.arm}/{self.workload}/c{self.level}/r{self.repeat}"
+
+
+def make_db(
+    path: Path, points: Iterable[P], *, study_id: str = "toy", run_id: str = "run-1",
+    started: datetime = datetime(2025, 1, 2, 3, 4, 5), calibrated: bool = False,
+    bandwidth_Bps: float | None = None, flops_bf16: float | None = None,
+    servers: dict[str, dict[str, Any]] | None = None,
+) -> Path:
+    with Store(path) as store:
+        store.begin_run({
+            "run_id": run_id, "study_id": study_id, "study_path": f"{study_id}.toml", "study_sha256": "0" * 64,
+            "plan_json": "{}", "studyc_version": "0.1.0", "git_sha": "abc", "host": "testhost",
+            "started_at": started, "finished_at": started + timedelta(minutes=5), "status": "complete",
+            "vllm_version": "0.0-test", "torch_version": "2.x", "gpu_name": None, "calibrated": calibrated,
+            "bandwidth_Bps": bandwidth_Bps, "flops_bf16": flops_bf16,
+        })
+        for arm, extra in (servers or {"a": {}, "b": {}}).items():
+            store.record_server({
+                "run_id": run_id, "server_id": f"{study_id}/{arm}", "arm": arm, "status": "ready",
+                "started_at": started, "startup_s": 10.0, "kv_capacity_tokens": 1000, **extra,
+            })
+        for i, p in enumerate(points):
+            fails = [c for c in p.failed_checks if c[1] == "fail"]
+            warns = [c for c in p.failed_checks if c[1] == "warn"]
+            row = {
+                "run_id": run_id, "point_id": p.point_id, "server_id": f"{study_id}/{p.arm}", "arm": p.arm,
+                "workload": p.workload, "concurrency": p.level, "level": float(p.level), "repeat": p.repeat,
+                "status": p.status, "cache_policy": "keep" if p.arm == "b" else "reset",
+                "started_at": started + timedelta(seconds=i), "valid": p.status == "ok" and not fails,
+                "flagged": bool(warns) or p.arm == "b", **p.metrics,
+            }
+            names = {"littles_law", "cache_cold", "errors"} | {c[0] for c in p.failed_checks}
+            severity = dict(p.failed_checks)
+            checks = [
+                {"run_id": run_id, "point_id": p.point_id, "name": n, "passed": n not in severity,
+                 "severity": severity.get(n, "fail"), "value": 0.0, "threshold": 0.03, "detail": f"{n} detail"}
+                for n in sorted(names)
+            ]
+            store.commit_point(row, [], checks, [])
+    return path

@@ -1,0 +1,254 @@
+"""The site built from a real CPU run: parsed HTML, links on disk, offline, escaped study text, and
+every page opened in headless Chromium with no console error and every chart drawn."""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import ClassVar
+from urllib.parse import unquote, urlsplit
+
+import pytest
+from click.testing import CliRunner
+
+from report.site import build_site
+from studyc.cli import main
+from tests.report.browser import chromium, chromium_missing
+from tests.report.conftest import QUICKSTART
+
+EVIL = '<script>alert(1)</script>'
+
+
+class Page(HTMLParser):
+    """Links, ids, scripts and text of one HTML file; fails on unbalanced tags."""
+
+    VOID: ClassVar[set[str]] = {"meta", "link", "br", "img", "input", "hr", "col", "source", "wbr", "area", "base", "embed"}
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.links: list[str] = []
+        self.ids: set[str] = set()
+        self.scripts: list[dict[str, str | None]] = []
+        self.text: list[str] = []
+        self.stack: list[str] = []
+        self.problems: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if a.get("id"):
+            assert a["id"] not in self.ids, f"duplicate id {a['id']}"
+            self.ids.add(str(a["id"]))
+        for key in ("href", "src"):
+            if a.get(key):
+                self.links.append(str(a[key]))
+        if tag == "script":
+            self.scripts.append(a)
+        if tag not in self.VOID:
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in self.VOID:
+            return
+        if not self.stack or self.stack[-1] != tag:
+            self.problems.append(f"</{tag}> closes <{self.stack[-1] if self.stack else None}>")
+            return
+        self.stack.pop()
+
+    def handle_data(self, data: str) -> None:
+        if self.stack and self.stack[-1] == "script":
+            return
+        self.text.append(data)
+
+
+def parse(path: Path) -> Page:
+    page = Page()
+    page.feed(path.read_text(encoding="utf-8"))
+    page.close()
+    assert not page.problems and page.stack == [], (path, page.problems, page.stack)
+    return page
+
+
+def evil_study(tmp: Path) -> Path:
+    """The quickstart with HTML in its title, question, notes and claims (same id, so its run is used)."""
+    text = QUICKSTART.read_text()
+    text = text.replace('path = "../models/tiny-qwen3"', f'path = "{QUICKSTART.parent.parent / "models/tiny-qwen3"}"')
+    text = re.sub(r'^title = ".*"$', f'title = "{EVIL} & \\"quoted\\" title"', text, count=1, flags=re.MULTILINE)
+    text = re.sub(r'^question = ".*"$', f'question = "Is {EVIL} shown as text?"', text, count=1, flags=re.MULTILINE)
+    for start in ('claim = "A reset point', 'claim = "Four requests'):  # the second is on the audit chart
+        text = text.replace(start, f'claim = "</script><img src=x onerror=alert(2)>{EVIL} {start[9:]}')
+    path = tmp / "evil.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def site(quickstart_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    result = build_site([quickstart_db], out, study_paths=[QUICKSTART])
+    assert (out / "index.html") in result.pages
+    return out
+
+
+@pytest.fixture(scope="module")
+def evil_site(quickstart_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("evil")
+    out = tmp / "site"
+    build_site([quickstart_db], out, study_paths=[evil_study(tmp)])
+    return out
+
+
+def html_files(root: Path) -> list[Path]:
+    return sorted(root.rglob("*.html"))
+
+
+def test_pages_and_downloads_exist(site: Path) -> None:
+    names = {p.relative_to(site).as_posix() for p in site.rglob("*") if p.is_file()}
+    for want in ("index.html", "audit.html", "studies/quickstart/index.html", "static/site.js",
+                 "static/vendor/vega.min.js", "static/vendor/vega-lite.min.js", "static/vendor/vega-embed.min.js",
+                 "studies/quickstart/data/points.csv", "studies/quickstart/data/points.parquet",
+                 "studies/quickstart/data/requests.csv", "studies/quickstart/data/requests.parquet"):
+        assert want in names
+    import pyarrow.parquet as pq
+
+    points = pq.read_table(site / "studies/quickstart/data/points.parquet")
+    assert points.num_rows == 8 and "output_throughput" in points.column_names
+    requests = pq.read_table(site / "studies/quickstart/data/requests.parquet")
+    assert requests.num_rows >= 8 * 8 and "token_times_s" in requests.column_names
+
+
+def test_every_relative_link_resolves_and_nothing_is_external(site: Path) -> None:
+    for path in html_files(site):
+        page = parse(path)
+        raw = path.read_text(encoding="utf-8")
+        assert "http://" not in raw and "https://" not in raw and "//cdn" not in raw, path
+        for link in page.links:
+            parts = urlsplit(link)
+            assert not parts.scheme and not parts.netloc, f"{path}: external link {link}"
+            target = (path.parent / unquote(parts.path)).resolve() if parts.path else path
+            assert target.is_file(), f"{path}: broken link {link}"
+            if parts.fragment and target.suffix == ".html":
+                assert parts.fragment in parse(target).ids, f"{path}: no #{parts.fragment} in {target}"
+        for script in page.scripts:
+            assert script.get("src") or script.get("type") == "application/json", (path, script)
+
+
+def test_study_page_content(site: Path) -> None:
+    page = parse(site / "studies/quickstart/index.html")
+    text = " ".join(" ".join(page.text).split())
+    for hyp in ("batching-helps", "cold-means-cold", "kept-cache-hits", "decode-pace"):
+        assert f"h-{hyp}" in page.ids
+    for want in ("Does batching raise throughput", "Provenance", "Calibration vs spec sheet",
+                 "prefix cache kept between points", "--max-num-seqs", "tiny-qwen3"):
+        assert want in text, want
+    charts = {i for i in page.ids if i.startswith("chart-")}
+    assert {"chart-throughput", "chart-ttft", "chart-itl", "chart-roofline", "chart-cache",
+            "chart-littles-law"} <= charts
+
+
+def test_chromium_loads_every_page_without_errors_and_draws_every_chart(site: Path) -> None:
+    why = chromium_missing()
+    if why:
+        pytest.skip(why)
+    with chromium() as browser:
+        for path in html_files(site):
+            report = browser.load(path)
+            assert report.errors == [], (path, report.errors)
+            assert all(c["drawn"] == "true" and c["svg"] for c in report.charts), (path, report.charts)
+            if path.name == "index.html" and path.parent.name == "quickstart":
+                assert len(report.charts) >= 6
+
+
+def test_chromium_client_sees_console_errors(tmp_path: Path) -> None:
+    """The check above can fail: a console error, a throw and a missing script are all reported."""
+    why = chromium_missing()
+    if why:
+        pytest.skip(why)
+    bad = tmp_path / "bad.html"
+    bad.write_text('<!doctype html><html><head><script src="missing.js"></script></head><body>'
+                   '<div class="chart"></div><script>console.error("boom"); throw new Error("thrown")</script>'
+                   '</body></html>')
+    with chromium() as browser:
+        report = browser.load(bad, timeout=5)
+    joined = "\n".join(report.errors)
+    assert "boom" in joined and "thrown" in joined
+    assert "missing.js" in joined or "ERR_FILE_NOT_FOUND" in joined
+    assert report.charts == [{"id": "", "drawn": None, "svg": False, "marks": 0}]
+
+
+def test_study_text_is_escaped(evil_site: Path) -> None:
+    for path in html_files(evil_site):
+        raw = path.read_text(encoding="utf-8")
+        assert EVIL not in raw and "<img" not in raw, path
+        page = parse(path)
+        assert all(s.get("src") or s.get("type") == "application/json" for s in page.scripts), path
+    study = evil_site / "studies/quickstart/index.html"
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in study.read_text(encoding="utf-8")
+    assert EVIL in " ".join(parse(study).text)  # shown as text
+    audit = (evil_site / "audit.html").read_text(encoding="utf-8")
+    spec = json.loads(re.search(r'<script type="application/json" id="spec-audit">(.*?)</script>', audit, re.DOTALL)[1])
+    assert EVIL in json.dumps(spec)  # the tooltip's claim survives as data, not markup
+    why = chromium_missing()
+    if why:
+        pytest.skip(why)
+    with chromium() as browser:
+        for path in (study, evil_site / "audit.html", evil_site / "index.html"):
+            report = browser.load(path)
+            assert report.errors == [], (path, report.errors)  # no dialog opened, nothing thrown
+            assert EVIL in report.text, path
+
+
+def test_build_is_reproducible(quickstart_db: Path, site: Path, tmp_path: Path) -> None:
+    again = tmp_path / "again"
+    build_site([quickstart_db], again, study_paths=[QUICKSTART])
+    first = {p.relative_to(site): p.read_bytes() for p in site.rglob("*") if p.is_file()}
+    second = {p.relative_to(again): p.read_bytes() for p in again.rglob("*") if p.is_file()}
+    assert first.keys() == second.keys()
+    assert [k for k in first if first[k] != second[k]] == []
+
+
+def test_cli_site_default_studies_and_strict(quickstart_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(QUICKSTART.parent.parent)  # default studies: studies/*.toml with a run
+    runner = CliRunner()
+    out = tmp_path / "site"
+    result = runner.invoke(main, ["site", "--db", str(quickstart_db), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert (out / "studies/quickstart/index.html").is_file()
+    assert sorted(p.name for p in (out / "studies").iterdir()) == ["quickstart"]
+    evil = evil_study(tmp_path)  # differs from the file that ran: a warning
+    strict = runner.invoke(main, ["site", "--db", str(quickstart_db), "--out", str(tmp_path / "s2"), "--strict",
+                                  str(evil)])
+    assert strict.exit_code == 1
+    assert "--strict" in strict.output and "changed since run" in strict.output
+    assert not (tmp_path / "s2").exists()  # gathered, failed, nothing written
+
+
+def test_cli_audit_json_and_merge(quickstart_db: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(main, ["audit", str(QUICKSTART), "--db", str(quickstart_db), "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert [r["hypothesis"] for r in rows] == ["batching-helps", "cold-means-cold", "kept-cache-hits", "decode-pace"]
+    for key in ("study", "hypothesis", "claim", "metric", "predicted", "predicted_spec", "measured", "ci_low",
+                "ci_high", "spread_low", "spread_high", "n", "error", "verdict", "checks", "run_id"):
+        assert all(key in r for r in rows), key
+    assert all(r["verdict"] in ("confirmed", "refuted", "inconclusive", "invalid", "not run") for r in rows)
+    assert all(r["n"] >= 1 and r["run_id"] for r in rows)
+    kept = next(r for r in rows if r["hypothesis"] == "kept-cache-hits")
+    assert any("cache = keep" in f for f in kept["flags"])
+
+    table = runner.invoke(main, ["audit", str(QUICKSTART), "--db", str(quickstart_db)])
+    assert table.exit_code == 0 and "batching-helps" in table.output
+
+    merged = tmp_path / "merged.duckdb"
+    first = runner.invoke(main, ["merge", str(merged), str(quickstart_db)])
+    assert first.exit_code == 0 and "1 new run" in first.output, first.output
+    again = runner.invoke(main, ["merge", str(merged), str(quickstart_db)])
+    assert again.exit_code == 0 and "0 new run" in again.output
+    both = runner.invoke(main, ["audit", str(QUICKSTART), "--db", str(quickstart_db), "--db", str(merged), "--json"])
+    assert both.exit_code == 0
+    assert [r["measured"] for r in json.loads(both.output)] == [r["measured"] for r in rows]
+
+    missing = runner.invoke(main, ["audit", str(QUICKSTART), "--db", str(tmp_path / "nope.duckdb")])
+    assert missing.exit_code == 1 and "no such results database" in missing.output

@@ -1,0 +1,171 @@
+"""The runner against a real CPU vLLM server: a full run fills every table; faults lose no
+committed data (crash at start, server killed mid-point, Ctrl-C), and --resume completes the rest.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.store import Store
+from tests.conftest import REPO, vllm_missing
+
+pytestmark = pytest.mark.skipif(vllm_missing() is not None, reason=str(vllm_missing()))
+
+FAULTS = REPO / "tests/runner/studies/faults.toml"
+
+
+def studyc(*args: str, **kw) -> subprocess.Popen[str]:
+    env = os.environ | {"PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "studyc", *args],
+        cwd=REPO,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        **kw,
+    )
+
+
+def children(pid: int) -> list[int]:
+    """Every descendant process of pid (vLLM servers run in their own session, still our children)."""
+    found, frontier = [], [pid]
+    stats = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            stats[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    while frontier:
+        parent = frontier.pop()
+        kids = [p for p, pp in stats.items() if pp == parent]
+        found += kids
+        frontier += kids
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def wait_for_line(proc: subprocess.Popen[str], needle: str, timeout_s: float = 240) -> list[str]:
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if needle in line:
+            return lines
+    raise AssertionError(f"never saw {needle!r}; output:\n{''.join(lines)}")
+
+
+def test_quickstart_fills_every_table(quickstart_db: Path) -> None:
+    with Store(quickstart_db, read_only=True) as store:
+        run = store.latest_run("quickstart")
+        assert run is not None and run["status"] == "complete"
+        counts = store.counts(run["run_id"])
+        assert counts["runs"] == 1 and counts["servers"] == 2 and counts["points"] == 8
+        assert counts["requests"] == 2 * (2 * (8 + 16) + 4 * 2)  # measured + warmup, both arms
+        assert counts["checks"] >= 8 * 6 and counts["telemetry"] > 0
+        rows = store.point_rows(run["run_id"])
+        assert all(r.status == "ok" for r in rows)
+        for row in rows:
+            assert row.metric("littles_law_error") is not None and row.metric("littles_law_error") <= 0.03
+            assert row.metric("output_throughput") > 0
+        cold = [r for r in rows if r.arm == "cold"]
+        warm = [r for r in rows if r.arm == "warm"]
+        assert all(r.metric("prefix_hit_rate") < 0.01 and r.values["reset_ok"] for r in cold)
+        assert all(r.flagged for r in warm)  # the kept cache is flagged on every point
+        assert max(r.metric("prefix_hit_rate") for r in warm) > 0.5
+        servers = store.servers(run["run_id"])
+        assert all(s["kv_capacity_tokens"] == 262_144 and s["startup_s"] > 0 for s in servers)
+        assert run["calibrated"] is False and run["vllm_version"]
+        names = {c["name"] for c in store.checks(run["run_id"])}
+        assert {
+            "littles_law",
+            "concurrency_held",
+            "cache_cold",
+            "output_exact",
+            "errors",
+            "warmup_sufficient",
+        } <= names
+
+
+def test_crash_at_start_keep_going_then_kill_and_resume(tmp_path: Path) -> None:
+    db = tmp_path / "faults.duckdb"
+    proc = studyc("run", str(FAULTS), "--db", str(db), "--keep-going", "--no-calibrate")
+    # The broken arm dies at start with its log tail; the good arm starts and runs.
+    lines = wait_for_line(proc, "faults/good/w/c1/r1: ok")
+    text = "".join(lines)
+    assert "server faults/broken failed" in text and "exited" in text
+    time.sleep(1.0)  # the next point (128 tokens at c2) is in flight: kill the engine under it
+    servers = [
+        p for p in children(proc.pid) if "vllm" in Path(f"/proc/{p}/cmdline").read_text(errors="ignore")
+    ]
+    assert servers, "no vLLM process found under studyc"
+    os.killpg(servers[0], signal.SIGKILL)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 1, out
+    assert "failed" in out
+    with Store(db, read_only=True) as store:
+        run = store.latest_run("faults")
+        assert run["status"] == "partial"
+        rows = {r.point_id: r for r in store.point_rows(run["run_id"])}
+        assert rows["faults/good/w/c1/r1"].status == "ok"
+        assert any(r.status == "failed" for r in rows.values())
+        failed = {s["server_id"]: s for s in store.servers(run["run_id"])}["faults/broken"]
+        assert failed["status"] == "failed" and "max" in failed["error"].lower()
+        run_id = run["run_id"]
+    # --resume completes what is missing and keeps what was committed.
+    proc = studyc("run", str(FAULTS), "--db", str(db), "--resume", "--keep-going", "--no-calibrate")
+    out, _ = proc.communicate(timeout=300)
+    assert "resuming run" in out
+    with Store(db, read_only=True) as store:
+        rows = store.point_rows(run_id)
+        good = [r for r in rows if r.arm == "good"]
+        assert len(good) == 4 and all(r.status == "ok" for r in good), out
+        assert len(store.runs()) == 1
+
+
+def test_sigint_stops_cleanly(tmp_path: Path) -> None:
+    db = tmp_path / "sigint.duckdb"
+    proc = studyc(
+        "run", str(FAULTS), "--db", str(db), "--keep-going", "--no-calibrate", start_new_session=True
+    )
+    wait_for_line(proc, "faults/good/w/c1/r1: ok")
+    engines = [
+        p for p in children(proc.pid) if "vllm" in Path(f"/proc/{p}/cmdline").read_text(errors="ignore")
+    ]
+    assert engines
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    assert "interrupted" in out
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in engines) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(p) for p in engines), "orphaned vLLM process"
+    with Store(db, read_only=True) as store:
+        run = store.latest_run("faults")
+        assert run["status"] == "interrupted"
+        assert store.point_rows(run["run_id"])[0].point_id == "faults/good/w/c1/r1"
