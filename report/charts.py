@@ -144,12 +144,17 @@ def timeseries_chart(rows: Sequence[Row], title: str) -> alt.FacetChart:
 def audit_scatter(rows: Sequence[Row]) -> alt.LayerChart:
     """Predicted vs measured across studies on log axes: the y = x line, each prediction's band as a
     wide translucent bar, the measured 95% interval as a thin rule, a dot per hypothesis colored by
-    verdict. Rows: label, claim, verdict, predicted, measured, ci_low, ci_high, band_low, band_high
-    (all positive; open band ends already clipped to the plot's range)."""
-    values = [v for r in rows for v in (r["predicted"], r["measured"], r["band_low"], r["band_high"],
-                                         r["ci_low"], r["ci_high"]) if v and v > 0]
-    low, high = (min(values), max(values)) if values else (0.1, 10.0)
+    verdict. Rows: label, claim, verdict, predicted, measured (positive), ci_low, ci_high, band_low,
+    band_high (None for an open end); intervals and bands are clipped to the plot's decades."""
+    values = [v for r in rows for v in (r["predicted"], r["measured"]) if v and v > 0]
+    low, high = (min(values) / 3, max(values) * 3) if values else (0.1, 10.0)
     low, high = 10 ** math.floor(math.log10(low)), 10 ** math.ceil(math.log10(high))
+
+    def clip(v: float | None, open_end: float) -> float:
+        return open_end if v is None else min(max(v, low), high)
+
+    rows = [r | {"ci_low": clip(r["ci_low"], low), "ci_high": clip(r["ci_high"], high),
+                 "band_low": clip(r["band_low"], low), "band_high": clip(r["band_high"], high)} for r in rows]
     scale = alt.Scale(type="log", domain=[low, high])
     x = alt.X("predicted:Q", title="predicted", scale=scale)
     diagonal = alt.Chart(_data([{"predicted": low, "y": low}, {"predicted": high, "y": high}])).mark_line(

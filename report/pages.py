@@ -293,14 +293,10 @@ def audit_page(studies: Sequence[LoadedStudy], runs: dict[str, RunData], scores:
 def _scatter_row(s: Score) -> dict[str, Any] | None:
     if s.predicted is None or s.measured is None or s.predicted <= 0 or s.measured <= 0:
         return None
-    assert s.ci_low is not None and s.ci_high is not None
-    low = s.band_low if s.band_low is not None and s.band_low > 0 else min(s.predicted, s.measured) / 10
-    high = s.band_high if s.band_high is not None else max(s.predicted, s.measured) * 10
     return {
         "label": f"{s.study_id}/{s.hypothesis}", "claim": s.claim, "verdict": s.verdict,
-        "predicted": s.predicted, "measured": s.measured,
-        "ci_low": max(s.ci_low, s.measured / 1e3), "ci_high": s.ci_high,
-        "band_low": low, "band_high": high,
+        "predicted": s.predicted, "measured": s.measured, "ci_low": s.ci_low, "ci_high": s.ci_high,
+        "band_low": s.band_low, "band_high": s.band_high,
     }
 
 
@@ -498,10 +494,16 @@ def _calibration(study: Study, data: RunData | None) -> tuple[CalibrationRow, ..
         return ()
     run = data.run if data else {}
 
+    try:
+        reason = json.loads(run.get("calibration_json") or "{}").get("reason") or ""
+    except (ValueError, AttributeError):
+        reason = ""
+    missing = f"not calibrated: {reason}" if reason else "not calibrated"
+
     def row(label: str, spec_v: float, measured: float | None, unit: str, scale: float) -> CalibrationRow:
         return CalibrationRow(
             f"{label} ({unit})", f"{spec_v / scale:,.4g} ({spec.name}, {spec.source})",
-            "not calibrated" if not (calibrated and measured) else f"{measured / scale:,.4g}",
+            missing if not (calibrated and measured) else f"{measured / scale:,.4g}",
             "-" if not (calibrated and measured) else f"{measured / spec_v:.1%} of spec",
         )
 
@@ -557,7 +559,8 @@ def study_charts(loaded: LoadedStudy, data: RunData) -> tuple[list[Chart], list[
     else:
         notes.append(f"roofline not drawn: {why}")
     order = {p.point_id: i for i, p in enumerate(data.points)}
-    hits = [{"point": p.point_id, "order": order[p.point_id], "series": _series(study, p.arm, p.workload),
+    short = {p.point_id: p.point_id.removeprefix(f"{study.study.id}/") for p in data.points}
+    hits = [{"point": short[p.point_id], "order": order[p.point_id], "series": _series(study, p.arm, p.workload),
              "hit_rate": p.metric("prefix_hit_rate")} for p in ok if p.metric("prefix_hit_rate") is not None]
     if hits:
         out.append(Chart("cache", "Prefix-cache hit rate per point", "Hit rate over each point's measured "
@@ -565,7 +568,7 @@ def study_charts(loaded: LoadedStudy, data: RunData) -> tuple[list[Chart], list[
                          charts.spec(charts.cache_hit_chart(hits, study.checks.max_cold_hit_rate))))
     else:
         notes.append("no prefix-cache hit rates recorded")
-    little = [{"point": p.point_id, "order": order[p.point_id], "series": _series(study, p.arm, p.workload),
+    little = [{"point": short[p.point_id], "order": order[p.point_id], "series": _series(study, p.arm, p.workload),
                "error": p.metric("littles_law_error")} for p in ok if p.metric("littles_law_error") is not None]
     if little:
         out.append(Chart("littles-law", "Little's Law error per point", "|L − λW| / L per point; dashed: the "

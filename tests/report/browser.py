@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -115,7 +117,7 @@ class Browser:
     def __init__(self, port: int) -> None:
         self.port = port
 
-    async def _load(self, url: str, timeout: float) -> PageReport:
+    async def _load(self, url: str, timeout: float, chart_timeout: float) -> PageReport:
         async with aiohttp.ClientSession() as http:
             async with http.put(f"http://127.0.0.1:{self.port}/json/new?about:blank") as resp:
                 target = await resp.json(content_type=None)
@@ -128,7 +130,7 @@ class Browser:
                     await cdp.call("Page.navigate", url=url)
                     await cdp.wait_event("Page.loadEventFired", timeout)
                     report = PageReport(url)
-                    deadline = time.monotonic() + timeout
+                    deadline = time.monotonic() + chart_timeout
                     while True:  # vega-embed draws asynchronously after load
                         report.charts = await cdp.evaluate(CHARTS_JS) or []
                         if all(c["drawn"] for c in report.charts) or time.monotonic() > deadline:
@@ -144,14 +146,16 @@ class Browser:
                 async with http.get(f"http://127.0.0.1:{self.port}/json/close/{target['id']}") as resp:
                     await resp.read()
 
-    def load(self, path: Path, timeout: float = 60.0) -> PageReport:
-        return asyncio.run(self._load(path.resolve().as_uri(), timeout))
+    def load(self, path: Path, timeout: float = 60.0, chart_timeout: float | None = None) -> PageReport:
+        """Open a file; wait up to `timeout` for its load event, then up to `chart_timeout` (default the
+        same) for every chart to report drawn."""
+        return asyncio.run(self._load(path.resolve().as_uri(), timeout, timeout if chart_timeout is None else chart_timeout))
 
 
 @contextmanager
 def chromium() -> Iterator[Browser]:
     """A headless Chromium with remote debugging on a free port, stopped (its process only) at exit."""
-    with tempfile.TemporaryDirectory(prefix="studyc-chromium-") as profile:
+    with tempfile.TemporaryDirectory(prefix="studyc-chromium-", ignore_cleanup_errors=True) as profile:
         proc = subprocess.Popen(
             ["chromium", *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
              "about:blank"],
@@ -167,9 +171,25 @@ def chromium() -> Iterator[Browser]:
                 time.sleep(0.1)
             yield Browser(int(port_file.read_text().split()[0]))
         finally:
-            proc.terminate()
+            _stop_group(proc)
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """Stop Chromium and the helpers it started (its own session's process group), so none still
+    writes into the profile folder while it is removed."""
+    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            continue
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:  # helpers of the group may outlive the browser briefly
             try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)

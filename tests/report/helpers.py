@@ -68,6 +68,7 @@ class P:
     status: str = "ok"
     failed_checks: list[tuple[str, str]] = field(default_factory=list)
     workload: str = "w"
+    telemetry: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def point_id(self) -> str:
@@ -110,5 +111,6 @@ def make_db(
                  "severity": severity.get(n, "fail"), "value": 0.0, "threshold": 0.03, "detail": f"{n} detail"}
                 for n in sorted(names)
             ]
-            store.commit_point(row, [], checks, [])
+            telemetry = [{"run_id": run_id, "point_id": p.point_id, **t} for t in p.telemetry]
+            store.commit_point(row, [], checks, telemetry)
     return path

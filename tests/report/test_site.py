@@ -170,7 +170,7 @@ def test_chromium_client_sees_console_errors(tmp_path: Path) -> None:
                    '<div class="chart"></div><script>console.error("boom"); throw new Error("thrown")</script>'
                    '</body></html>')
     with chromium() as browser:
-        report = browser.load(bad, timeout=5)
+        report = browser.load(bad, chart_timeout=3)  # its chart never draws
     joined = "\n".join(report.errors)
     assert "boom" in joined and "thrown" in joined
     assert "missing.js" in joined or "ERR_FILE_NOT_FOUND" in joined

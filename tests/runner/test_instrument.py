@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -123,7 +124,7 @@ def test_paced_stream_logs_send_times_at_the_interval() -> None:
         elapsed = time.monotonic() - t0
         (log,) = inst.send_log()
     assert log.chunks == 20 and len(log.times) == 20 and log.key == prompt_key([9, 9, 9])
-    gaps = sorted(b - a for a, b in zip(log.times, log.times[1:]))
+    gaps = sorted(b - a for a, b in itertools.pairwise(log.times))
     # Sends follow a schedule of due times: never early; late ones (a stolen slice) catch up.
     assert log.times[-1] - log.t_request >= 19 * itl
     assert gaps[len(gaps) // 2] == pytest.approx(itl, rel=0.25)

@@ -164,11 +164,11 @@ def test_paced_token_times_follow_the_stream() -> None:
     with Instrument(itl_s=0.002) as inst:
         res = run_load(inst.base_url, "m", reqs, concurrency=3, workers=1)
         logs = {x.key: x for x in inst.send_log()}
-    for r, spec in zip(res.records, reqs):
+    for r, spec in zip(res.records, reqs, strict=True):
         log = logs[prompt_key(spec.prompt_ids)]
         assert r.ok and r.chunks == len(log.times) == 12
         # one clock for both processes: every chunk is stamped after the instrument sent it
-        assert all(c >= s for c, s in zip(r.token_times_s, log.times))
+        assert all(c >= s for c, s in zip(r.token_times_s, log.times, strict=True))
         assert r.token_times_s[-1] >= log.times[-1] >= log.t_request + 11 * 0.002
 
 
@@ -275,7 +275,7 @@ def test_open_loop_arrivals_follow_the_rate() -> None:
     assert all(r.ok for r in recs)
     expect = arrival_times(n, rate, seed=seed)
     t0 = recs[0].scheduled_s
-    for r, off in zip(recs, expect):
+    for r, off in zip(recs, expect, strict=True):
         assert r.scheduled_s - t0 == pytest.approx(off, abs=1e-6)  # exactly the seeded schedule
         assert r.sent_s >= r.scheduled_s - 1e-6  # never early
     lateness = sorted(r.sent_s - r.scheduled_s for r in recs)

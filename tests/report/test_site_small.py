@@ -1,0 +1,95 @@
+"""The site from small written databases: strict mode, studies without a run, vendored JS versions."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import altair as alt
+import pytest
+
+from report.site import SiteError, build_site, json_script
+from tests.report.helpers import REPO, P, make_db, write_study
+from tests.report.test_scoring import HYPOTHESES, _points
+
+
+def test_strict_lists_failed_checks_and_writes_nothing(tmp_path: Path) -> None:
+    study = write_study(tmp_path, HYPOTHESES)
+    db = make_db(tmp_path / "r.duckdb", _points())
+    with pytest.raises(SiteError) as err:
+        build_site([db], tmp_path / "site", strict=True, study_paths=[study])
+    message = err.value.message
+    assert "toy: point toy/b/w/c4/r1 failed check littles_law" in message
+    assert not (tmp_path / "site").exists()
+    result = build_site([db], tmp_path / "site", study_paths=[study])  # without --strict: shown, not fatal
+    assert any("littles_law" in w for w in result.warnings)
+    page = (tmp_path / "site/studies/toy/index.html").read_text()
+    assert "invalid" in page and "littles_law" in page
+
+
+def test_missing_metric_is_a_warning(tmp_path: Path) -> None:
+    hyp = '''
+[[hypothesis]]
+id = "power"
+claim = "power is measured"
+metric = "power_mean_w"
+where = { arm = "a", concurrency = 1 }
+predict = { relation = ">", value = 1.0 }
+'''
+    study = write_study(tmp_path, hyp)
+    db = make_db(tmp_path / "r.duckdb", [P("a", 1, 0, {"output_throughput": 1.0})])
+    with pytest.raises(SiteError, match="toy/power: not measured"):
+        build_site([db], tmp_path / "site", strict=True, study_paths=[study])
+
+
+def test_a_study_without_a_run_gets_a_page_of_not_run(tmp_path: Path) -> None:
+    ran = write_study(tmp_path, HYPOTHESES)
+    other = write_study(tmp_path, HYPOTHESES, study_id="other", title="Never ran")
+    db = make_db(tmp_path / "r.duckdb", _points())
+    build_site([db], tmp_path / "site", study_paths=[other, ran])
+    page = (tmp_path / "site/studies/other/index.html").read_text()
+    assert "not run" in page and "no run in the results database" in page
+    assert not (tmp_path / "site/studies/other/data").exists()
+    index = (tmp_path / "site/index.html").read_text()
+    assert index.index("studies/other/index.html") < index.index("studies/toy/index.html")  # sorted
+
+
+def test_json_script_cannot_close_its_element() -> None:
+    out = str(json_script({"claim": "</script><script>alert(1)</script> & co"}, 'x"y'))
+    assert out.count("</script>") == 1 and "<script>alert" not in out
+    assert 'id="x&#34;y"' in out
+    body = out.split(">", 1)[1].rsplit("</script>", 1)[0]
+    assert json.loads(body) == {"claim": "</script><script>alert(1)</script> & co"}
+
+
+def test_vendored_vega_matches_altair() -> None:
+    versions = json.loads((REPO / "site_templates/static/vendor/VERSIONS.json").read_text())
+    schema = alt.SCHEMA_VERSION.lstrip("v")  # altair writes specs for exactly this vega-lite
+    assert versions["vega-lite"]["version"].split(".")[:2] == schema.split(".")[:2]
+    assert versions["vega"]["version"].split(".")[0] == "6" and versions["vega-embed"]["version"].startswith("7.")
+    check = subprocess.run([sys.executable, str(REPO / "scripts/vendor_vega.py"), "--check"],
+                           capture_output=True, text=True, check=False)
+    assert check.returncode == 0, check.stdout
+
+
+def test_calibrated_gpu_run_shows_ceilings_and_clocks(tmp_path: Path) -> None:
+    study = write_study(tmp_path, HYPOTHESES)
+    nvml = [{"source": "nvml", "t_s": 0.5 * i, "sm_clock_mhz": 1980.0 - i, "power_w": 300.0 + i} for i in range(6)]
+    points = [P("a", 1, 0, {"output_throughput": 100.0, "mean_in_flight": 1.0}, telemetry=nvml)]
+    db = make_db(tmp_path / "r.duckdb", points, calibrated=True, bandwidth_Bps=10e9, flops_bf16=0.5e12)
+    build_site([db], tmp_path / "site", study_paths=[study])
+    page = (tmp_path / "site/studies/toy/index.html").read_text()
+    assert 'id="chart-clocks"' in page and "SM clock (MHz)" in page and "power (W)" in page
+    assert "calibrated (measured this run)" in page and "spec sheet (cpu, nominal)" in page
+    assert "50.0% of spec" in page  # 10 GB/s measured vs the 20 GB/s nominal sheet
+    from tests.report.browser import chromium, chromium_missing
+
+    if chromium_missing():
+        pytest.skip(chromium_missing())
+    with chromium() as browser:
+        report = browser.load(tmp_path / "site/studies/toy/index.html")
+    assert report.errors == []
+    drawn = {c["id"] for c in report.charts if c["drawn"] == "true" and c["svg"]}
+    assert {"chart-clocks", "chart-roofline", "chart-throughput"} <= drawn
