@@ -207,7 +207,7 @@ class Store:
     def _dicts(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         cur = self.con.execute(sql, list(params))
         names = [d[0] for d in cur.description]
-        return [dict(zip(names, row)) for row in cur.fetchall()]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
     def latest_run(self, study_id: str) -> dict[str, Any] | None:
         rows = self._dicts(
@@ -280,6 +280,21 @@ class Store:
 
             keep = [c for c in arrow.column_names if c != "token_times_s"]
             pcsv.write_csv(arrow.select(keep), str(path))
+
+    def request_records(self, run_id: str, point_id: str) -> list[dict[str, Any]]:
+        """Every request of a point with its token times, in order (to recompute statistics)."""
+        return self._dicts(
+            "SELECT * FROM requests WHERE run_id = ? AND point_id = ? ORDER BY warmup DESC, idx", [run_id, point_id]
+        )
+
+    def replace_checks(
+        self, run_id: str, point_id: str, values: dict[str, Any], checks: Sequence[dict[str, Any]]
+    ) -> None:
+        """Store recomputed statistics and checks of one point, in one transaction."""
+        with self.transaction():
+            self._update("points", {"run_id": run_id, "point_id": point_id}, values)
+            self.con.execute("DELETE FROM checks WHERE run_id = ? AND point_id = ?", [run_id, point_id])
+            self._insert_many("checks", checks)
 
     # -- merging --------------------------------------------------------------------------------
 

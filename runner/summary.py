@@ -101,7 +101,7 @@ def summarize(records: Sequence[Record], concurrency: int | None) -> dict[str, A
         for r in ok
         if r.first_token_s is not None and r.output_tokens > 1
     ]
-    itl = [b - a for r in ok for a, b in zip(r.token_times_s, r.token_times_s[1:])]
+    itl = [b - a for r in ok for a, b in zip(r.token_times_s, r.token_times_s[1:], strict=False)]
     out |= _stats("ttft", ttft) | _stats("e2e", e2e) | _stats("tpot", tpot) | _stats("itl", itl)
 
     # Little's Law: L (time-averaged in flight, from every measured request's span) against
@@ -123,10 +123,14 @@ def concurrency_error(measured: Sequence[Record], concurrency: int) -> float | N
     if not measured:
         return None
     target = min(concurrency, len(measured))
-    start = min(r.sent_s for r in measured)
-    last_send = max(r.sent_s for r in measured)
-    first_end = min(r.end_s for r in measured)
-    end = last_send if last_send - start > 0.01 * (max(r.end_s for r in measured) - start) else first_end
+    sends = sorted(r.sent_s for r in measured)
+    # Steady phase: from the moment every slot was first filled (the target-th send) to the last
+    # send, after which in-flight drains by design. One wave (no send after the ramp): until the
+    # first request ends.
+    start = sends[target - 1]
+    end = sends[-1]
+    if end <= start:
+        end = min(r.end_s for r in measured)
     if end <= start:
         return None
     level = in_flight_integral([(r.sent_s, r.end_s) for r in measured], start, end) / (end - start)

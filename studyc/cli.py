@@ -163,5 +163,18 @@ def merge(out: Path, inputs: tuple[Path, ...]) -> None:
         click.echo(line)
 
 
+@main.command()
+@click.option("--db", type=click.Path(path_type=Path), default=DEFAULT_DB, show_default=True,
+              help="Results database (DuckDB file) to re-judge in place.")
+def recheck(db: Path) -> None:
+    """Recompute every point's statistics and checks from its stored request records."""
+    from runner.recheck import recheck as run_recheck
+
+    report = run_recheck(db)
+    click.echo(f"{db}: {report.points} point(s) rechecked, {report.changed} changed")
+    for line in report.details or []:
+        click.echo(f"  {line}")
+
+
 if __name__ == "__main__":
     sys.exit(main())
