@@ -34,6 +34,7 @@ class PointContext:
     client_ceiling_chunks_per_s: float | None
     gpu_index: int
     clock_origin_s: float  # time.monotonic() at run start: telemetry times are stored relative to it
+    client_cpus: tuple[int, ...] | None = None  # pin the load generator's workers here
 
 
 @dataclass
@@ -74,12 +75,12 @@ def _reset(endpoint: Endpoint) -> bool:
     return False
 
 
-def _load(endpoint: Endpoint, point: PointStep, specs: list[RequestSpec]) -> Any:
+def _load(endpoint: Endpoint, point: PointStep, specs: list[RequestSpec], cpus: tuple[int, ...] | None) -> Any:
     return run_load(
         endpoint.base_url, endpoint.model, specs, api_key=endpoint.api_key,
         concurrency=point.concurrency, rate_rps=point.rate_rps, arrival=point.arrival,
         burstiness=point.burstiness, seed=point.prompt_seed, request_timeout_s=point.request_timeout_s,
-        point_timeout_s=point.point_timeout_s,
+        point_timeout_s=point.point_timeout_s, cpus=cpus,
     )
 
 
@@ -97,7 +98,7 @@ def run_point(point: PointStep, endpoint: Endpoint, ctx: PointContext) -> PointO
     try:
         warm: list[RequestRecord] = []
         if point.warmup:
-            warm = list(_load(endpoint, point, _requests(point, point.warmup, "warmup")).records)
+            warm = list(_load(endpoint, point, _requests(point, point.warmup, "warmup"), ctx.client_cpus).records)
             warm = [_as_warmup(r) for r in warm]
         phase("warmup")
         if point.cache == "reset":
@@ -108,7 +109,7 @@ def run_point(point: PointStep, endpoint: Endpoint, ctx: PointContext) -> PointO
         nvml = NvmlSampler(ctx.gpu_index)
         poller = metrics.MetricsPoller(endpoint.base_url, endpoint.api_key, interval_s=0.25)
         with nvml, poller:
-            result = _load(endpoint, point, _requests(point, point.requests, "measured"))
+            result = _load(endpoint, point, _requests(point, point.requests, "measured"), ctx.client_cpus)
         phase("measure")
         after = metrics.scrape(endpoint.base_url, endpoint.api_key)
         phase("scrape_after")

@@ -85,6 +85,7 @@ def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) 
             client_ceiling_chunks_per_s=run.get("client_ceiling_chunks_per_s"),
             gpu_index=_gpu_index(),
             clock_origin_s=origin,
+            client_cpus=_client_cpus(bool(run.get("nvml_available"))),
         )
         todo = [(s, [p for p in s.points if done.get(p.id) != p.fingerprint]) for s in plan.servers]
         report.points_skipped = len(plan.points) - sum(len(ps) for _, ps in todo)
@@ -206,6 +207,12 @@ def _gpu_index() -> int:
     from studyc.settings import load_settings
 
     return int(load_settings().gpu_index)
+
+
+def _client_cpus(gpu_present: bool) -> tuple[int, ...] | None:
+    from studyc.settings import load_settings, parse_cpus
+
+    return parse_cpus(load_settings().client_cpus, gpu_present=gpu_present)
 
 
 def _calibration(options: RunOptions, progress: Progress) -> dict[str, Any]:

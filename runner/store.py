@@ -265,43 +265,13 @@ class Store:
             out[table] = int(row[0]) if row else 0
         return out
 
-    def export(self, run_id: str, table: str, path: Path, fmt: str) -> None:
-        """Write one run's rows of a table as CSV or Parquet (site downloads)."""
-        if table not in TABLES:
-            raise StoreError(f"unknown table {table}")
-        rel = self.con.execute(f"SELECT * FROM {table} WHERE run_id = ?", [run_id])
-        arrow = rel.fetch_arrow_table()
-        if fmt == "parquet":
-            import pyarrow.parquet as pq
-
-            pq.write_table(arrow, str(path))
-        else:
-            import pyarrow.csv as pcsv
-
-            keep = [c for c in arrow.column_names if c != "token_times_s"]
-            pcsv.write_csv(arrow.select(keep), str(path))
-
-    def request_records(self, run_id: str, point_id: str) -> list[dict[str, Any]]:
-        """Every request of a point with its token times, in order (to recompute statistics)."""
-        return self._dicts(
-            "SELECT * FROM requests WHERE run_id = ? AND point_id = ? ORDER BY warmup DESC, idx", [run_id, point_id]
-        )
-
-    def replace_checks(
-        self, run_id: str, point_id: str, values: dict[str, Any], checks: Sequence[dict[str, Any]]
-    ) -> None:
-        """Store recomputed statistics and checks of one point, in one transaction."""
-        with self.transaction():
-            self._update("points", {"run_id": run_id, "point_id": point_id}, values)
-            self.con.execute("DELETE FROM checks WHERE run_id = ? AND point_id = ?", [run_id, point_id])
-            self._insert_many("checks", checks)
-
     # -- merging --------------------------------------------------------------------------------
 
     def merge_from(self, other: Path) -> dict[str, int]:
         """Copy every run of another results database into this one (runs already present are skipped)."""
         alias = "src"
-        self.con.execute(f"ATTACH '{other!s}' AS {alias} (READ_ONLY)")
+        path = str(other).replace("'", "''")
+        self.con.execute(f"ATTACH '{path}' AS {alias} (READ_ONLY)")
         try:
             version = self.con.execute(f"SELECT value FROM {alias}.meta WHERE key = 'schema_version'").fetchone()
             if version is None or version[0] != str(SCHEMA_VERSION):

@@ -79,6 +79,11 @@ class Settings(BaseSettings):
         default="127.0.0.1", description="Engines bind here only; nothing listens beyond loopback."
     )
     gpu_index: int = Field(default=0, ge=0, description="NVML index of the GPU to sample and calibrate.")
+    client_cpus: str = Field(
+        default="auto",
+        description="CPUs for the load generator's workers: 'auto' (every CPU but 0 when no GPU is "
+        "present, where a CPU vLLM pins its model thread to core 0), 'all', or a list like '1,2-3'.",
+    )
     startup_timeout_s: float = Field(
         default=900.0, gt=0, description="Seconds a server may take to answer /health."
     )
@@ -108,3 +113,21 @@ def load_settings() -> Settings:
             f"STUDYC_{'.'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" for e in exc.errors()
         )
         raise StudycError(f"bad machine settings: {problems}") from None
+
+
+def parse_cpus(spec: str, *, gpu_present: bool) -> tuple[int, ...] | None:
+    """The CPU set for load-generator workers; None means no pinning."""
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if spec == "all" or not allowed:
+        return None
+    if spec == "auto":
+        rest = [c for c in allowed if c != 0]
+        return None if gpu_present or not rest else tuple(rest)
+    cpus: list[int] = []
+    for part in spec.split(","):
+        lo, _, hi = part.strip().partition("-")
+        try:
+            cpus += list(range(int(lo), int(hi or lo) + 1))
+        except ValueError:
+            raise StudycError(f"STUDYC_CLIENT_CPUS: cannot read {spec!r} (use 'auto', 'all' or '1,2-3')") from None
+    return tuple(c for c in cpus if c in allowed) or None
