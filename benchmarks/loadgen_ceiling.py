@@ -47,7 +47,6 @@ STUDYC_PY = REPO / ".venv" / "bin" / "python"
 VLLM = REPO / ".venv-vllm" / "bin" / "vllm"
 VLLM_PY = REPO / ".venv-vllm" / "bin" / "python"
 TINY = REPO / "models" / "tiny-qwen3"
-MAKE_TINY = Path("/work/shared/cpu/make_tiny_model.py")
 SERVER_CPU, CLIENT_CPU = 0, 1
 INPUT_LEN = 32
 VOCAB_LO, VOCAB_HI = 4, 4096
@@ -294,11 +293,11 @@ def distortion(times: dict[str, list[float]], logs: list[Any], by: str) -> tuple
 
 # ------------------------------------------------------------------------------------- driver
 def tiny_model(tmp: Path) -> Path:
-    if (TINY / "config.json").exists() and (TINY / "tokenizer.json").exists():
-        return TINY
-    out = tmp / "tiny-qwen3"
-    subprocess.run([str(VLLM_PY), str(MAKE_TINY), str(out)], check=True, capture_output=True)
-    return out
+    """The repo's tiny model folder, its tokenizer built locally if missing (`tmp` is unused)."""
+    from runner.tokenizer import ensure_tokenizer
+
+    ensure_tokenizer(TINY)
+    return TINY
 
 
 def med_range(xs: list[float]) -> str:

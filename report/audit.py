@@ -1,19 +1,23 @@
 """`studyc audit`: score studies against the latest run in one or more results databases and print
-predicted vs measured, as a rich table or as JSON. Refuted is a result, not an error: exit 0.
+predicted vs measured, as a rich table, as JSON or as a GitHub-markdown table. Refuted is a result,
+not an error: exit 0.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from compiler.load import LoadedStudy, load_studies
+from report import units
 from report.results import RunData, latest_runs
 from report.scoring import NOT_CALIBRATED, Score, score_study
+from report.seed import gpu_name
 
 VERDICT_STYLE = {
     "confirmed": "bold green",
@@ -118,13 +122,51 @@ def _pred_units(s: Score) -> str:
     return f"{fmt(s.predicted, s.unit)} ± {100 * (s.tolerance or 0):g}%"
 
 
-def run_audit(study_paths: Sequence[Path], dbs: Sequence[Path], as_json: bool) -> Audit:
+MARKDOWN_HEADER = ("study", "claim", "seed said", "our prediction", "measured", "n", "verdict")
+
+
+def md_cell(text: str) -> str:
+    """Text for one markdown table cell: one line, pipes escaped, no raw HTML, never empty."""
+    text = " ".join(str(text).split()).replace("\\", "\\\\").replace("|", "\\|")
+    text = re.sub(r"<(?=[A-Za-z/!?])", "&lt;", text)  # a tag or comment would be HTML; "< 0.5" stays
+    return text or "-"
+
+
+def markdown_rows(result: Audit) -> list[tuple[str, ...]]:
+    """One row per hypothesis, in study then file order: the cells of `markdown_table`, unescaped."""
+    source = {(loaded.study.study.id, h.id): h.source.strip()
+              for loaded in result.studies for h in loaded.study.hypothesis}
+    return [(s.study_id, s.claim, source.get((s.study_id, s.hypothesis)) or "-", units.prediction(s),
+             units.measured(s), str(s.n), s.verdict) for s in result.scores]
+
+
+def markdown_table(result: Audit) -> str:
+    """A GitHub-markdown table of every hypothesis, then one line naming the runs it rests on."""
+    lines = ["| " + " | ".join(MARKDOWN_HEADER) + " |",
+             "|" + "|".join(("---", "---", "---", "---", "---:", "---:", "---")) + "|"]
+    lines += ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in markdown_rows(result)]
+    runs = []
+    for loaded in result.studies:
+        sid = loaded.study.study.id
+        data = result.runs.get(sid)
+        if data is None:
+            runs.append(f"`{sid}` not run")
+            continue
+        engine = f", vLLM {data.run['vllm_version']}" if data.run.get("vllm_version") else ""
+        runs.append(f"`{sid}` run {data.run_id} ({gpu_name(data.run)}{engine})")
+    lines += ["", md_cell("Measured: mean of the repeats with its 95% t interval. Runs: " + "; ".join(runs) + ".")]
+    return "\n".join(lines)
+
+
+def run_audit(study_paths: Sequence[Path], dbs: Sequence[Path], as_json: bool, markdown: bool = False) -> Audit:
     """The `studyc audit` command: load, score, print."""
     import click
 
     result = audit_studies(load_studies(list(study_paths)), dbs)
     if as_json:
         click.echo(json.dumps(json_rows(result), indent=2, default=str))
+    elif markdown:
+        click.echo(markdown_table(result))
     else:
         print_table(result)
     return result

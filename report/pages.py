@@ -19,6 +19,7 @@ from report import charts
 from report.audit import fmt, fmt_pct
 from report.results import RunData
 from report.scoring import NOT_CALIBRATED, Score, hardware_pair, model_dir, serving_dtypes, verdict_counts
+from report.seed import SeedNote, seed_note
 
 DOWNLOADS = (("points", "csv"), ("points", "parquet"), ("requests", "csv"), ("requests", "parquet"),
              ("checks", "csv"))
@@ -152,6 +153,7 @@ class StudyPage:
     has_run: bool
     calibrated: bool
     counts: tuple[VerdictCount, ...]
+    seed: SeedNote | None  # "Against the seed": None when no hypothesis quotes its seed
     models: tuple[ModelBlock, ...]
     base_engine: tuple[Fact, ...]
     arms: tuple[ArmRow, ...]
@@ -348,6 +350,7 @@ def study_page(loaded: LoadedStudy, data: RunData | None, scores: Sequence[Score
         root="../../", title=meta.title, study_id=meta.id, question=meta.question, notes=meta.notes,
         source=meta.source, study_path=str(loaded.path), has_run=data is not None,
         calibrated=hardware_pair(study, data.run if data else None)[2], counts=counts_of(scores),
+        seed=seed_note(loaded, scores, data.run if data else None),
         models=_models(loaded, data), base_engine=tuple(Fact(f"--{k.replace('_', '-')}", _value(v))
                                                         for k, v in sorted(study.engine.items())),
         arms=_arms(study), workloads=_workloads(study), load=_load(study), provenance=_provenance(loaded, data),

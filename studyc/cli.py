@@ -132,11 +132,14 @@ _DBS = click.option("--db", "dbs", multiple=True, type=click.Path(path_type=Path
 @click.argument("studies", nargs=-1, required=True, type=click.Path(path_type=Path))
 @_DBS
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per hypothesis.")
-def audit(studies: tuple[Path, ...], dbs: tuple[Path, ...], as_json: bool) -> None:
+@click.option("--markdown", is_flag=True, help="Print a GitHub-markdown table: claim, seed, prediction, measured, verdict.")
+def audit(studies: tuple[Path, ...], dbs: tuple[Path, ...], as_json: bool, markdown: bool) -> None:
     """Score each hypothesis against the latest run: predicted vs measured, with a verdict (exit 0 even if refuted)."""
     from report.audit import run_audit
 
-    run_audit(studies, dbs, as_json)
+    if as_json and markdown:
+        raise click.UsageError("give at most one of --json and --markdown")
+    run_audit(studies, dbs, as_json, markdown)
 
 
 @main.command()

@@ -1,0 +1,218 @@
+"""The "Against the seed" note of a study page: for every hypothesis quoting its seed study (`source`),
+one sentence of what the seed said, what this run measured on its GPU and whether it held, and one
+summary sentence for the study. Pure: scores and run provenance in, sentences out (model configs are
+read for the roofline fraction).
+
+A batch-1 output-throughput hypothesis also gets the measured fraction of the weight-streaming ceiling,
+`roofline.decode_tokens_per_s(batch=1, context=input_len + output_len/2)`, at the run's calibrated
+bandwidth and at the spec sheet's: the seed states its own result that way (e.g. "81.1 % of the
+bandwidth ceiling (H100)").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from compiler.hardware import Hardware
+from compiler.load import LoadedStudy
+from compiler.modelmath import ModelError, load_model
+from compiler.predict_env import build_env
+from compiler.select import sides
+from compiler.study import Hypothesis
+from report import units
+from report.scoring import Score, Verdict, hardware_pair, model_dir, serving_dtypes
+
+# What a verdict means for the seed's claim, in plain words.
+HELD: dict[str, str] = {
+    "confirmed": "held",
+    "refuted": "did not hold",
+    "inconclusive": "could not tell (inconclusive)",
+    "invalid": "not trustworthy (invalid)",
+    "not run": "not run",
+}
+
+
+@dataclass(frozen=True)
+class Fraction:
+    """Measured tok/s over one card's batch-1 roofline."""
+
+    ceiling: str  # "calibrated" | "spec-sheet"
+    card: str  # the hardware entry, e.g. "h200"
+    bandwidth_Bps: float
+    roofline_tok_s: float
+    fraction: float
+    ci_low: float | None
+    ci_high: float | None
+
+    @property
+    def text(self) -> str:
+        ci = ""
+        if self.ci_low is not None and self.ci_high is not None and self.ci_low != self.ci_high:
+            ci = f" (95% CI {100 * self.ci_low:.1f}–{100 * self.ci_high:.1f}%)"
+        bandwidth = f"{self.bandwidth_Bps / 1e9:,.0f} GB/s"
+        at = f"the measured {bandwidth}" if self.ceiling == "calibrated" else f"the {self.card} sheet's {bandwidth}"
+        roof = units.quantity(self.roofline_tok_s, "tok/s")
+        return f"{100 * self.fraction:.1f}%{ci} of the {self.ceiling} ceiling ({roof} at {at})"
+
+
+@dataclass(frozen=True)
+class SeedLine:
+    """One hypothesis against its seed: the parts (for the page) and the whole sentence (`text`)."""
+
+    hypothesis: str
+    anchor: str
+    claim: str
+    seed: str  # the seed's own figure or words, quoted
+    gpu: str  # "NVIDIA H200", "CPU", "" (no run)
+    measured: str  # "189.3 tok/s (95% CI 187.5–191.0 tok/s; spread 188.6–190.0 tok/s; n = 3)"
+    fractions: tuple[Fraction, ...]
+    prediction: str  # our prediction of it, in display units
+    verdict: Verdict
+    held: str  # HELD[verdict]
+    reason: str  # why invalid / not run, when it is
+
+    @property
+    def fraction_text(self) -> str:
+        return " and ".join(f.text for f in self.fractions)
+
+    # The sentence in three parts, so a page can mark the verdict up: said, got, "judged: held (reason)."
+    @property
+    def said(self) -> str:
+        return f"the seed said “{self.seed}”."
+
+    @property
+    def got(self) -> str:
+        if not self.measured:
+            return "Not measured."
+        got = f"On the {self.gpu}: {self.measured}"
+        if self.fractions:
+            got += f", {self.fraction_text}"
+        return got + "."
+
+    @property
+    def judged(self) -> str:
+        return f"Against our prediction ({self.prediction}):"
+
+    @property
+    def because(self) -> str:
+        return f" ({self.reason})" if self.reason else ""
+
+    @property
+    def text(self) -> str:
+        """The whole line: `hypothesis: said got judged held (reason).`"""
+        return f"{self.hypothesis}: {self.said} {self.got} {self.judged} {self.held}{self.because}."
+
+
+@dataclass(frozen=True)
+class SeedNote:
+    gpu: str
+    summary: str
+    lines: tuple[SeedLine, ...]
+
+
+def gpu_name(run: dict[str, Any] | None) -> str:
+    """The accelerator a run measured on, as its provenance names it; "" without a run."""
+    if not run:
+        return ""
+    return str(run.get("gpu_name") or "CPU (no GPU)")
+
+
+def seed_note(loaded: LoadedStudy, scores: Sequence[Score], run: dict[str, Any] | None) -> SeedNote | None:
+    """The note for one study scored against one run (None: not run); None when no hypothesis has a source."""
+    by_id = {h.id: h for h in loaded.study.hypothesis}
+    gpu = gpu_name(run)
+    lines = tuple(_line(loaded, by_id[s.hypothesis], s, run, gpu) for s in scores
+                  if s.hypothesis in by_id and by_id[s.hypothesis].source.strip())
+    if not lines:
+        return None
+    return SeedNote(gpu=gpu, summary=summary([line.verdict for line in lines], gpu), lines=lines)
+
+
+def summary(verdicts: Sequence[str], gpu: str) -> str:
+    """"2 of 5 seed claims held on the NVIDIA H200; for 3 we could not tell (inconclusive)."."""
+    total = len(verdicts)
+    claims = f"seed claim{'s' if total != 1 else ''}"
+    if not gpu:
+        return f"No run yet: none of the {total} {claims} has been measured."
+    count = {v: sum(1 for x in verdicts if x == v) for v in HELD}
+
+    def were(n: int) -> str:
+        return "was" if n == 1 else "were"
+
+    rest = []
+    if count["refuted"]:
+        rest.append(f"{count['refuted']} did not hold")
+    if count["inconclusive"]:
+        rest.append(f"for {count['inconclusive']} we could not tell (inconclusive)")
+    if count["invalid"]:
+        rest.append(f"{count['invalid']} {were(count['invalid'])} not trustworthy (invalid: a point failed a check)")
+    if count["not run"]:
+        rest.append(f"{count['not run']} {were(count['not run'])} not run")
+    head = f"{count['confirmed']} of {total} {claims} held on the {gpu}"
+    return "; ".join([head, *rest]) + "."
+
+
+def _line(loaded: LoadedStudy, hyp: Hypothesis, s: Score, run: dict[str, Any] | None, gpu: str) -> SeedLine:
+    measured = "" if s.measured is None else units.measured(s, spread=True, n=True)
+    return SeedLine(
+        hypothesis=s.hypothesis, anchor=f"h-{s.hypothesis}", claim=s.claim, seed=hyp.source.strip(), gpu=gpu,
+        measured=measured, fractions=roofline_fractions(loaded, hyp, s, run), prediction=units.prediction(s),
+        verdict=s.verdict, held=HELD[s.verdict], reason=_reason(s, run),
+    )
+
+
+def _reason(s: Score, run: dict[str, Any] | None) -> str:
+    if s.verdict == "invalid":
+        failed = sorted({n.split("failed check ", 1)[1] for n in s.notes if "failed check " in n})
+        points = sum(1 for n in s.notes if "failed check " in n or ": status " in n or "server failed" in n)
+        what = f"the {', '.join(failed)} check" if failed else "a check or did not finish"
+        return f"{points} of its points failed {what}" if points else "a point it rests on failed a check"
+    if s.verdict == "not run":
+        return "no run in the results database(s)" if run is None else "not measured in this run"
+    return ""
+
+
+def roofline_fractions(
+    loaded: LoadedStudy, hyp: Hypothesis, s: Score, run: dict[str, Any] | None
+) -> tuple[Fraction, ...]:
+    """Measured batch-1 tok/s / the model library's roofline, calibrated then spec sheet; () where the
+    hypothesis is not a plain output_throughput at concurrency 1, or nothing was measured."""
+    study = loaded.study
+    if hyp.metric != "output_throughput" or hyp.predict.ratio is not None or s.measured is None:
+        return ()
+    if study.load.concurrency is None:
+        return ()
+    try:
+        target, _ = sides(study, hyp)
+    except ValueError:
+        return ()
+    if target.level is None or target.level != 1 or target.workload not in study.workloads:
+        return ()
+    folder = model_dir(loaded, target.arm)
+    cal, spec, calibrated = hardware_pair(study, run)
+    if folder is None or spec is None or cal is None:
+        return ()
+    try:
+        shape = load_model(folder)
+    except ModelError:
+        return ()
+    dtype, kv = serving_dtypes(study, target.arm, shape)
+    workload = study.workloads[target.workload]
+    context = workload.input_len + workload.output_len / 2
+
+    def fraction(label: str, hw: Hardware) -> Fraction | None:
+        roof = build_env(shape, hw, dtype=dtype, kv_dtype=kv)["roofline.decode_tokens_per_s"]
+        assert callable(roof)
+        tok_s = float(roof(1, context))
+        if not (tok_s > 0 and math.isfinite(tok_s)):
+            return None
+        assert s.measured is not None
+        return Fraction(label, spec.name, hw.bandwidth_Bps, tok_s, s.measured / tok_s,
+                        None if s.ci_low is None else s.ci_low / tok_s,
+                        None if s.ci_high is None else s.ci_high / tok_s)
+
+    cards = ([("calibrated", cal)] if calibrated else []) + [("spec-sheet", spec)]
+    return tuple(f for label, hw in cards if (f := fraction(label, hw)) is not None)
