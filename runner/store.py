@@ -315,7 +315,7 @@ class Store:
         if fmt == "parquet":
             import pyarrow.parquet as pq
 
-            pq.write_table(arrow, str(path))
+            pq.write_table(arrow, str(path), compression="zstd", compression_level=9)
         elif fmt == "csv":
             import pyarrow.csv as pcsv
 
