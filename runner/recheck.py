@@ -11,23 +11,10 @@ from pathlib import Path
 
 from compiler.plan import Plan
 from runner import checks as checks_mod
+from runner.loadgen import RequestRecord
 from runner.store import Store
 from runner.summary import halves_gap, summarize
 from studyc import __version__
-
-
-@dataclass(frozen=True)
-class StoredRecord:
-    warmup: bool
-    scheduled_s: float
-    sent_s: float
-    first_token_s: float | None
-    end_s: float
-    token_times_s: tuple[float, ...]
-    prompt_tokens: int
-    output_tokens: int
-    chunks: int
-    ok: bool
 
 
 @dataclass
@@ -49,11 +36,12 @@ def recheck(db: Path) -> RecheckReport:
                 if step is None or row.status != "ok":
                     continue
                 records = [
-                    StoredRecord(
-                        warmup=bool(r["warmup"]), scheduled_s=r["scheduled_s"], sent_s=r["sent_s"],
-                        first_token_s=r["first_token_s"], end_s=r["end_s"],
+                    RequestRecord(
+                        index=r["idx"], warmup=bool(r["warmup"]), scheduled_s=r["scheduled_s"],
+                        sent_s=r["sent_s"], first_token_s=r["first_token_s"], end_s=r["end_s"],
                         token_times_s=tuple(r["token_times_s"] or ()), prompt_tokens=r["prompt_tokens"] or 0,
                         output_tokens=r["output_tokens"] or 0, chunks=r["chunks"] or 0, ok=bool(r["ok"]),
+                        error=r["error"], status=r["status"],
                     )
                     for r in store.request_records(run["run_id"], row.point_id)
                 ]

@@ -265,6 +265,21 @@ class Store:
             out[table] = int(row[0]) if row else 0
         return out
 
+    def request_records(self, run_id: str, point_id: str) -> list[dict[str, Any]]:
+        """Every request of a point with its token times, in order (to recompute statistics)."""
+        return self._dicts(
+            "SELECT * FROM requests WHERE run_id = ? AND point_id = ? ORDER BY warmup DESC, idx", [run_id, point_id]
+        )
+
+    def replace_checks(
+        self, run_id: str, point_id: str, values: dict[str, Any], checks: Sequence[dict[str, Any]]
+    ) -> None:
+        """Store recomputed statistics and checks of one point, in one transaction."""
+        with self.transaction():
+            self._update("points", {"run_id": run_id, "point_id": point_id}, values)
+            self.con.execute("DELETE FROM checks WHERE run_id = ? AND point_id = ?", [run_id, point_id])
+            self._insert_many("checks", checks)
+
     # -- merging --------------------------------------------------------------------------------
 
     def merge_from(self, other: Path) -> dict[str, int]:

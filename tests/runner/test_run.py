@@ -169,3 +169,26 @@ def test_sigint_stops_cleanly(tmp_path: Path) -> None:
         run = store.latest_run("faults")
         assert run["status"] == "interrupted"
         assert store.point_rows(run["run_id"])[0].point_id == "faults/good/w/c1/r1"
+
+
+def test_recheck_recomputes_checks_from_stored_records(quickstart_db: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from runner.recheck import recheck
+
+    db = tmp_path / "copy.duckdb"
+    shutil.copy(quickstart_db, db)
+    assert recheck(db).changed == 0  # the stored checks are what the records say
+    with Store(db) as store:
+        run_id = store.latest_run("quickstart")["run_id"]
+        point = store.point_rows(run_id)[0]
+        bogus = {"run_id": run_id, "point_id": point.point_id, "name": "littles_law", "passed": False,
+                 "severity": "fail", "value": 1.0, "threshold": 0.03, "detail": "tampered"}
+        store.replace_checks(run_id, point.point_id, {"valid": False}, [bogus])
+    report = recheck(db)
+    assert report.changed == 1 and point.point_id in report.details[0]
+    with Store(db, read_only=True) as store:
+        restored = [c for c in store.checks(run_id) if c["point_id"] == point.point_id]
+        assert {c["name"] for c in restored} >= {"littles_law", "errors", "output_exact"}
+        assert next(c for c in restored if c["name"] == "littles_law")["passed"]
+        assert store.point_rows(run_id)[0].valid
