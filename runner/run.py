@@ -6,7 +6,6 @@ later be spread over GPUs or dispatched elsewhere without reshaping this loop.
 
 from __future__ import annotations
 
-import os
 import platform
 import socket
 import subprocess
@@ -301,4 +300,7 @@ def _account(report: RunReport, outcome: PointOutcome) -> None:
 
 
 def default_runs_dir(db: Path) -> Path:
-    return Path(os.environ.get("STUDYC_RUNS_DIR", str(db.parent / "runs")))
+    from studyc.settings import load_settings
+
+    configured = load_settings().runs_dir
+    return Path(configured) if configured else db.parent / "runs"

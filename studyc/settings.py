@@ -79,6 +79,9 @@ class Settings(BaseSettings):
         default="127.0.0.1", description="Engines bind here only; nothing listens beyond loopback."
     )
     gpu_index: int = Field(default=0, ge=0, description="NVML index of the GPU to sample and calibrate.")
+    runs_dir: str | None = Field(
+        default=None, description="Folder for server logs of each run; default: `runs/` beside the database."
+    )
     client_cpus: str = Field(
         default="auto",
         description="CPUs for the load generator's workers: 'auto' (every CPU but 0 when no GPU is "

@@ -15,8 +15,8 @@ from click.testing import CliRunner
 
 from report.site import build_site
 from studyc.cli import main
+from tests.fixtures_run import QUICKSTART
 from tests.report.browser import chromium, chromium_missing
-from tests.report.conftest import QUICKSTART
 
 EVIL = '<script>alert(1)</script>'
 
@@ -113,7 +113,7 @@ def test_pages_and_downloads_exist(site: Path) -> None:
     import pyarrow.parquet as pq
 
     points = pq.read_table(site / "studies/quickstart/data/points.parquet")
-    assert points.num_rows == 8 and "output_throughput" in points.column_names
+    assert points.num_rows == 12 and "output_throughput" in points.column_names
     requests = pq.read_table(site / "studies/quickstart/data/requests.parquet")
     assert requests.num_rows >= 8 * 8 and "token_times_s" in requests.column_names
 

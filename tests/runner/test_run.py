@@ -84,9 +84,9 @@ def test_quickstart_fills_every_table(quickstart_db: Path) -> None:
         run = store.latest_run("quickstart")
         assert run is not None and run["status"] == "complete"
         counts = store.counts(run["run_id"])
-        assert counts["runs"] == 1 and counts["servers"] == 2 and counts["points"] == 8
-        assert counts["requests"] == 2 * (2 * (8 + 16) + 4 * 2)  # measured + warmup, both arms
-        assert counts["checks"] >= 8 * 6 and counts["telemetry"] > 0
+        assert counts["runs"] == 1 and counts["servers"] == 2 and counts["points"] == 12
+        assert counts["requests"] == 2 * 6 * (8 + 2)  # both arms, 6 points each, measured + warmup
+        assert counts["checks"] >= 12 * 6 and counts["telemetry"] > 0
         rows = store.point_rows(run["run_id"])
         assert all(r.status == "ok" for r in rows)
         for row in rows:
