@@ -10,6 +10,7 @@ import hashlib
 import tomllib
 import types
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,7 @@ def load_study(path: str | Path) -> LoadedStudy:
     return load_studies([path])[0]
 
 
-def load_studies(paths: list[str | Path] | tuple[str | Path, ...]) -> list[LoadedStudy]:
+def load_studies(paths: Sequence[str | Path]) -> list[LoadedStudy]:
     """Load every study; raise one SpecError listing every problem of every file."""
     loaded: list[LoadedStudy] = []
     problems: list[Problem] = []

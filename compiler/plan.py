@@ -204,12 +204,12 @@ def _points(
                 }
                 estimate = _estimate_point_s(params, shape, hardware, kv_dtype)
                 out.append(
-                    PointStep(
-                        id=f"{study.study.id}/{arm}/{wname}/{label}/r{repeat}",
-                        estimated_s=estimate,
-                        fingerprint=fingerprint(params),
+                    PointStep.model_validate({
+                        "id": f"{study.study.id}/{arm}/{wname}/{label}/r{repeat}",
+                        "estimated_s": estimate,
+                        "fingerprint": fingerprint(params),
                         **params,
-                    )
+                    })
                 )
     return out
 

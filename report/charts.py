@@ -176,7 +176,9 @@ def audit_scatter(rows: Sequence[Row]) -> alt.LayerChart:
                  alt.Tooltip("verdict:N"), alt.Tooltip("predicted:Q", format=".4g"),
                  alt.Tooltip("measured:Q", format=".4g")],
     )
-    return alt.layer(diagonal, band, ci, dots).properties(width=WIDTH, height=WIDTH)
+    chart = alt.layer(diagonal, band, ci, dots)
+    assert isinstance(chart, alt.LayerChart)  # a FacetChart only when the layers carry facet encodings
+    return chart.properties(width=WIDTH, height=WIDTH)
 
 
 def _verdict_scale() -> alt.Scale:

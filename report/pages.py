@@ -624,7 +624,7 @@ def _roofline(loaded: LoadedStudy, data: RunData) -> tuple[Chart | None, str]:
         except ModelError as exc:
             return None, str(exc)
         shapes[arm] = (shape, *serving_dtypes(study, arm, shape))
-    points = []
+    points: list[dict[str, Any]] = []
     for p in data.points:
         tput = p.metric("output_throughput")
         if p.status != "ok" or not tput or p.arm not in shapes or p.workload not in study.workloads:

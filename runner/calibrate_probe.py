@@ -12,6 +12,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 
@@ -19,7 +20,7 @@ def _emit(doc: dict[str, Any]) -> None:
     print(json.dumps(doc), flush=True)
 
 
-def _time_ms(torch, fn, repeats: int) -> list[float]:  # type: ignore[no-untyped-def]
+def _time_ms(torch: Any, fn: Callable[[], object], repeats: int) -> list[float]:
     out = []
     for _ in range(repeats):
         start = torch.cuda.Event(enable_timing=True)
@@ -32,7 +33,7 @@ def _time_ms(torch, fn, repeats: int) -> list[float]:  # type: ignore[no-untyped
     return out
 
 
-def _copy_ms(torch, dev, n: int, warmup: int, repeats: int) -> list[float]:  # type: ignore[no-untyped-def]
+def _copy_ms(torch: Any, dev: Any, n: int, warmup: int, repeats: int) -> list[float]:
     """Device-to-device copies of n bytes (buffers freed on return)."""
     src = torch.empty(n, dtype=torch.uint8, device=dev)
     src.random_(0, 256)
@@ -43,7 +44,7 @@ def _copy_ms(torch, dev, n: int, warmup: int, repeats: int) -> list[float]:  # t
     return _time_ms(torch, lambda: dst.copy_(src), repeats)
 
 
-def _matmul_ms(torch, dev, m: int, warmup: int, repeats: int) -> list[float]:  # type: ignore[no-untyped-def]
+def _matmul_ms(torch: Any, dev: Any, m: int, warmup: int, repeats: int) -> list[float]:
     """m x m x m bf16 matmuls on random data (zeros would let the hardware idle)."""
     a = torch.randn(m, m, device=dev, dtype=torch.bfloat16)
     b = torch.randn(m, m, device=dev, dtype=torch.bfloat16)

@@ -386,6 +386,7 @@ class _Worker:
             if reused and not conn.got and conn.err is not None and conn.err.startswith("connection closed"):
                 continue
             break
+        assert conn is not None  # each pass binds a connection or returns
         end = conn.end
         err = conn.err
         scan = conn.scan
@@ -792,12 +793,12 @@ def run_load(
 
     # Split: closed-loop slots and warmup evenly; open-loop arrivals round-robin in time order.
     offsets = arrival_times(n, rate_rps, arrival=arrival, burstiness=burstiness, seed=seed) \
-        if open_loop else None
+        if rate_rps is not None else None
     wconc = concurrency if concurrency is not None else max(len(wspecs), 1)
     plans = []
     for w in range(nw):
-        if open_loop:
-            share = tuple((i, offsets[i]) for i in range(w, n, nw))  # type: ignore[index]
+        if offsets is not None:  # open loop
+            share = tuple((i, offsets[i]) for i in range(w, n, nw))
             cap = _share(concurrency, w, nw) if concurrency is not None else None
         else:
             share = None
@@ -837,17 +838,17 @@ def _assemble(rows: list[_Row], specs: Sequence[RequestSpec], wspecs: Sequence[R
     records: list[RequestRecord] = []
     for pool, count, warm in ((seen_w, len(wspecs), True), (seen_m, len(specs), False)):
         for i in range(count):
-            r = pool.get(i)
-            if r is None:  # never sent (point timeout) or lost with a dead worker
+            row = pool.get(i)
+            if row is None:  # never sent (point timeout) or lost with a dead worker
                 sched = first_sent + offsets[i] if (offsets is not None and not warm) else t_fill
                 why = NOT_SENT if timed_out else "lost: worker process died"
                 records.append(RequestRecord(i, warm, sched, t_fill, None, t_fill, (), 0, 0, 0, False,
                                              why, None))
                 continue
             records.append(RequestRecord(
-                index=r[0], warmup=r[1], scheduled_s=r[2], sent_s=r[3], first_token_s=r[4], end_s=r[5],
-                token_times_s=_expand(r[6]), prompt_tokens=r[7], output_tokens=r[8], chunks=r[9],
-                ok=r[10], error=r[11], status=r[12],
+                index=row[0], warmup=row[1], scheduled_s=row[2], sent_s=row[3], first_token_s=row[4],
+                end_s=row[5], token_times_s=_expand(row[6]), prompt_tokens=row[7], output_tokens=row[8],
+                chunks=row[9], ok=row[10], error=row[11], status=row[12],
             ))
     measured = [r for r in records if not r.warmup and r.error != NOT_SENT]
     w0 = min((r.sent_s for r in measured), default=t_fill)

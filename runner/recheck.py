@@ -25,7 +25,8 @@ class RecheckReport:
 
 
 def recheck(db: Path) -> RecheckReport:
-    report = RecheckReport(details=[])
+    details: list[str] = []
+    report = RecheckReport(details=details)
     with Store(db) as store:
         for run in store.runs():
             plan = Plan.model_validate_json(run["plan_json"])
@@ -60,7 +61,7 @@ def recheck(db: Path) -> RecheckReport:
                 report.points += 1
                 if old != new:
                     report.changed += 1
-                    report.details.append(f"{row.point_id}: {sorted(old - new)} -> {sorted(new - old)}")
+                    details.append(f"{row.point_id}: {sorted(old - new)} -> {sorted(new - old)}")
                 values = {k: v for k, v in summary.items() if k in row.values} | {"valid": valid, "flagged": flagged}
                 rows = [{"run_id": run["run_id"], "point_id": row.point_id, **c.row()} for c in found]
                 store.replace_checks(run["run_id"], row.point_id, values, rows)

@@ -303,7 +303,12 @@ class Store:
                     cur = self.con.execute(
                         f"INSERT INTO {table} SELECT * FROM {alias}.{table} WHERE run_id IN ({marks})", new
                     )
-                    copied[table] = int(cur.fetchone()[0]) if cur.description else 0
+                    if cur.description:
+                        row = cur.fetchone()
+                        assert row is not None  # an INSERT with a result returns its one count row
+                        copied[table] = int(row[0])
+                    else:
+                        copied[table] = 0
             return copied | {"runs_new": len(new)}
         finally:
             self.con.execute(f"DETACH {alias}")

@@ -12,16 +12,37 @@ from typing import Any, Protocol
 
 
 class Record(Protocol):
-    warmup: bool
-    scheduled_s: float
-    sent_s: float
-    first_token_s: float | None
-    end_s: float
-    token_times_s: tuple[float, ...]
-    prompt_tokens: int
-    output_tokens: int
-    chunks: int
-    ok: bool
+    """What summaries read from a request record; read-only, so frozen dataclasses satisfy it."""
+
+    @property
+    def warmup(self) -> bool: ...
+
+    @property
+    def scheduled_s(self) -> float: ...
+
+    @property
+    def sent_s(self) -> float: ...
+
+    @property
+    def first_token_s(self) -> float | None: ...
+
+    @property
+    def end_s(self) -> float: ...
+
+    @property
+    def token_times_s(self) -> tuple[float, ...]: ...
+
+    @property
+    def prompt_tokens(self) -> int: ...
+
+    @property
+    def output_tokens(self) -> int: ...
+
+    @property
+    def chunks(self) -> int: ...
+
+    @property
+    def ok(self) -> bool: ...
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

@@ -5,6 +5,8 @@ Anything that is not a StudycError is a bug and shows its traceback.
 
 from __future__ import annotations
 
+from typing import IO, Any
+
 import click
 
 
@@ -19,7 +21,7 @@ class SpecError(StudycError):
 
     exit_code = 2
 
-    def show(self, file=None) -> None:  # type: ignore[no-untyped-def]
+    def show(self, file: IO[Any] | None = None) -> None:
         click.echo(self.format_message(), err=True)
 
 

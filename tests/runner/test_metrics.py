@@ -156,7 +156,7 @@ def test_poller_sees_a_running_request(vllm_server: VllmServer, tiny_model_dir: 
     with MetricsPoller(vllm_server.base_url, vllm_server.api_key, interval_s=0.1) as poller:
         time.sleep(0.3)
         with _held_request(vllm_server, tiny_model_dir, seed=4):
-            time.sleep(0.5)
+            time.sleep(1.5)  # several scrapes while it runs, even on a loaded machine
         time.sleep(0.3)
     rows = poller.samples
     assert len(rows) >= 5
