@@ -137,7 +137,7 @@ def test_every_relative_link_resolves_and_nothing_is_external(site: Path) -> Non
 def test_study_page_content(site: Path) -> None:
     page = parse(site / "studies/quickstart/index.html")
     text = " ".join(" ".join(page.text).split())
-    for hyp in ("batching-helps", "cold-means-cold", "kept-cache-hits", "decode-pace"):
+    for hyp in ("batching-helps", "cold-means-cold", "kept-cache-hits", "fast-first-token"):
         assert f"h-{hyp}" in page.ids
     for want in ("Does batching raise throughput", "Provenance", "Calibration vs spec sheet",
                  "prefix cache kept between points", "--max-num-seqs", "tiny-qwen3"):
@@ -229,7 +229,7 @@ def test_cli_audit_json_and_merge(quickstart_db: Path, tmp_path: Path) -> None:
     result = runner.invoke(main, ["audit", str(QUICKSTART), "--db", str(quickstart_db), "--json"])
     assert result.exit_code == 0, result.output
     rows = json.loads(result.output)
-    assert [r["hypothesis"] for r in rows] == ["batching-helps", "cold-means-cold", "kept-cache-hits", "decode-pace"]
+    assert [r["hypothesis"] for r in rows] == ["batching-helps", "cold-means-cold", "kept-cache-hits", "fast-first-token"]
     for key in ("study", "hypothesis", "claim", "metric", "predicted", "predicted_spec", "measured", "ci_low",
                 "ci_high", "spread_low", "spread_high", "n", "error", "verdict", "checks", "run_id"):
         assert all(key in r for r in rows), key
