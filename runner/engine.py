@@ -316,7 +316,10 @@ class VllmServer:
         except OSError as exc:
             self._log.close()
             self._log = None
-            raise EngineError(f"cannot run the engine command {shlex.join(self.command)!r}: {exc}") from exc
+            raise EngineError(
+                f"cannot run the engine command {shlex.join(self.command)!r}: {exc} "
+                "(set STUDYC_VLLM to the command that starts vLLM, e.g. .venv-vllm/bin/vllm)"
+            ) from exc
         _LIVE.add(self)
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
