@@ -80,3 +80,28 @@ def test_schema_is_json_schema() -> None:
     assert schema["title"] == "Study"
     assert "hypothesis" in schema["properties"]
     assert schema["additionalProperties"] is False
+
+
+def _variant(tmp_path: Path, old: str, new: str) -> Path:
+    text = (ROOT / "studies/quickstart.toml").read_text().replace('path = "../models/tiny-qwen3"',
+                                                                   f'path = "{ROOT / "models/tiny-qwen3"}"')
+    assert old in text
+    path = tmp_path / "variant.toml"
+    path.write_text(text.replace(old, new))
+    return path
+
+
+def test_server_per_point_starts_a_fresh_server_for_every_point(tmp_path: Path) -> None:
+    plan = compile_study(load_study(_variant(tmp_path, 'cache = "reset"', 'cache = "reset"\nserver = "per-point"')))
+    assert len(plan.servers) == len(plan.points) == 12
+    assert all(len(s.points) == 1 for s in plan.servers)
+    assert plan.servers[0].id == "quickstart/cold/short/c1/r1"
+
+
+def test_rate_ladder_compiles_open_loop_points(tmp_path: Path) -> None:
+    path = _variant(tmp_path, "concurrency = [1, 4]", 'rate = [2.5, 10]\narrival = "gamma"\nburstiness = 0.5')
+    path.write_text(path.read_text().replace("concurrency = 4", "rate = 10").replace("concurrency = 1", "rate = 2.5"))
+    plan = compile_study(load_study(path))
+    point = plan.servers[0].points[1]
+    assert point.id == "quickstart/cold/short/rate10/r1"
+    assert point.concurrency is None and point.rate_rps == 10.0 and point.arrival == "gamma"
