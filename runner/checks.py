@@ -75,7 +75,7 @@ def evaluate(
     wt = thresholds.warmup_tolerance
     out.append(Check(
         "warmup_sufficient", halves_gap is not None and halves_gap <= wt, "warn", halves_gap, wt,
-        f"time per output token, first vs second half of the window: gap {_pct(halves_gap)}",
+        f"time per output token: the first half of the window was {_pct(halves_gap)} slower than the second",
     ))
     chunks = summary.get("chunk_throughput")
     if client_ceiling_chunks_per_s:

@@ -159,8 +159,9 @@ def concurrency_error(measured: Sequence[Record], concurrency: int) -> float | N
 
 
 def halves_gap(records: Sequence[Record]) -> float | None:
-    """Relative gap of mean time-per-output-token between the first and second half of the
-    measured requests (by send time): a large gap means the warmup did not reach steady state."""
+    """How much slower (relative) the first half of the measured requests, by send time, produced
+    tokens than the second half. An under-warmed engine (CUDA graphs still being captured, caches
+    cold) is slow early; a first half that is *faster* is not a warmup problem, so the gap is signed."""
     ok = sorted((r for r in records if r.ok and not r.warmup), key=lambda r: r.sent_s)
     tpots = [
         (r.end_s - r.first_token_s) / (r.output_tokens - 1)
@@ -173,7 +174,7 @@ def halves_gap(records: Sequence[Record]) -> float | None:
     first, second = mean(tpots[:half]), mean(tpots[half:])
     if not first or not second:
         return None
-    return abs(first - second) / max(first, second)
+    return (first - second) / second
 
 
 def telemetry_summary(samples: Sequence[dict[str, Any]], output_tokens: int) -> dict[str, Any]:

@@ -94,3 +94,6 @@ def test_halves_gap_sees_a_slow_start() -> None:
     assert halves_gap(slow) > 0.4
     steady = [Rec(i, i + 1.0, output_tokens=11) for i in range(4)]
     assert halves_gap(steady) == pytest.approx(0.0, abs=1e-9)
+    # A first half that is faster than the second is no sign of a missing warmup.
+    slow_end = [Rec(i, i + (1.0 if i < 2 else 2.0), output_tokens=11) for i in range(4)]
+    assert halves_gap(slow_end) < 0
