@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run studies on an offline GPU host with the vLLM bundle of ../shared/gpu (see README, "On a GPU").
 #
-#   bash scripts/gpu/device.sh unpack            # after the bundle's pieces arrived: unpack, check, warm
+#   bash scripts/gpu/device.sh unpack [STUDY...] # after the bundle's pieces arrived: unpack and check
 #   bash scripts/gpu/device.sh run STUDY...      # run studies/STUDY.toml, one DuckDB file each
 #
 # Wheels carried in .whl/ (scripts/offline_wheels.sh) are installed into /tmp/site. Results go to
@@ -19,26 +19,13 @@ export STUDYC_VLLM="python3 -m vllm.entrypoints.cli.main"
 stage=${1:?unpack|run}; shift
 case "$stage" in
   unpack)
+    # After the bundle's last piece arrived: extract it, then check the engine, NVML and calibration.
     [ -d .vb ] && bash .vb/scripts/device_unpack.sh .vb /tmp/vsite
     nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
     python3 -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)" 2>&1 | tail -1
+    python3 -c "from runner.nvml import gpu_info; from runner.calibrate import calibrate
+print(gpu_info(0)); print(calibrate(['python3']))" 2>&1 | tail -2
     for s in "$@"; do python3 -m studyc plan "studies/$s.toml" | head -4; done
-    # Warm torch.compile's cache (kept under ~/.cache while the machine is held): later starts are faster.
-    python3 - <<'PY'
-import time
-from pathlib import Path
-from compiler.load import load_study
-from compiler.plan import compile_study
-from runner.engine import VllmServer
-from runner.tokenizer import ensure_tokenizer
-plan = compile_study(load_study("studies/decode_roofline.toml"))
-for step in plan.servers:
-    ensure_tokenizer(step.model_dir)
-    t0 = time.monotonic()
-    with VllmServer(step.argv, env=step.env, log_path=Path(f"/tmp/results/warm-{step.arm}.log")) as server:
-        info = server.info
-        print(f"warm start {step.arm}: {info.startup_s:.1f} s, KV {info.kv_capacity_tokens} tokens, vllm {info.vllm_version}")
-PY
     ;;
   run)
     for s in "$@"; do
