@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,7 +72,9 @@ def print_table(result: Audit) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    console = Console()
+    # A terminal gets its own width; a pipe or a CI log gets room for the whole table.
+    wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+    console = Console(width=150 if wide else None)
     for study_id in sorted({s.study_id for s in result.scores}):
         scores = [s for s in result.scores if s.study_id == study_id]
         run_id = next((s.run_id for s in scores if s.run_id), None)
