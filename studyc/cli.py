@@ -85,42 +85,49 @@ def model(path: Path, batch: int, context: int | None, kv_dtype: str, hardware: 
 
 
 @main.command()
-@click.argument("study", type=click.Path(path_type=Path))
+@click.argument("studies", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--db", type=click.Path(path_type=Path), default=DEFAULT_DB, show_default=True,
               help="Results database (DuckDB file).")
-@click.option("--resume", is_flag=True, help="Continue the study's latest run, skipping points already committed.")
+@click.option("--resume", is_flag=True, help="Continue each study's latest run, skipping points already committed.")
 @click.option("--keep-going", is_flag=True, help="Continue past a failed server or point; report them at the end.")
 @click.option("--dry-run", is_flag=True, help="Print what would run, start nothing.")
 @click.option("--no-calibrate", is_flag=True, help="Skip the bandwidth/matmul calibration at run start.")
-def run(study: Path, db: Path, resume: bool, keep_going: bool, dry_run: bool, no_calibrate: bool) -> None:
-    """Carry out a study against real vLLM servers and store every measurement in DuckDB."""
-    from compiler.load import load_study
+def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry_run: bool, no_calibrate: bool) -> None:
+    """Carry out studies against real vLLM servers and store every measurement in DuckDB.
+
+    Every study file is validated and compiled before the first server starts.
+    """
+    from compiler.load import load_studies
     from compiler.plan import compile_study
     from compiler.plan_table import format_plan
 
-    plan = compile_study(load_study(study))
+    plans = [compile_study(loaded) for loaded in load_studies(list(studies))]
     if dry_run:
-        click.echo(format_plan(plan), nl=False)
+        click.echo("\n".join(format_plan(plan) for plan in plans), nl=False)
         return
     from runner.run import RunOptions, default_runs_dir, run_plan
     from studyc.progress import LiveProgress
 
     options = RunOptions(db=db, resume=resume, keep_going=keep_going, runs_dir=default_runs_dir(db),
                          calibrate=not no_calibrate)
-    try:
-        report = run_plan(plan, options, LiveProgress())
-    except KeyboardInterrupt:
-        click.echo("interrupted: servers stopped, committed points kept (use --resume to continue)", err=True)
-        sys.exit(130)
-    click.echo(
-        f"run {report.run_id}: {report.points_done} point(s) measured, {report.points_skipped} skipped, "
-        f"wall {report.wall_s:.1f} s (measurement windows {report.window_s:.1f} s) -> {db}"
-    )
-    for label, items in (("failed", report.points_failed), ("servers failed", report.servers_failed),
-                         ("invalid (a check failed)", report.invalid), ("flagged", report.flagged)):
-        if items:
-            click.echo(f"  {label}: {', '.join(items)}")
-    if report.points_failed or report.servers_failed:
+    failed = False
+    for plan in plans:
+        try:
+            report = run_plan(plan, options, LiveProgress())
+        except KeyboardInterrupt:
+            click.echo("interrupted: servers stopped, committed points kept (use --resume to continue)", err=True)
+            sys.exit(130)
+        click.echo(
+            f"run {report.run_id} ({plan.study_id}): {report.points_done} point(s) measured, "
+            f"{report.points_skipped} skipped, wall {report.wall_s:.1f} s "
+            f"(measurement windows {report.window_s:.1f} s) -> {db}"
+        )
+        for label, items in (("failed", report.points_failed), ("servers failed", report.servers_failed),
+                             ("invalid (a check failed)", report.invalid), ("flagged", report.flagged)):
+            if items:
+                click.echo(f"  {label}: {', '.join(items)}")
+        failed = failed or bool(report.points_failed or report.servers_failed)
+    if failed:
         sys.exit(1)
 
 

@@ -105,3 +105,13 @@ def test_rate_ladder_compiles_open_loop_points(tmp_path: Path) -> None:
     point = plan.servers[0].points[1]
     assert point.id == "quickstart/cold/short/rate10/r1"
     assert point.concurrency is None and point.rate_rps == 10.0 and point.arrival == "gamma"
+
+
+def test_run_dry_run_prints_every_plan_and_validates_all_first() -> None:
+    result = CliRunner().invoke(main, ["run", "studies/quickstart.toml", "studies/fp8_kv.toml", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert "plan quickstart:" in result.output and "plan fp8-kv:" in result.output
+    # A bad file anywhere in the list stops the run before any server starts.
+    bad = CliRunner().invoke(main, ["run", "studies/quickstart.toml", "tests/compiler/bad/unknown_key.toml"])
+    assert bad.exit_code == 2
+    assert "load.concurency: unknown key" in bad.output and "server" not in bad.output
