@@ -194,7 +194,7 @@ class Store:
             return
         import pyarrow as pa
 
-        cols = list(rows[0])
+        cols = list(dict.fromkeys(c for r in rows for c in r))  # rows may differ in keys (nvml vs metrics)
         data = pa.table({c: [_clean(r.get(c)) for r in rows] for c in cols})
         self.con.register("_incoming", data)
         try:

@@ -97,3 +97,18 @@ def test_halves_gap_sees_a_slow_start() -> None:
     # A first half that is faster than the second is no sign of a missing warmup.
     slow_end = [Rec(i, i + (1.0 if i < 2 else 2.0), output_tokens=11) for i in range(4)]
     assert halves_gap(slow_end) < 0
+
+
+def test_store_keeps_every_column_of_mixed_telemetry_rows(tmp_path) -> None:
+    from runner.store import Store
+
+    with Store(tmp_path / "t.duckdb") as store:
+        point = {"run_id": "r", "point_id": "p", "status": "ok"}
+        rows = [
+            {"run_id": "r", "point_id": "p", "source": "nvml", "t_s": 0.0, "power_w": 300.0},
+            {"run_id": "r", "point_id": "p", "source": "metrics", "t_s": 0.1, "kv_cache_usage": 0.5, "running": 3.0},
+        ]
+        store.commit_point(point, [], [], rows)
+        got = {r["source"]: r for r in store.telemetry("r")}
+    assert got["nvml"]["power_w"] == 300.0 and got["nvml"]["kv_cache_usage"] is None
+    assert got["metrics"]["kv_cache_usage"] == 0.5 and got["metrics"]["running"] == 3.0
