@@ -75,9 +75,13 @@ def _reset(endpoint: Endpoint) -> bool:
     return False
 
 
-def _load(endpoint: Endpoint, point: PointStep, specs: list[RequestSpec], cpus: tuple[int, ...] | None) -> Any:
+def _load(
+    endpoint: Endpoint, point: PointStep, specs: list[RequestSpec], cpus: tuple[int, ...] | None,
+    warmup: list[RequestSpec] | None = None,
+) -> Any:
+    """Measured requests, or (with `warmup`) warmup requests alone, which the load generator flags."""
     return run_load(
-        endpoint.base_url, endpoint.model, specs, api_key=endpoint.api_key,
+        endpoint.base_url, endpoint.model, specs, warmup=warmup or (), api_key=endpoint.api_key,
         concurrency=point.concurrency, rate_rps=point.rate_rps, arrival=point.arrival,
         burstiness=point.burstiness, seed=point.prompt_seed, request_timeout_s=point.request_timeout_s,
         point_timeout_s=point.point_timeout_s, cpus=cpus,
@@ -98,8 +102,8 @@ def run_point(point: PointStep, endpoint: Endpoint, ctx: PointContext) -> PointO
     try:
         warm: list[RequestRecord] = []
         if point.warmup:
-            warm = list(_load(endpoint, point, _requests(point, point.warmup, "warmup"), ctx.client_cpus).records)
-            warm = [_as_warmup(r) for r in warm]
+            warmup = _requests(point, point.warmup, "warmup")
+            warm = list(_load(endpoint, point, [], ctx.client_cpus, warmup=warmup).records)
         phase("warmup")
         if point.cache == "reset":
             out.reset_ok = _reset(endpoint)
@@ -131,18 +135,15 @@ def run_point(point: PointStep, endpoint: Endpoint, ctx: PointContext) -> PointO
     }
     samples = nvml.samples
     nvml_rows = [
-        {"sm_clock_mhz": _mhz(s.sm_clock_hz), "mem_clock_mhz": _mhz(s.mem_clock_hz), "power_w": s.power_w,
-         "temp_c": s.temperature_c, "energy_mj": None if s.energy_j is None else s.energy_j * 1000.0}
-        for s in samples
-    ]
-    summary |= telemetry_summary(nvml_rows, summary.get("output_tokens", 0))
-    out.summary = summary
-    out.telemetry = [
         {"source": "nvml", "t_s": s.t_s - ctx.clock_origin_s, "sm_clock_mhz": _mhz(s.sm_clock_hz),
          "mem_clock_mhz": _mhz(s.mem_clock_hz), "power_w": s.power_w, "temp_c": s.temperature_c,
          "mem_used_bytes": s.memory_used_bytes, "gpu_util": s.gpu_util_frac}
         for s in samples
-    ] + [
+    ]
+    energy = [s.energy_j for s in samples if s.energy_j is not None]
+    summary |= telemetry_summary(nvml_rows, energy, summary.get("output_tokens", 0))
+    out.summary = summary
+    out.telemetry = nvml_rows + [
         {"source": "metrics", "t_s": s.t_s - ctx.clock_origin_s, "kv_cache_usage": s.kv_cache_usage_perc,
          "running": s.num_requests_running, "waiting": s.num_requests_waiting}
         for s in poller.samples
@@ -163,10 +164,3 @@ def run_point(point: PointStep, endpoint: Endpoint, ctx: PointContext) -> PointO
 def _mhz(hz: float | None) -> float | None:
     return None if hz is None else hz / 1e6
 
-
-def _as_warmup(record: RequestRecord) -> RequestRecord:
-    if record.warmup:
-        return record
-    import dataclasses
-
-    return dataclasses.replace(record, warmup=True)

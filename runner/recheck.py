@@ -32,6 +32,9 @@ def recheck(db: Path) -> RecheckReport:
             plan = Plan.model_validate_json(run["plan_json"])
             steps = {p.id: p for p in plan.points}
             ceiling = run.get("client_ceiling_chunks_per_s")
+            stored: dict[str, set[tuple[str, bool]]] = {}
+            for check in store.checks(run["run_id"]):
+                stored.setdefault(check["point_id"], set()).add((check["name"], check["passed"]))
             for row in store.point_rows(run["run_id"]):
                 step = steps.get(row.point_id)
                 if step is None or row.status != "ok":
@@ -48,7 +51,6 @@ def recheck(db: Path) -> RecheckReport:
                 ]
                 measured = [r for r in records if not r.warmup]
                 summary = summarize(measured, step.concurrency)
-                summary |= {k: row.values.get(k) for k in ("prefix_hit_rate",)}
                 found = checks_mod.evaluate(
                     step, summary, thresholds=plan.checks, reset_ok=row.values.get("reset_ok"),
                     hit_rate=row.values.get("prefix_hit_rate"),
@@ -56,7 +58,7 @@ def recheck(db: Path) -> RecheckReport:
                     halves_gap=halves_gap(measured), client_ceiling_chunks_per_s=ceiling,
                 )
                 valid, flagged = checks_mod.verdict(found)
-                old = {(c["name"], c["passed"]) for c in store.checks(run["run_id"]) if c["point_id"] == row.point_id}
+                old = stored.get(row.point_id, set())
                 new = {(c.name, c.passed) for c in found}
                 report.points += 1
                 if old != new:

@@ -177,8 +177,11 @@ def halves_gap(records: Sequence[Record]) -> float | None:
     return (first - second) / second
 
 
-def telemetry_summary(samples: Sequence[dict[str, Any]], output_tokens: int) -> dict[str, Any]:
-    """Means and totals of NVML samples over a point (empty without a GPU)."""
+def telemetry_summary(
+    samples: Sequence[dict[str, Any]], energy_j: Sequence[float], output_tokens: int
+) -> dict[str, Any]:
+    """Means and totals of NVML telemetry rows over a point (empty without a GPU); `energy_j` is
+    NVML's total-energy counter at each sample."""
     def col(name: str) -> list[float]:
         return [s[name] for s in samples if s.get(name) is not None]
 
@@ -188,8 +191,7 @@ def telemetry_summary(samples: Sequence[dict[str, Any]], output_tokens: int) -> 
         "mem_clock_mean_mhz": mean(col("mem_clock_mhz")),
         "temp_max_c": max(col("temp_c"), default=None),
     }
-    energy = col("energy_mj")
-    out["energy_j"] = (energy[-1] - energy[0]) / 1000.0 if len(energy) >= 2 else None
+    out["energy_j"] = energy_j[-1] - energy_j[0] if len(energy_j) >= 2 else None
     out["energy_per_token_j"] = (
         out["energy_j"] / output_tokens if out["energy_j"] is not None and output_tokens else None
     )
