@@ -32,6 +32,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 from urllib.parse import urlsplit
 
+from runner.records import RequestRecord
 from runner.sse import ProtocolError, ResponseScanner
 
 __all__ = [
@@ -57,30 +58,6 @@ class RequestSpec:
 
     prompt_ids: tuple[int, ...]
     max_tokens: int
-
-
-@dataclass(frozen=True, slots=True)
-class RequestRecord:
-    """What happened to one request. Times are `time.monotonic()` seconds.
-
-    `token_times_s` holds the arrival time of each content-bearing SSE chunk (a chunk can carry
-    several tokens); chunks that arrived in the same socket read share one timestamp, which is the
-    earliest moment the client could know of them. Token counts come from the final `usage` event.
-    """
-
-    index: int
-    warmup: bool
-    scheduled_s: float
-    sent_s: float
-    first_token_s: float | None
-    end_s: float
-    token_times_s: tuple[float, ...]
-    prompt_tokens: int
-    output_tokens: int
-    chunks: int
-    ok: bool
-    error: str | None
-    status: int | None
 
 
 @dataclass(frozen=True)
