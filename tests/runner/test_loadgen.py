@@ -1,15 +1,14 @@
-"""The load generator against the loopback instrument (and its bytes-level reader on real vLLM bytes):
-exact counts, record fields, failures recorded never raised, timeouts, closed-loop concurrency,
-open-loop arrivals."""
+"""The load generator against the loopback instrument: exact counts, record fields, failures
+recorded never raised, timeouts, closed-loop concurrency, open-loop arrivals, a quiet Ctrl-C."""
 
 from __future__ import annotations
 
 import asyncio
-import itertools
-import math
-import random
+import os
+import signal
 import socket
-import statistics
+import subprocess
+import sys
 import time
 
 import pytest
@@ -19,41 +18,13 @@ from runner.loadgen import (
     POINT_TIMEOUT,
     TIMEOUT,
     LoadResult,
-    RequestRecord,
     RequestSpec,
     arrival_times,
     auto_workers,
     make_prompts,
     run_load,
 )
-from runner.sse import ResponseScanner
-
-# A real `vllm serve` 0.32 (CPU, tiny Qwen3) answer: 8 tokens in 6 chunks, then usage and [DONE].
-VLLM_RAW = (
-    b"HTTP/1.1 200 OK\r\ndate: Sun, 29 Nov 2026 22:58:01 GMT\r\nserver: uvicorn\r\n"
-    b"content-type: text/event-stream; charset=utf-8\r\nvary: Origin\r\ntransfer-encoding: chunked\r\n\r\n"
-    + b"".join(
-        b"%x\r\n%s\r\n" % (len(ev), ev)
-        for ev in [
-            b'data: {"id":"cmpl-91f7c4be4be9d00f","object":"text_completion","created":1795993082,"model":'
-            b'"/tmp/lg/tiny","choices":[{"index":0,"text":"%s","logprobs":null,"finish_reason":%s,'
-            b'"stop_reason":null,"prompt_token_ids":null,"token_ids":null}]}\n\n' % (text, fin)
-            for text, fin in [
-                (b" w4042", b"null"), (b" w3454", b"null"), (b" w4042 w3454", b"null"),
-                (b" w4042", b"null"), (b" w3454", b"null"), (b" w4042 w3454", b'"length"'),
-            ]
-        ]
-        + [
-            (
-                b'data: {"id":"cmpl-91f7c4be4be9d00f","object":"text_completion","created":1795993082,"model":'
-                b'"/tmp/lg/tiny","choices":[],"usage":{"prompt_tokens":64,"total_tokens":72,"completion_tokens":8,'
-                b'"prompt_tokens_details":{"cached_tokens":0}},"system_fingerprint":"vllm-0.32.0-5bbd9e62"}\n\n'
-            ),
-            b"data: [DONE]\n\n",
-        ]
-    )
-    + b"0\r\n\r\n"
-)
+from runner.records import RequestRecord
 
 
 def specs(n: int, max_tokens: int, *, input_len: int = 16, salt: str = "") -> list[RequestSpec]:
@@ -69,72 +40,6 @@ def max_overlap(records: list[RequestRecord]) -> int:
         cur += d
         best = max(best, cur)
     return best
-
-
-# ----------------------------------------------------------------------------- the byte reader
-def scan_all(raw: bytes, cuts: list[int]) -> tuple[ResponseScanner, int]:
-    sc = ResponseScanner()
-    total = 0
-    prev = 0
-    for c in [*cuts, len(raw)]:
-        total += sc.feed(raw[prev:c])
-        prev = c
-    return sc, total
-
-
-def test_reader_on_real_vllm_bytes_at_every_split_point() -> None:
-    for cut in range(1, len(VLLM_RAW)):
-        sc, n = scan_all(VLLM_RAW, [cut])
-        assert (n, sc.chunks, sc.output_tokens, sc.prompt_tokens) == (6, 6, 8, 64), cut
-        assert sc.complete and sc.done_seen and sc.keep_alive and sc.failure() is None
-
-
-def test_reader_byte_by_byte_and_random_splits() -> None:
-    sc, n = scan_all(VLLM_RAW, list(range(1, len(VLLM_RAW))))
-    assert (n, sc.output_tokens, sc.complete) == (6, 8, True)
-    rng = random.Random(5)
-    for _ in range(200):
-        cuts = sorted(rng.sample(range(1, len(VLLM_RAW)), rng.randrange(1, 30)))
-        sc, n = scan_all(VLLM_RAW, cuts)
-        assert (n, sc.output_tokens, sc.done_seen, sc.complete) == (6, 8, True, True)
-
-
-def test_reader_counts_events_split_across_http_chunks() -> None:
-    # A server may cut an SSE event anywhere between HTTP chunks; counts must not change.
-    body = VLLM_RAW.split(b"\r\n\r\n", 1)[1]
-    events = b""
-    rest = body
-    while True:
-        line, _, rest = rest.partition(b"\r\n")
-        size = int(line, 16)
-        if not size:
-            break
-        events += rest[:size]
-        rest = rest[size + 2:]
-    head = VLLM_RAW.split(b"\r\n\r\n", 1)[0] + b"\r\n\r\n"
-    rechunked = b"".join(b"%x;ext=1\r\n%s\r\n" % (7, events[i:i + 7]) if len(events[i:i + 7]) == 7
-                         else b"%x\r\n%s\r\n" % (len(events[i:i + 7]), events[i:i + 7])
-                         for i in range(0, len(events), 7))
-    sc, n = scan_all(head + rechunked + b"0\r\nx-trailer: 1\r\n\r\n", [100, 333])
-    assert (n, sc.output_tokens, sc.done_seen, sc.complete) == (6, 8, True, True)
-
-
-def test_reader_content_length_and_http_errors() -> None:
-    body = b'{"error":{"message":"boom","code":500}}'
-    sc, n = scan_all(b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body),
-                     [20])
-    assert n == 0 and sc.complete and sc.status == 500
-    assert sc.failure() == f"HTTP 500 Internal Server Error: {body.decode()}"
-
-
-def test_reader_flags_error_event_and_missing_done() -> None:
-    err = b'data: {"error": {"message": "Internal server error", "type": "InternalServerError"}}\n\n'
-    raw = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n%x\r\n%s\r\n" % (len(err), err) + b"0\r\n\r\n"
-    sc, _ = scan_all(raw, [])
-    assert sc.failure() == "stream error: Internal server error"
-    cut = VLLM_RAW.replace(b"e\r\ndata: [DONE]\n\n\r\n", b"")
-    sc, _ = scan_all(cut, [])
-    assert sc.complete and sc.failure() == "stream ended without data: [DONE]"
 
 
 # ------------------------------------------------------------------------------- the generator
@@ -290,27 +195,6 @@ def test_open_loop_with_a_cap_and_two_workers() -> None:
     assert stats["max_in_flight"] <= 3 and max_overlap(list(res.records)) <= 3
 
 
-def test_arrival_processes() -> None:
-    n, rate = 20_000, 50.0
-
-    def gaps(kind: str, b: float = 1.0, seed: int = 1) -> list[float]:
-        t = arrival_times(n, rate, arrival=kind, burstiness=b, seed=seed)
-        return [y - x for x, y in itertools.pairwise(t)]
-
-    assert arrival_times(3, rate)[0] == 0.0
-    for kind, b, cv in (("poisson", 1.0, 1.0), ("gamma", 0.5, math.sqrt(2)), ("gamma", 4.0, 0.5)):
-        g = gaps(kind, b)
-        mean = statistics.fmean(g)
-        assert mean == pytest.approx(1 / rate, rel=0.03), kind
-        assert statistics.pstdev(g) / mean == pytest.approx(cv, rel=0.05), (kind, b)
-    assert {round(x, 12) for x in gaps("constant")} == {round(1 / rate, 12)}
-    assert gaps("poisson", seed=1) == gaps("poisson", seed=1) != gaps("poisson", seed=2)
-    with pytest.raises(ValueError):
-        arrival_times(3, 0.0)
-    with pytest.raises(ValueError):
-        arrival_times(3, 1.0, arrival="uniformish")
-
-
 def test_run_load_from_async_code() -> None:
     with Instrument() as inst:
         async def main() -> LoadResult:
@@ -336,41 +220,57 @@ def test_auto_workers_scale_with_streams_and_cpus() -> None:
     assert auto_workers(None, 5.0, 100, cpus=16) == 1
 
 
-# ------------------------------------------------------------------------------------ prompts
-def test_make_prompts_exact_deterministic_and_unique() -> None:
-    a = make_prompts(300, 40, vocab_lo=4, vocab_hi=4096, seed=1)
-    assert a == make_prompts(300, 40, vocab_lo=4, vocab_hi=4096, seed=1)
-    assert a != make_prompts(300, 40, vocab_lo=4, vocab_hi=4096, seed=2)
-    assert all(len(p) == 40 and all(4 <= t < 4096 for t in p) for p in a)
-    assert len({p[0] for p in a}) == 300  # no two share even a first token
-
-
-def test_make_prompts_shared_prefix_then_distinct() -> None:
-    a = make_prompts(50, 64, vocab_lo=4, vocab_hi=4096, seed=1, prefix_len=32)
-    assert len({p[:32] for p in a}) == 1
-    assert len({p[32] for p in a}) == 50
-
-
-def test_make_prompts_more_than_the_vocabulary() -> None:
-    a = make_prompts(40, 8, vocab_lo=0, vocab_hi=10, seed=0)
-    assert len({p[:2] for p in a}) == 40
-    with pytest.raises(ValueError):
-        make_prompts(11, 1, vocab_lo=0, vocab_hi=10, seed=0)
-    with pytest.raises(ValueError):
-        make_prompts(2, 4, vocab_lo=0, vocab_hi=10, seed=0, prefix_len=5)
-
-
-def test_salts_share_no_prefix() -> None:
-    measured = make_prompts(100, 48, vocab_lo=4, vocab_hi=4096, seed=9, prefix_len=16)
-    warm = make_prompts(100, 48, vocab_lo=4, vocab_hi=4096, seed=9, prefix_len=16, salt="warmup")
-    assert measured[0][:16] != warm[0][:16]
-    assert not {p[:16] for p in measured} & {p[:16] for p in warm}
-    plain_m = make_prompts(100, 48, vocab_lo=4, vocab_hi=4096, seed=9)
-    plain_w = make_prompts(100, 48, vocab_lo=4, vocab_hi=4096, seed=9, salt="warmup")
-    assert not {p[:4] for p in plain_m} & {p[:4] for p in plain_w}
-
-
 def test_instrument_config_roundtrip_used_by_tests() -> None:
     # keyword overrides build on a config
     inst = Instrument(InstrumentConfig(itl_s=0.5), fail_every=2)
     assert inst.cfg.itl_s == 0.5 and inst.cfg.fail_every == 2
+
+
+# ------------------------------------------------------------------------------------ Ctrl-C
+# A point run by a separate process, as `studyc run` runs one: worker processes streaming from the
+# instrument, then Ctrl-C (SIGINT to the whole process group, as a terminal sends it).
+_INTERRUPTED_DRIVER = """
+import sys
+from runner.loadgen import RequestSpec, make_prompts, run_load
+prompts = make_prompts(66, 16, vocab_lo=4, vocab_hi=4096, seed=1)
+specs = [RequestSpec(p, 5000) for p in prompts[:64]]
+warmup = [RequestSpec(p, 2) for p in prompts[64:]]
+try:
+    run_load(sys.argv[1], "m", specs, concurrency=8, workers=int(sys.argv[2]), warmup=warmup)
+except KeyboardInterrupt:
+    print("interrupted", file=sys.stderr)
+    sys.exit(130)
+print("finished", file=sys.stderr)
+"""
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(p) for p in fh.read().split()]
+    except OSError:
+        return []
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_ctrl_c_during_a_point_is_quiet(workers: int) -> None:
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with Instrument(itl_s=0.002) as inst:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _INTERRUPTED_DRIVER, inst.base_url, str(workers)],
+            cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        )
+        deadline = time.monotonic() + 30
+        # measuring: more requests than the warmup's two have reached the instrument
+        while inst.stats()["requests"] < 6 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.02)
+        assert inst.stats()["in_flight"] > 0, "the point never started"
+        workers_seen = _children(proc.pid)
+        assert len(workers_seen) == workers
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert err.strip() == "interrupted"  # and nothing else: no traceback from any worker
+    for bad in ("Traceback", "Fatal error on transport", "BrokenPipeError", "KeyboardInterrupt"):
+        assert bad not in err
+    assert not any(os.path.exists(f"/proc/{p}") for p in workers_seen), "a worker outlived the point"
