@@ -42,6 +42,7 @@ class LoadedStudy:
     path: Path
     sha256: str
     lines: dict[str, int] = field(repr=False, compare=False)
+    warnings: tuple[Problem, ...] = field(default=(), compare=False)
 
     @property
     def directory(self) -> Path:
@@ -72,7 +73,7 @@ def load_studies(paths: Sequence[str | Path]) -> list[LoadedStudy]:
 
 def check_file(path: Path) -> tuple[LoadedStudy | None, list[Problem]]:
     """Validate one file: syntax, schema, then cross references. Never raises for user mistakes."""
-    from compiler.validate import cross_check
+    from compiler.validate import cross_check, study_warnings
 
     name = str(path)
     try:
@@ -95,8 +96,9 @@ def check_file(path: Path) -> tuple[LoadedStudy | None, list[Problem]]:
     try:
         study = Study.model_validate(data)
     except ValidationError as exc:
-        return None, [_schema_problem(name, lines, data, err) for err in exc.errors()]
-    loaded = LoadedStudy(study, path, hashlib.sha256(raw).hexdigest(), lines)
+        return None, schema_problems(name, lines, data, exc.errors())
+    warnings = tuple(Problem(name, line_of(lines, key), key, message) for key, message in study_warnings(study))
+    loaded = LoadedStudy(study, path, hashlib.sha256(raw).hexdigest(), lines, warnings)
     problems = [Problem(name, line_of(lines, key), key, message) for key, message in cross_check(loaded)]
     return (None if problems else loaded), problems
 
@@ -112,8 +114,78 @@ def _syntax_problem(name: str, exc: tomllib.TOMLDecodeError) -> Problem:
     return Problem(name, line or 1, "", f"TOML syntax: {message}")
 
 
-def _schema_problem(name: str, lines: dict[str, int], data: dict[str, Any], err: Any) -> Problem:
-    loc = tuple(part for part in err["loc"] if not _is_union_tag(part))
+_TYPE_MISMATCH = {"list_type", "string_type", "model_type", "int_type", "float_type", "dict_type", "bool_type",
+                  "int_parsing", "float_parsing", "tuple_type", "literal_error", "model_attributes_type"}
+
+
+def schema_problems(name: str, lines: dict[str, int], data: dict[str, Any], errors: list[Any]) -> list[Problem]:
+    """One problem per key. A union field (`requests = 8` or a list) fails once per member type in
+    pydantic; keep the member whose failure says something (a bound), else say which types fit."""
+    groups: dict[tuple[Any, ...], list[tuple[tuple[Any, ...], str | None, Any]]] = {}
+    for err in errors:
+        loc, tag, head = _split_tags(err["loc"], data, err["type"])
+        groups.setdefault(head if tag is not None else loc, []).append((loc, tag, err))
+    problems: list[Problem] = []
+    for members in groups.values():
+        if len(members) == 1 or members[0][1] is None:
+            problems += [_schema_problem(name, lines, loc, err) for loc, _, err in members]
+            continue
+        telling = [m for m in members if m[2]["type"] not in _TYPE_MISMATCH or len(m[0]) > len(_head(m))]
+        if telling:
+            loc, _, err = telling[0]
+            problems.append(_schema_problem(name, lines, loc, err))
+        else:
+            loc = members[0][0]
+            kinds = list(dict.fromkeys(_kind_of_tag(tag) for _, tag, _ in members))
+            problems.append(Problem(name, line_of(lines, dotted(loc)), dotted(loc), f"should be {' or '.join(kinds)}"))
+    return problems
+
+
+def _head(member: tuple[tuple[Any, ...], str | None, Any]) -> tuple[Any, ...]:
+    loc, tag, err = member
+    raw = tuple(err["loc"])
+    return raw[: raw.index(tag)] if tag in raw else loc
+
+
+def _split_tags(raw: Any, data: Any, kind: str) -> tuple[tuple[Any, ...], str | None, tuple[Any, ...]]:
+    """(location without union member tags, the first tag, the location before it).
+
+    A tag is a string part that is not a key of the data at that point (pydantic inserts the member
+    type's name: `constrained-int`, `list[constrained-int]`, `Where`, `str`)."""
+    loc: list[Any] = []
+    tag: str | None = None
+    head: tuple[Any, ...] = ()
+    current: Any = data
+    parts = list(raw)
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if isinstance(part, int) and isinstance(current, list) and 0 <= part < len(current):
+            current = current[part]
+            loc.append(part)
+        elif isinstance(part, str) and isinstance(current, dict) and part in current:
+            current = current[part]
+            loc.append(part)
+        elif isinstance(part, str) and (not last or kind != "missing") and _is_union_tag(part):
+            if tag is None:
+                tag, head = part, tuple(loc)
+        else:
+            loc.append(part)
+            current = None
+    return tuple(loc), tag, head
+
+
+def _kind_of_tag(tag: str | None) -> str:
+    if tag is None:
+        return "a value"
+    if tag.startswith(("list[", "tuple[")):
+        return "a list"
+    base = tag.removeprefix("constrained-")
+    return {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false"}.get(
+        base, "a table" if base[:1].isupper() else f"a {base}"
+    )
+
+
+def _schema_problem(name: str, lines: dict[str, int], loc: tuple[Any, ...], err: Any) -> Problem:
     path = dotted(loc)
     message = err["msg"]
     if err["type"] == "extra_forbidden":
@@ -126,12 +198,15 @@ def _schema_problem(name: str, lines: dict[str, int], data: dict[str, Any], err:
         message = "required key is missing"
     elif message.startswith("Value error, "):
         message = message[len("Value error, "):]
+    message = message.replace("Input should be", "should be")
     return Problem(name, line_of(lines, path), path, message)
 
 
 def _is_union_tag(part: str | int) -> bool:
-    """Pydantic adds the union member's type name (`str`, `Where`, `float`) to error locations."""
-    return isinstance(part, str) and (part in {"str", "int", "float", "Where"} or "[" in part)
+    """Pydantic adds the union member's type name (`str`, `Where`, `constrained-int`) to error locations."""
+    return isinstance(part, str) and (
+        part in {"str", "int", "float", "bool"} or part.startswith("constrained-") or "[" in part or part[:1].isupper()
+    )
 
 
 def _fields_at(loc: tuple[str | int, ...]) -> list[str]:

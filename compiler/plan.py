@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from compiler.load import LoadedStudy
-from compiler.study import Checks, Study
+from compiler.study import Checks, Prediction, Study
 from studyc.errors import PlanError
 
 SCHEMA_VERSION = 1
@@ -71,6 +71,35 @@ class ServerStep(Frozen):
     points: tuple[PointStep, ...]
 
 
+class HypothesisSide(Frozen):
+    """The points (or, for a server metric, the servers) one side of a prediction is measured on."""
+
+    arm: str
+    workload: str | None
+    concurrency: int | None
+    rate_rps: float | None
+    points: tuple[str, ...] = Field(description="Point ids, every repeat; empty for a server metric.")
+    servers: tuple[str, ...] = Field(description="Server ids the points run on (or the metric is read from).")
+
+
+class HypothesisStep(Frozen):
+    """A hypothesis resolved against the plan: the report scores it from these ids, never re-matching levels.
+
+    Measured: metric over `numerator`, divided by metric over `denominator` when the prediction is a ratio.
+    """
+
+    id: str
+    claim: str
+    metric: str
+    unit: str
+    level: Literal["point", "server"]
+    source: str
+    prediction: Prediction
+    points: tuple[str, ...] = Field(description="Every point id the measurement rests on (both sides).")
+    numerator: HypothesisSide
+    denominator: HypothesisSide | None
+
+
 class Plan(Frozen):
     schema_version: int = SCHEMA_VERSION
     study_id: str
@@ -82,6 +111,7 @@ class Plan(Frozen):
     servers: tuple[ServerStep, ...]
     estimated_s: float
     estimate_basis: str
+    hypotheses: tuple[HypothesisStep, ...] = ()
 
     @property
     def points(self) -> list[PointStep]:
@@ -121,21 +151,27 @@ def compile_study(loaded: LoadedStudy) -> Plan:
 
     study = loaded.study
     hardware = get_hardware(study.study.hardware)
+    # Paths in the plan are absolute, so the plan means the same from any working directory;
+    # fingerprints use them relative to the study file, so they don't depend on the checkout's place.
+    study_path = os.path.normpath(os.path.abspath(loaded.path))
+    directory = os.path.dirname(study_path)
     servers: list[ServerStep] = []
     for arm_name, arm in study.arms.items():
         if arm.replicas != 1:
             raise PlanError(f"{loaded.path}: arms.{arm_name}.replicas: several replicas per arm are not supported yet")
         model_rel = arm.model or study.model.path
-        model_dir = os.path.normpath(os.path.join(loaded.directory, model_rel)) if model_rel else None
+        model_dir = os.path.normpath(os.path.join(directory, model_rel)) if model_rel else None
         shape = load_model(model_dir) if model_dir else None
         options = {**study.engine, **arm.args}
         kv_dtype = str(options.get("kv_cache_dtype", options.get("kv-cache-dtype", "auto")))
-        argv, served = _serve_argv(loaded, model_dir, options)
+        served = _served_name(study, arm.model, model_dir)
+        argv = _serve_argv(study, directory, model_dir, served, options)
+        portable = _serve_argv(study, ".", model_dir and os.path.relpath(model_dir, directory), served, options)
         env = {**study.env, **arm.env}
         vocab_hi = shape.vocab_size if shape else 32000
         points = _points(study, arm_name, arm.cache or study.load.cache, vocab_hi, shape, hardware, kv_dtype)
         start_s = 25.0 if hardware.name == "cpu" else 90.0
-        server_fp = fingerprint({"argv": argv, "env": env})
+        server_fp = fingerprint({"argv": portable, "env": env})
         if study.load.server == "per-point":
             for point in points:
                 tail = point.id.split("/", 2)[2]
@@ -158,7 +194,7 @@ def compile_study(loaded: LoadedStudy) -> Plan:
     return Plan(
         study_id=study.study.id,
         title=study.study.title,
-        study_path=str(loaded.path),
+        study_path=study_path,
         study_sha256=loaded.sha256,
         hardware=hardware.name,
         checks=study.checks,
@@ -168,17 +204,60 @@ def compile_study(loaded: LoadedStudy) -> Plan:
             f"server start {servers[0].estimated_start_s:.0f} s; decode at 75% of the {hardware.name} "
             "spec-sheet bandwidth roofline, with a per-step floor; prefill ignored"
         ),
+        hypotheses=tuple(_hypotheses(study, servers)),
     )
 
 
-def _serve_argv(loaded: LoadedStudy, model_dir: str | None, options: dict[str, Any]) -> tuple[list[str], str]:
-    spec = loaded.study.model
-    served = spec.name or os.path.basename(model_dir or "model")
+def _served_name(study: Study, arm_model: str | None, model_dir: str | None) -> str:
+    """The study's `model.name` serves the study's model; an arm's own model folder serves under its own name."""
+    if arm_model is not None:
+        return os.path.basename(os.path.normpath(arm_model))
+    return study.model.name or os.path.basename(model_dir or "model")
+
+
+def _serve_argv(
+    study: Study, directory: str, model_dir: str | None, served: str, options: dict[str, Any]
+) -> list[str]:
+    spec = study.model
     argv = ["serve", model_dir or served, "--served-model-name", served, "--load-format", spec.load_format]
     argv += ["--dtype", spec.dtype]
     if spec.tokenizer is not None:
-        argv += ["--tokenizer", os.path.normpath(os.path.join(loaded.directory, spec.tokenizer))]
-    return argv + cli_args(options), served
+        argv += ["--tokenizer", os.path.normpath(os.path.join(directory, spec.tokenizer))]
+    return argv + cli_args(options)
+
+
+def _hypotheses(study: Study, servers: list[ServerStep]) -> list[HypothesisStep]:
+    from compiler.metrics import METRICS
+    from compiler.select import Target, sides
+
+    def side(target: Target, level: str) -> HypothesisSide:
+        on = [s for s in servers if s.arm == target.arm]
+        points = [
+            p.id for s in on for p in s.points
+            if level == "point" and p.workload == target.workload and p.level == target.level
+        ]
+        hosts = [s.id for s in on if level == "server" or any(p.id in points for p in s.points)]
+        closed = study.load.concurrency is not None
+        return HypothesisSide(
+            arm=target.arm, workload=target.workload,
+            concurrency=int(target.level) if closed and target.level is not None else None,
+            rate_rps=None if closed or target.level is None else float(target.level),
+            points=tuple(points), servers=tuple(hosts),
+        )
+
+    out: list[HypothesisStep] = []
+    for hyp in study.hypothesis:
+        metric = METRICS[hyp.metric]
+        top, bottom = sides(study, hyp)
+        numerator = side(top, metric.level)
+        denominator = side(bottom, metric.level) if bottom is not None else None
+        out.append(HypothesisStep(
+            id=hyp.id, claim=hyp.claim, metric=hyp.metric, unit=metric.unit, level=metric.level,
+            source=hyp.source, prediction=hyp.predict,
+            points=numerator.points + (denominator.points if denominator else ()),
+            numerator=numerator, denominator=denominator,
+        ))
+    return out
 
 
 def _points(

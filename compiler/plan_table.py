@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from compiler.plan import Plan
+from compiler.plan import HypothesisSide, HypothesisStep, Plan
 
 
 def _duration(seconds: float) -> str:
@@ -33,4 +33,36 @@ def format_plan(plan: Plan) -> str:
                 f"  {p.id:<44} {cache:<6} {p.requests:>8} {p.warmup:>6} {shape:>11} {_duration(p.estimated_s):>8}"
             )
         lines.append("")
+    for hyp in plan.hypotheses:
+        lines.append(f"hypothesis {hyp.id}: {hyp.metric} {_sides(hyp)}")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _sides(hyp: HypothesisStep) -> str:
+    def count(side: HypothesisSide) -> str:
+        if hyp.level == "server":
+            return f"{len(side.servers)} server(s)"
+        return f"{len(side.points)} point(s)"
+
+    if hyp.denominator is None:
+        return f"on {count(hyp.numerator)}"
+    return f"ratio of {count(hyp.numerator)} over {count(hyp.denominator)}"
+
+
+def markdown_plan(plan: Plan) -> str:
+    """The plan as GitHub markdown: one row per point, then the hypotheses and their points."""
+    lines = [
+        f"**{plan.study_id}**: {plan.title} ({len(plan.servers)} server(s), {len(plan.points)} point(s), "
+        f"estimated {_duration(plan.estimated_s)} on {plan.hardware})",
+        "",
+        "| server | point | cache | requests | warmup | in/out | est |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
+    for server in plan.servers:
+        for p in server.points:
+            lines.append(f"| {server.id} | {p.id} | {p.cache} | {p.requests} | {p.warmup} | "
+                         f"{p.input_len}/{p.output_len} | {_duration(p.estimated_s)} |")
+    if plan.hypotheses:
+        lines += ["", "| hypothesis | metric | measured on |", "|---|---|---|"]
+        lines += [f"| {h.id} | {h.metric} | {_sides(h)} |" for h in plan.hypotheses]
+    return "\n".join(lines)

@@ -57,10 +57,11 @@ def resolve(study: Study, where: Where, metric: str) -> Target:
     if not found:
         raise ValueError("selector matches no point of the plan")
     dims = []
+    level_key = "concurrency" if study.load.concurrency is not None else "rate"
     for name, values in (
         ("arm", {t.arm for t in found}),
         ("workload", {t.workload for t in found}),
-        ("level", {t.level for t in found}),
+        (level_key, {t.level for t in found}),
     ):
         if len(values) > 1:
             dims.append(f"{name} ({', '.join(sorted(f'{v:g}' if isinstance(v, float) else str(v) for v in values))})")

@@ -124,6 +124,11 @@ class Load(Strict):
     )
     request_timeout_s: float = Field(default=600.0, gt=0, description="A request running longer is failed.")
     point_timeout_s: float | None = Field(default=None, gt=0, description="Bound on one point's wall time.")
+    burst: bool = Field(
+        default=False,
+        description="Closed loop with requests <= concurrency is one wave, not a steady state: validation "
+        "warns unless this is true (measure a single burst on purpose).",
+    )
 
     @model_validator(mode="after")
     def _one_ladder(self) -> Load:

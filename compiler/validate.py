@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterator
-from functools import cache
 from pathlib import Path
 from typing import Any
 
+from compiler.engine_options import option_table, value_problem
 from compiler.metrics import METRICS
 from compiler.select import merge, resolve
 from compiler.study import Study, Where
@@ -22,16 +22,33 @@ def cross_check(loaded: Any) -> list[Finding]:
     """Every cross-reference problem of a schema-valid study (`LoadedStudy`)."""
     study: Study = loaded.study
     return [
+        *_check_hardware(study),
         *_check_models(study, loaded.directory),
         *_check_engine_keys(study),
         *_check_hypotheses(study),
     ]
 
 
-@cache
+def study_warnings(study: Study) -> list[Finding]:
+    """Things that are allowed but probably not meant; printed by validate and plan, never fatal."""
+    load = study.load
+    if load.concurrency is None or load.burst:
+        return []
+    found: list[Finding] = []
+    for index, level in enumerate(load.concurrency):
+        requests = load.requests_at(index)
+        if requests <= level:
+            key = f"load.requests[{index}]" if isinstance(load.requests, list) else "load.requests"
+            found.append((
+                key,
+                f"{requests} requests at concurrency {level} is one wave, not a steady state: give more "
+                "requests than the concurrency, or set load.burst = true to measure one wave on purpose",
+            ))
+    return found
+
+
 def vllm_options() -> frozenset[str]:
-    text = (Path(__file__).parent / "vllm_serve_options.txt").read_text()
-    return frozenset(line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#"))
+    return frozenset(option_table())
 
 
 def option_name(key: str) -> str:
@@ -54,6 +71,22 @@ def _check_engine_keys(study: Study) -> Iterator[Finding]:
                 yield path, f"unknown `vllm serve` option{hint}"
             elif isinstance(value, list) and any(isinstance(v, dict) for v in value):
                 yield path, "lists of tables are not `vllm serve` values"
+            else:
+                problem = value_problem(name, value)
+                if problem:
+                    yield path, f"`--{name}` {problem}"
+
+
+def _check_hardware(study: Study) -> Iterator[Finding]:
+    from compiler.hardware import HARDWARE, HardwareError, get_hardware
+
+    try:
+        get_hardware(study.study.hardware)
+    except HardwareError:
+        hint = _did_you_mean(study.study.hardware.lower(), HARDWARE)
+        yield "study.hardware", (
+            f"unknown hardware {study.study.hardware!r}{hint} (known: {', '.join(sorted(HARDWARE))})"
+        )
 
 
 def _check_models(study: Study, directory: Path) -> Iterator[Finding]:
@@ -96,7 +129,7 @@ def _check_hypotheses(study: Study) -> Iterator[Finding]:
                     break
                 if isinstance(side, Where):
                     yield from _check_where(study, side, key)
-                sides.append((key if i else f"{base}.where", merge(hyp.where, side)))
+                sides.append((f"{key}[{i}]", merge(hyp.where, side)))
             else:
                 if ratio[0] == ratio[1]:
                     yield f"{base}.predict.ratio", "numerator and denominator are the same"

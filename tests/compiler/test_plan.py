@@ -25,13 +25,61 @@ def _at_root(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_plan_golden_json(name: str) -> None:
     result = CliRunner().invoke(main, ["plan", f"studies/{name}.toml", "--json"])
     assert result.exit_code == 0, result.output
-    check_golden(ROOT / "tests/compiler/golden" / f"plan_{name}.json", result.output)
+    # Plan paths are absolute; the golden file holds them relative to the checkout.
+    check_golden(ROOT / "tests/compiler/golden" / f"plan_{name}.json", result.stdout.replace(f"{ROOT}/", ""))
 
 
-def test_plan_is_pure_and_stable() -> None:
+def test_plan_is_pure_and_stable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     a = compile_study(load_study("studies/fp8_kv.toml")).to_json()
     b = compile_study(load_study("studies/fp8_kv.toml")).to_json()
     assert a == b
+    # The same file named from another working directory gives the same plan, byte for byte.
+    monkeypatch.chdir(ROOT / "studies")
+    assert compile_study(load_study("fp8_kv.toml")).to_json() == a
+    monkeypatch.chdir(tmp_path)
+    assert compile_study(load_study(ROOT / "studies/fp8_kv.toml")).to_json() == a
+    assert f'"serve",\n        "{ROOT}/models/qwen3-8b"' in a
+
+
+def test_an_arm_with_its_own_model_serves_it_under_its_own_name() -> None:
+    plan = compile_study(load_study("studies/decode_roofline.toml"))
+    big, small = plan.servers
+    assert big.served_model_name == "Qwen/Qwen3-8B"
+    assert small.argv[1].endswith("models/qwen3-0.6b")
+    assert small.served_model_name == "qwen3-0.6b"
+    assert small.argv[small.argv.index("--served-model-name") + 1] == "qwen3-0.6b"
+
+
+def test_hypotheses_resolve_to_point_ids_of_every_repeat() -> None:
+    plan = compile_study(load_study("studies/quickstart.toml"))
+    hyps = {h.id: h for h in plan.hypotheses}
+    assert list(hyps) == ["batching-helps", "cold-means-cold", "kept-cache-hits", "fast-first-token"]
+    ratio = hyps["batching-helps"]
+    assert ratio.numerator.points == tuple(f"quickstart/cold/short/c4/r{r}" for r in (1, 2, 3))
+    assert ratio.denominator is not None
+    assert ratio.denominator.points == tuple(f"quickstart/cold/short/c1/r{r}" for r in (1, 2, 3))
+    assert ratio.points == ratio.numerator.points + ratio.denominator.points
+    warm = hyps["kept-cache-hits"]
+    assert warm.denominator is None and warm.numerator.concurrency == 4
+    assert warm.points == tuple(f"quickstart/warm/short/c4/r{r}" for r in (1, 2, 3))
+    ids = {p.id for p in plan.points}
+    assert all(set(h.points) <= ids for h in plan.hypotheses)
+
+
+def test_server_metric_hypotheses_name_servers_not_points() -> None:
+    plan = compile_study(load_study("studies/fp8_kv.toml"))
+    capacity = next(h for h in plan.hypotheses if h.metric == "kv_capacity_tokens")
+    assert capacity.level == "server" and capacity.points == ()
+    assert capacity.numerator.servers == ("fp8-kv/fp8",)
+    assert capacity.denominator is not None and capacity.denominator.servers == ("fp8-kv/bf16",)
+
+
+def test_plan_json_lists_hypotheses_with_their_points() -> None:
+    result = CliRunner().invoke(main, ["plan", "studies/fp8_kv.toml", "--format", "json"])
+    plan = json.loads(result.stdout)
+    first = plan["hypotheses"][0]
+    assert set(first) >= {"id", "metric", "claim", "prediction", "points", "numerator", "denominator"}
+    assert first["numerator"]["points"] and first["denominator"]["points"]
 
 
 def test_servers_outer_repeats_interleaved() -> None:
@@ -51,7 +99,7 @@ def test_servers_outer_repeats_interleaved() -> None:
 def test_argv_resolved() -> None:
     plan = compile_study(load_study("studies/fp8_kv.toml"))
     fp8 = plan.servers[1]
-    assert fp8.argv[:2] == ("serve", "models/qwen3-8b")
+    assert fp8.argv[:2] == ("serve", str(ROOT / "models/qwen3-8b"))
     assert "--kv-cache-dtype" in fp8.argv and fp8.argv[fp8.argv.index("--kv-cache-dtype") + 1] == "fp8"
     assert "--enable-prefix-caching" in fp8.argv
     assert fp8.kv_cache_dtype == "fp8"
@@ -67,7 +115,7 @@ def test_cli_args_forms() -> None:
 def test_plan_table_mentions_every_point() -> None:
     result = CliRunner().invoke(main, ["plan", "studies/quickstart.toml"])
     assert result.exit_code == 0
-    plan = json.loads(CliRunner().invoke(main, ["plan", "studies/quickstart.toml", "--json"]).output)
+    plan = json.loads(CliRunner().invoke(main, ["plan", "studies/quickstart.toml", "--json"]).stdout)
     for server in plan["servers"]:
         for point in server["points"]:
             assert point["id"] in result.output
