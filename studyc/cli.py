@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -24,20 +26,58 @@ def validate(studies: tuple[Path, ...]) -> None:
     from compiler.load import load_studies
 
     for loaded in load_studies(list(studies)):
+        _warn(loaded)
         click.echo(f"{loaded.path}: ok ({len(loaded.study.hypothesis)} hypotheses)")
+
+
+def _warn(loaded: object) -> None:
+    """Print a study's warnings (allowed, probably not meant) to stderr, like problems but not fatal."""
+    for problem in getattr(loaded, "warnings", ()):
+        click.echo(f"{problem.file}:{problem.line}: {problem.path}: warning: {problem.message}", err=True)
+
+
+def _format_option(*aliases: tuple[str, str]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`--format table|json|markdown`, with the older one-format flags kept as aliases."""
+
+    def wrap(func: Callable[..., Any]) -> Callable[..., Any]:
+        func = click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default=None,
+                            help="Output format (default: table).")(func)
+        for flag, value in aliases:
+            func = click.option(flag, "alias_" + value, is_flag=True, hidden=True,
+                                help=f"Same as --format {value}.")(func)
+        return func
+
+    return wrap
+
+
+def _pick_format(fmt: str | None, **aliases: bool) -> str:
+    chosen = {name.removeprefix("alias_") for name, on in aliases.items() if on}
+    if fmt is not None:
+        chosen.add(fmt)
+    if len(chosen) > 1:
+        raise click.UsageError(f"give one output format, not {' and '.join(sorted(chosen))}")
+    return chosen.pop() if chosen else "table"
 
 
 @main.command()
 @click.argument("study", type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
-def plan(study: Path, as_json: bool) -> None:
-    """Compile a study and print its execution plan."""
+@_format_option(("--json", "json"), ("--markdown", "markdown"))
+def plan(study: Path, fmt: str | None, **aliases: bool) -> None:
+    """Compile a study and print its execution plan (the JSON lists each hypothesis' point ids)."""
     from compiler.load import load_study
     from compiler.plan import compile_study
-    from compiler.plan_table import format_plan
+    from compiler.plan_table import format_plan, markdown_plan
 
-    compiled = compile_study(load_study(study))
-    click.echo(compiled.to_json() if as_json else format_plan(compiled), nl=as_json)
+    loaded = load_study(study)
+    _warn(loaded)
+    compiled = compile_study(loaded)
+    shown = _pick_format(fmt, **aliases)
+    if shown == "json":
+        click.echo(compiled.to_json())
+    elif shown == "markdown":
+        click.echo(markdown_plan(compiled))
+    else:
+        click.echo(format_plan(compiled), nl=False)
 
 
 @main.command()
@@ -63,8 +103,9 @@ def metrics() -> None:
 @click.option("--context", default=None, type=click.IntRange(min=0), help="Tokens of context per sequence.")
 @click.option("--kv-dtype", default="auto", show_default=True, type=click.Choice(["auto", "bf16", "fp8"]))
 @click.option("--hardware", default="h200", show_default=True, help="Hardware table entry.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def model(path: Path, batch: int, context: int | None, kv_dtype: str, hardware: str, as_json: bool) -> None:
+@_format_option(("--json", "json"), ("--markdown", "markdown"))
+def model(path: Path, batch: int, context: int | None, kv_dtype: str, hardware: str, fmt: str | None,
+          **aliases: bool) -> None:
     """Model math from a config.json: parameters, weight and KV bytes, decode roofline."""
     from compiler.hardware import HardwareError, get_hardware
     from compiler.modelmath import ModelError, describe, load_model
@@ -75,13 +116,22 @@ def model(path: Path, batch: int, context: int | None, kv_dtype: str, hardware: 
                          hardware=get_hardware(hardware))
     except (ModelError, HardwareError) as exc:
         raise SpecError(str(exc)) from None
-    if as_json:
+    shown = _pick_format(fmt, **aliases)
+    if shown == "json":
         click.echo(json.dumps(facts, indent=2))
+        return
+
+    def cell(value: object) -> str:
+        return f"{value:,.6g}" if isinstance(value, float) else (f"{value:,}" if isinstance(value, int) else str(value))
+
+    if shown == "markdown":
+        click.echo("| quantity | value |\n|---|---:|")
+        for key, value in facts.items():
+            click.echo(f"| {key} | {cell(value)} |")
         return
     width = max(len(k) for k in facts)
     for key, value in facts.items():
-        shown = f"{value:,.6g}" if isinstance(value, float) else (f"{value:,}" if isinstance(value, int) else value)
-        click.echo(f"{key:<{width}}  {shown}")
+        click.echo(f"{key:<{width}}  {cell(value)}")
 
 
 @main.command()
@@ -92,28 +142,44 @@ def model(path: Path, batch: int, context: int | None, kv_dtype: str, hardware: 
 @click.option("--keep-going", is_flag=True, help="Continue past a failed server or point; report them at the end.")
 @click.option("--dry-run", is_flag=True, help="Print what would run, start nothing.")
 @click.option("--no-calibrate", is_flag=True, help="Skip the bandwidth/matmul calibration at run start.")
-def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry_run: bool, no_calibrate: bool) -> None:
+@click.option("--allow-hardware-mismatch", is_flag=True,
+              help="Run a study whose `hardware` is not this host's (scored against that spec sheet anyway).")
+def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry_run: bool, no_calibrate: bool,
+        allow_hardware_mismatch: bool) -> None:
     """Carry out studies against real vLLM servers and store every measurement in DuckDB.
 
-    Every study file is validated and compiled before the first server starts.
+    Every study file is validated and compiled, and the engine and the hardware are checked,
+    before the first server starts.
     """
     from compiler.load import load_studies
     from compiler.plan import compile_study
     from compiler.plan_table import format_plan
 
-    plans = [compile_study(loaded) for loaded in load_studies(list(studies))]
+    loaded_studies = load_studies(list(studies))
+    for loaded in loaded_studies:
+        _warn(loaded)
+    plans = [compile_study(loaded) for loaded in loaded_studies]
     if dry_run:
         click.echo("\n".join(format_plan(plan) for plan in plans), nl=False)
         return
-    from runner.run import RunOptions, default_runs_dir, run_plan
+    from runner.nvml import gpu_info
+    from runner.preflight import check_engine, check_hardware
+    from runner.run import run_options, run_plan
     from studyc.progress import LiveProgress
+    from studyc.settings import load_settings
 
-    options = RunOptions(db=db, resume=resume, keep_going=keep_going, runs_dir=default_runs_dir(db),
-                         calibrate=not no_calibrate)
+    settings = load_settings()
+    gpu = gpu_info(settings.gpu_index)
+    gpu_name = gpu.get("name") if gpu else None
+    for warning in check_hardware([(p.study_id, p.hardware) for p in plans], gpu_name, allow_hardware_mismatch):
+        click.echo(f"warning: {warning}", err=True)
+    version = check_engine(settings.vllm_argv)
+    click.echo(f"engine: {' '.join(settings.vllm_argv)} ({version}); GPU: {gpu_name or 'none'}", err=True)
+    options = run_options(settings, db, resume=resume, keep_going=keep_going, calibrate=not no_calibrate)
     failed = False
     for plan in plans:
         try:
-            report = run_plan(plan, options, LiveProgress())
+            report = run_plan(plan, options, LiveProgress(plan))
         except KeyboardInterrupt:
             click.echo("interrupted: servers stopped, committed points kept (use --resume to continue)", err=True)
             sys.exit(130)
@@ -138,15 +204,23 @@ _DBS = click.option("--db", "dbs", multiple=True, type=click.Path(path_type=Path
 @main.command()
 @click.argument("studies", nargs=-1, required=True, type=click.Path(path_type=Path))
 @_DBS
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object per hypothesis.")
-@click.option("--markdown", is_flag=True, help="Print a GitHub-markdown table: claim, seed, prediction, measured, verdict.")
-def audit(studies: tuple[Path, ...], dbs: tuple[Path, ...], as_json: bool, markdown: bool) -> None:
-    """Score each hypothesis against the latest run: predicted vs measured, with a verdict (exit 0 even if refuted)."""
-    from report.audit import run_audit
+@_format_option(("--json", "json"), ("--markdown", "markdown"))
+def audit(studies: tuple[Path, ...], dbs: tuple[Path, ...], fmt: str | None, **aliases: bool) -> None:
+    """Score each hypothesis against the latest run: predicted vs measured, with a verdict (exit 0 even if refuted).
 
-    if as_json and markdown:
-        raise click.UsageError("give at most one of --json and --markdown")
-    run_audit(studies, dbs, as_json, markdown)
+    json: one object per hypothesis; markdown: a GitHub table of claim, seed, prediction, measured, verdict.
+    """
+    from compiler.load import load_studies
+    from report.audit import audit_studies, json_rows, markdown_table, print_table
+
+    shown = _pick_format(fmt, **aliases)
+    result = audit_studies(load_studies(list(studies)), dbs)
+    if shown == "json":
+        click.echo(json.dumps(json_rows(result), indent=2, default=str))
+    elif shown == "markdown":
+        click.echo(markdown_table(result))
+    else:
+        print_table(result)
 
 
 @main.command()
@@ -160,6 +234,51 @@ def site(studies: tuple[Path, ...], dbs: tuple[Path, ...], out: Path, strict: bo
     from report.site import run_site
 
     run_site(dbs, out, strict, studies)
+
+
+@main.command()
+@click.argument("name")
+@click.option("--from", "source", type=click.Path(path_type=Path), default=None,
+              help="Start from this study file instead of the starter template.")
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="File to write (default: studies/NAME.toml, dashes as underscores).")
+def new(name: str, source: Path | None, out: Path | None) -> None:
+    """Write a commented starter study that validates and runs on this machine (refuses to overwrite)."""
+    from compiler.hardware import HardwareError, get_hardware
+    from compiler.load import load_study
+    from runner.nvml import gpu_info
+    from studyc.errors import StudycError
+    from studyc.new import check_name, default_path, from_study, template
+    from studyc.settings import load_settings
+
+    check_name(name)
+    out = out or default_path(name)
+    if out.exists():
+        raise StudycError(f"{out} exists; not overwriting it (give another NAME or --out)")
+    if source is not None:
+        text = from_study(name, source, out)
+    else:
+        gpu = gpu_info(load_settings().gpu_index)
+        hardware = None
+        if gpu is not None:
+            try:
+                hardware = get_hardware(str(gpu.get("name"))).name
+            except HardwareError:
+                hardware = "h200"
+                click.echo(f"warning: GPU {gpu.get('name')!r} is not in the hardware table; "
+                           "the study names h200: change `hardware`", err=True)
+        text = template(name, out, hardware)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "x", encoding="utf-8") as fh:
+        fh.write(text)
+    try:
+        loaded = load_study(out)
+    except StudycError:
+        out.unlink()
+        raise
+    _warn(loaded)
+    click.echo(f"wrote {out} ({'from ' + str(source) if source else 'starter'}; validates). Next: "
+               f"studyc plan {out}; studyc run {out}; studyc audit {out}")
 
 
 @main.command()

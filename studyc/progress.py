@@ -1,55 +1,112 @@
-"""Live progress of a run in the terminal (rich): points done/total, arm, point, ETA, tok/s."""
+"""Live progress of a run (rich): points done/total, the current point, tok/s, and an ETA that counts
+the server starts still ahead, not only the points.
+
+On a terminal a live bar; otherwise (a log file, a pipe) plain lines at full width, never wrapped.
+"""
 
 from __future__ import annotations
 
+import sys
+import time
 from typing import Any
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from compiler.plan import Plan
 from runner import run as run_mod
 
 
+def console_for(stream: Any) -> Console:
+    """A console that wraps only on a terminal: piped or logged output keeps its full lines."""
+    tty = bool(getattr(stream, "isatty", lambda: False)())
+    if tty:
+        return Console(file=stream)
+    return Console(file=stream, width=10_000, soft_wrap=True, force_terminal=False)
+
+
+def remaining_s(plan: Plan, done_points: set[str], started_servers: set[str], pace: float) -> float:
+    """Seconds left: the estimates of points not done and of servers not started, times the pace
+    (measured seconds per estimated second so far; 1.0 before anything finished)."""
+    total = 0.0
+    for server in plan.servers:
+        left = [p for p in server.points if p.id not in done_points]
+        if not left:
+            continue
+        if server.id not in started_servers:
+            total += server.estimated_start_s
+        total += sum(p.estimated_s for p in left)
+    return total * pace
+
+
+def eta_text(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"eta {hours}h{minutes:02d}m" if hours else f"eta {minutes}m{secs:02d}s"
+
+
 class LiveProgress(run_mod.Progress):
-    def __init__(self) -> None:
-        self.console = Console(stderr=True)
+    def __init__(self, plan: Plan, stream: Any = None) -> None:
+        stream = stream or sys.stderr
+        self.plan = plan
+        self.console = console_for(stream)
+        self.live = self.console.is_terminal
         self.bar = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[rate]}"),
-            console=self.console, transient=False,
+            TextColumn("{task.fields[eta]}"), TextColumn("{task.fields[rate]}"),
+            console=self.console, transient=False, disable=not self.live,
         )
         self.task: Any = None
+        self.done: set[str] = set()
+        self.started: set[str] = set()
+        self.origin = time.monotonic()
+        self.estimated_done_s = 0.0
+        self.skipped = 0
+
+    def _eta(self) -> str:
+        elapsed = time.monotonic() - self.origin
+        pace = elapsed / self.estimated_done_s if self.estimated_done_s > 0 else 1.0
+        left = remaining_s(self.plan, self.done, self.started, pace)
+        # Points skipped by --resume are not known by id here: scale by the share still to run.
+        total = len(self.plan.points)
+        if self.skipped and total:
+            left *= max(total - self.skipped - len(self.done), 0) / max(total - len(self.done), 1)
+        return eta_text(left)
 
     def start(self, total: int, done: int) -> None:
+        self.skipped = done
         self.bar.start()
-        self.task = self.bar.add_task("points", total=total, completed=done, rate="")
+        self.task = self.bar.add_task("points", total=total, completed=done, rate="", eta=self._eta())
 
     def server(self, step: Any, status: str) -> None:
-        self.console.print(f"[bold]server[/] {step.id}: {status}")
+        if status == "starting":
+            self.started.add(step.id)
+            self.estimated_done_s += step.estimated_start_s
+        self.console.print(f"server {step.id}: {status}", markup=False, highlight=False)
 
     def point_started(self, point: Any) -> None:
         self.bar.update(self.task, description=f"{point.arm} {point.workload} {point.level_label} r{point.repeat}")
 
     def point_done(self, outcome: Any) -> None:
-        tps = outcome.summary.get("output_throughput")
+        point = outcome.point
+        self.done.add(point.id)
+        self.estimated_done_s += point.estimated_s
+        summary = outcome.summary
+        tps = summary.get("output_throughput") if isinstance(summary, dict) else getattr(summary, "output_throughput", None)
         mark = "ok" if outcome.valid else ("FAILED" if outcome.status != "ok" else "invalid")
         if outcome.flagged:
             mark += ", flagged"
         rate = f"{tps:,.0f} tok/s" if tps else ""
-        self.bar.update(self.task, advance=1, rate=rate)
+        eta = self._eta()
+        self.bar.update(self.task, advance=1, rate=rate, eta=eta)
         failed = [c.name for c in outcome.checks if not c.passed]
         extra = f" checks: {', '.join(failed)}" if failed else ""
-        self.console.print(f"  {outcome.point.id}: {mark} {rate}{extra}" + (f" ({outcome.error})" if outcome.error else ""))
+        error = f" ({outcome.error})" if outcome.error else ""
+        count = f"[{len(self.done) + self.skipped}/{len(self.plan.points)}, {eta}]"
+        self.console.print(f"  {point.id}: {mark} {rate}{extra}{error} {count}", markup=False, highlight=False)
 
     def message(self, text: str) -> None:
-        self.console.print(text)
+        self.console.print(text, markup=False, highlight=False)
 
     def close(self) -> None:
         self.bar.stop()

@@ -1,0 +1,174 @@
+"""The command line: output formats, warnings, and the preflight that runs before any measuring."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from runner.preflight import check_engine, check_hardware, hardware_mismatch
+from studyc.cli import main
+from studyc.errors import EngineError, StudycError
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "studies/quickstart.toml"
+
+
+def _variant(tmp_path: Path, old: str, new: str) -> Path:
+    text = QUICKSTART.read_text().replace('path = "../models/tiny-qwen3"', f'path = "{ROOT / "models/tiny-qwen3"}"')
+    assert old in text
+    path = tmp_path / "variant.toml"
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+@pytest.mark.parametrize("args", [["--json"], ["--format", "json"]])
+def test_plan_json_flag_and_format_agree(args: list[str]) -> None:
+    result = CliRunner().invoke(main, ["plan", str(QUICKSTART), *args])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["study_id"] == "quickstart"
+
+
+def test_plan_markdown_and_table() -> None:
+    markdown = CliRunner().invoke(main, ["plan", str(QUICKSTART), "--format", "markdown"])
+    assert markdown.exit_code == 0 and "| quickstart/cold | quickstart/cold/short/c1/r1 | reset |" in markdown.stdout
+    assert "| batching-helps | output_throughput | ratio of 3 point(s) over 3 point(s) |" in markdown.stdout
+    table = CliRunner().invoke(main, ["plan", str(QUICKSTART), "--format", "table"])
+    assert "hypothesis kept-cache-hits: prefix_hit_rate on 3 point(s)" in table.stdout
+
+
+def test_two_formats_at_once_is_a_usage_error() -> None:
+    result = CliRunner().invoke(main, ["plan", str(QUICKSTART), "--json", "--format", "markdown"])
+    assert result.exit_code == 2 and "give one output format, not json and markdown" in result.output
+
+
+@pytest.mark.parametrize(("args", "starts"), [
+    (["--format", "json"], "{"), (["--json"], "{"), (["--format", "markdown"], "| quantity | value |"),
+    (["--markdown"], "| quantity | value |"), ([], "name"),
+])
+def test_model_formats(args: list[str], starts: str) -> None:
+    result = CliRunner().invoke(main, ["model", str(ROOT / "models/qwen3-8b"), *args])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith(starts)
+
+
+def test_audit_accepts_format_and_old_flags(tmp_path: Path) -> None:
+    from runner.store import Store
+
+    db = tmp_path / "empty.duckdb"  # no run: every hypothesis is "not run"
+    with Store(db):
+        pass
+    for args in (["--format", "json"], ["--json"]):
+        result = CliRunner().invoke(main, ["audit", str(QUICKSTART), "--db", str(db), *args])
+        assert result.exit_code == 0, result.output
+        rows = json.loads(result.stdout)
+        assert {row["verdict"] for row in rows} == {"not run"}
+    markdown = CliRunner().invoke(main, ["audit", str(QUICKSTART), "--db", str(db), "--format", "markdown"])
+    assert markdown.exit_code == 0 and markdown.stdout.startswith("| study |")
+    both = CliRunner().invoke(main, ["audit", str(QUICKSTART), "--json", "--markdown"])
+    assert both.exit_code == 2
+
+
+def test_hardware_mismatch_rules() -> None:
+    assert hardware_mismatch("cpu", None) is None
+    assert hardware_mismatch("h200", "NVIDIA H200") is None
+    assert hardware_mismatch("h100", "NVIDIA H100 80GB HBM3") is None
+    no_gpu = hardware_mismatch("b200", None)
+    assert no_gpu is not None and "no GPU" in no_gpu and "b200 spec sheet" in no_gpu
+    other = hardware_mismatch("h200", "NVIDIA H100 80GB HBM3")
+    assert other is not None and "h100-sxm" in other
+    assert hardware_mismatch("cpu", "NVIDIA H200") is not None
+    unknown = hardware_mismatch("h200", "NVIDIA RTX 9999")
+    assert unknown is not None and "not in the hardware table" in unknown
+
+
+def test_check_hardware_refuses_or_warns() -> None:
+    with pytest.raises(StudycError, match="--allow-hardware-mismatch") as caught:
+        check_hardware([("a", "cpu"), ("s", "b200")], None)
+    assert "s: the study names hardware 'b200'" in caught.value.message and "a:" not in caught.value.message
+    assert check_hardware([("s", "b200")], None, allow_mismatch=True) == [f"s: {hardware_mismatch('b200', None)}"]
+    assert check_hardware([("a", "cpu")], None) == []
+
+
+def test_check_engine_reports_a_failing_command(tmp_path: Path) -> None:
+    script = tmp_path / "vllm"
+    script.write_text("#!/bin/sh\necho 'ImportError: no module named torch' >&2\nexit 3\n")
+    script.chmod(0o755)
+    with pytest.raises(EngineError, match="no module named torch"):
+        check_engine([str(script)])
+    script.write_text("#!/bin/sh\necho 0.32.0+cpu\n")
+    assert check_engine([str(script)]) == "0.32.0+cpu"
+    with pytest.raises(EngineError, match="empty"):
+        check_engine([])
+
+
+def test_missing_engine_is_found_before_calibration_once_and_leaves_no_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STUDYC_VLLM", str(tmp_path / "no-such-vllm"))
+    db = tmp_path / "results.duckdb"
+    result = CliRunner().invoke(main, ["run", str(QUICKSTART), "--db", str(db)])
+    assert result.exit_code == 1
+    assert result.output.count("engine command not found") == 1
+    assert "calibrat" not in result.output and "ceiling" not in result.output
+    assert not db.exists() and not (tmp_path / "runs").exists()
+
+
+def test_gpu_hardware_on_a_cpu_host_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from runner.nvml import gpu_info
+
+    if gpu_info(0) is not None:
+        pytest.skip("this host has a GPU")
+    monkeypatch.setenv("STUDYC_VLLM", str(tmp_path / "no-such-vllm"))
+    path = _variant(tmp_path, 'hardware = "cpu"', 'hardware = "b200"')
+    db = tmp_path / "results.duckdb"
+    refused = CliRunner().invoke(main, ["run", str(path), "--db", str(db)])
+    assert refused.exit_code == 1
+    assert "this host has no GPU" in refused.output and "--allow-hardware-mismatch" in refused.output
+    allowed = CliRunner().invoke(main, ["run", str(path), "--db", str(db), "--allow-hardware-mismatch"])
+    assert "warning: quickstart: the study names hardware 'b200'" in allowed.stderr
+    assert "engine command not found" in allowed.output  # went on to the engine check
+    assert not db.exists()
+
+
+def test_validate_prints_warnings_on_stderr_and_passes(tmp_path: Path) -> None:
+    path = _variant(tmp_path, "requests = 8 ", "requests = 4 ")
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 0
+    assert result.stdout == f"{path}: ok (4 hypotheses)\n"
+    assert "load.requests: warning: 4 requests at concurrency 4 is one wave" in result.stderr
+
+
+def test_progress_console_does_not_wrap_when_not_a_terminal(tmp_path: Path) -> None:
+    from studyc.progress import console_for
+
+    out = tmp_path / "log.txt"
+    with open(out, "w") as fh:
+        console_for(fh).print("x" * 300, markup=False)
+    assert out.read_text() == "x" * 300 + "\n"
+
+
+def test_eta_counts_server_starts_still_ahead() -> None:
+    from compiler.load import load_study
+    from compiler.plan import compile_study
+    from studyc.progress import remaining_s
+
+    plan = compile_study(load_study(QUICKSTART))
+    points = sum(p.estimated_s for p in plan.points)
+    starts = sum(s.estimated_start_s for s in plan.servers)
+    assert remaining_s(plan, set(), set(), 1.0) == pytest.approx(points + starts)
+    first = plan.servers[0]
+    left = remaining_s(plan, {p.id for p in first.points}, {first.id}, 1.0)
+    assert left == pytest.approx(sum(p.estimated_s for p in plan.servers[1].points) + plan.servers[1].estimated_start_s)
+    assert remaining_s(plan, set(), {first.id}, 2.0) == pytest.approx(2 * (points + starts - first.estimated_start_s))
+
+
+@pytest.mark.vllm
+def test_check_engine_runs_the_real_vllm() -> None:
+    command = os.environ.get("STUDYC_VLLM", "")
+    if not Path(command).exists():
+        pytest.skip("CPU vLLM not installed")
+    assert check_engine([command]).startswith("0.")
