@@ -272,11 +272,14 @@ def _match_gpu(hardware: str, gpus: Iterable[str]) -> str | None:
     return None
 
 
-def predict_plan(plan: dict[str, Any], db: str | Path, root: Path = REPO) -> dict[str, dict[str, float | None]]:
+def predict_plan(
+    plan: dict[str, Any], db: str | Path, root: Path = REPO, exclude_runs: Iterable[str] = ()
+) -> dict[str, dict[str, float | None]]:
     """`predicted = {output_throughput, tpot_s, ttft_s}` for every point of a plan (stored JSON, i.e.
-    `json.loads(Plan.to_json())`), fitted from every run in `db` on the plan's hardware with its
-    newest vLLM version. Points whose key no run covers get None values."""
-    points = read_points(db, root)
+    `json.loads(Plan.to_json())`), fitted from every run in `db` (but `exclude_runs`) on the plan's
+    hardware with its newest vLLM version. Points whose key no run covers get None values."""
+    skip = set(exclude_runs)
+    points = [p for p in read_points(db, root) if p.run_id not in skip]
     gpu = _match_gpu(plan["hardware"], {p.key.gpu for p in points})
     on_gpu = [p for p in points if p.key.gpu == gpu]
     vllm = max((p.key.vllm_version for p in on_gpu), default=None, key=_version_tuple)

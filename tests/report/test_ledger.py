@@ -88,3 +88,14 @@ def test_predict_plan_from_db():
     assert predicted["cuda-graphs/eager/decode/c1/r1"]["tpot_s"] > 3 * c1["tpot_s"]
     unknown = predict_plan({**plan, "hardware": "a100-80gb"}, DB)
     assert all(v is None for p in unknown.values() for v in p.values())
+
+
+def test_predict_plan_never_fits_on_excluded_run():
+    import duckdb
+
+    con = duckdb.connect(str(DB), read_only=True)
+    run_id, plan_json = con.execute("SELECT run_id, plan_json FROM runs WHERE study_id = 'cuda-graphs'").fetchone()
+    con.close()
+    predicted = predict_plan(json.loads(plan_json), DB, exclude_runs=[run_id])
+    assert all(v is None for v in predicted["cuda-graphs/eager/decode/c1/r1"].values())  # only this run is eager
+    assert predicted["cuda-graphs/graphs/decode/c1/r1"]["tpot_s"] == pytest.approx(0.00518, rel=0.02)
