@@ -1,0 +1,94 @@
+"""Client fidelity: bunched token timestamps mark a point's ITL untrusted; clean ones do not."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from runner.fidelity import check_fidelity, client_tpot_s, token_gaps
+
+H200_DB = Path(__file__).resolve().parents[2] / "results" / "h200.duckdb"
+
+
+@dataclass(frozen=True)
+class Rec:
+    token_times_s: tuple[float, ...]
+    ok: bool = True
+    warmup: bool = False
+
+
+def _starved(n_requests: int = 31, tokens: int = 32, step: float = 0.0021, seed: int = 0) -> list[Rec]:
+    """What the 2-core CPU quickstart recorded at c1: reads coalesce, most gaps are ~0 while the
+    server steps every 2.1 ms (there: 642 of 977 gaps under 10 us, ITL p50 0.0 ms, TPOT 2.1 ms)."""
+    rng = random.Random(seed)
+    out = []
+    for r in range(n_requests):
+        t, times = r * 1.0, []
+        for _ in range(tokens):
+            t += step
+            times.append(t)
+        # the client reads every ~3 tokens: each read stamps its chunks with the read's time
+        stamped, i = [], 0
+        while i < len(times):
+            k = rng.choice((1, 2, 3, 4, 5))
+            stamped.extend([times[min(i + k, len(times)) - 1]] * len(times[i:i + k]))
+            i += k
+        out.append(Rec(tuple(stamped)))
+    return out
+
+
+def _clean(n_requests: int = 31, tokens: int = 32, step: float = 0.0021, seed: int = 0) -> list[Rec]:
+    rng = random.Random(seed)
+    out = []
+    for r in range(n_requests):
+        t, times = r * 1.0, []
+        for _ in range(tokens):
+            t += step * rng.uniform(0.9, 1.3)
+            times.append(t)
+        out.append(Rec(tuple(times)))
+    return out
+
+
+def test_starved_client_is_flagged_with_cause_and_fix() -> None:
+    recs = _starved()
+    gaps = token_gaps(recs)
+    assert len(gaps) == 31 * 31
+    result = check_fidelity(recs, server_step_s=0.0021)
+    assert result.status == "fail"
+    assert result.bunched_share is not None and result.bunched_share > 0.5
+    assert "STUDYC_CLIENT_CPUS" in result.message and "starved" in result.message
+
+
+def test_starved_client_is_flagged_from_its_own_tpot_without_server_histogram() -> None:
+    result = check_fidelity(_starved())
+    assert result.status == "fail"
+    assert result.step_source == "client TPOT median"
+    assert client_tpot_s(_starved()) == pytest.approx(0.0021, rel=0.2)
+
+
+def test_clean_client_passes() -> None:
+    result = check_fidelity(_clean(), server_step_s=0.0021)
+    assert result.status == "pass", result.message
+    assert result.bunched == 0
+
+
+def test_no_gaps_is_unverified() -> None:
+    assert check_fidelity([Rec((1.0,))]).status == "unverified"
+    assert check_fidelity([Rec((1.0, 1.1), ok=False), Rec((2.0, 2.1), warmup=True)]).status == "unverified"
+
+
+@pytest.mark.skipif(not H200_DB.exists(), reason="no committed H200 database")
+def test_no_h200_point_is_flagged() -> None:
+    """Every point of the committed H200 runs is a clean client on a fast host."""
+    con = duckdb.connect(str(H200_DB), read_only=True)
+    rows = con.sql("select point_id, warmup, ok, token_times_s from requests").fetchall()
+    by: dict[str, list[Rec]] = {}
+    for pid, warm, ok, times in rows:
+        by.setdefault(pid, []).append(Rec(tuple(times or ()), ok=ok, warmup=warm))
+    results = {pid: check_fidelity(recs) for pid, recs in by.items()}
+    flagged = [pid for pid, r in results.items() if r.status == "fail"]
+    assert len(results) > 50 and not flagged
