@@ -156,7 +156,7 @@ def markdown_table(result: Audit) -> str:
         if data is None:
             runs.append(f"`{sid}` not run")
             continue
-        engine = f", vLLM {data.run['vllm_version']}" if data.run.get("vllm_version") else ""
+        engine = f", vLLM {data.run.vllm_version}" if data.run.vllm_version else ""
         runs.append(f"`{sid}` run {data.run_id} ({gpu_name(data.run)}{engine})")
     lines += ["", md_cell("Measured: mean of the repeats with its 95% t interval. Runs: " + "; ".join(runs) + ".")]
     return "\n".join(lines)

@@ -20,6 +20,7 @@ from report.audit import fmt, fmt_pct
 from report.results import RunData
 from report.scoring import NOT_CALIBRATED, Score, hardware_pair, model_dir, serving_dtypes, verdict_counts
 from report.seed import SeedNote, seed_note
+from runner.records import TelemetrySample
 
 DOWNLOADS = (("points", "csv"), ("points", "parquet"), ("requests", "csv"), ("requests", "parquet"),
              ("checks", "csv"))
@@ -251,15 +252,15 @@ def index_page(studies: Sequence[LoadedStudy], runs: dict[str, RunData], scores:
     for loaded in sorted(studies, key=lambda s: s.study.study.id):
         sid = loaded.study.study.id
         data = runs.get(sid)
-        run = data.run if data else {}
-        engines = sorted({str(v) for v in [run.get("vllm_version")] + [s.get("vllm_version") for s in
+        run = data.run if data else None
+        engines = sorted({str(v) for v in [run.vllm_version if run else None] + [s.vllm_version for s in
                                                                          (data.servers if data else ())] if v})
-        gpu = run.get("gpu_name") or ("no GPU (CPU)" if data else "-")
+        gpu = (run.gpu_name if run else None) or ("no GPU (CPU)" if data else "-")
         rows.append(StudyRow(
             id=sid, title=loaded.study.study.title, href=study_href(sid), counts=counts_of(scores[sid]),
             hardware=f"{gpu} · predicted for {loaded.study.study.hardware}",
             engine=", ".join(f"vLLM {e}" for e in engines) or "-",
-            date=date_text(data.started_at if data else None), host=str(run.get("host") or "-"),
+            date=date_text(data.started_at if data else None), host=str((run.host if run else None) or "-"),
         ))
     every = [s for sid in sorted(scores) for s in scores[sid]]
     return IndexPage(root="", title="studyc results", built=built_text(list(runs.values())),
@@ -334,7 +335,7 @@ def study_page(loaded: LoadedStudy, data: RunData | None, scores: Sequence[Score
             warnings.append(f"{meta.id}/{s.hypothesis}: prediction not evaluated ({'; '.join(s.notes)})")
     if data is None:
         warnings.append(f"{meta.id}: no run in the results database(s)")
-    elif data.run.get("study_sha256") and data.run["study_sha256"] != loaded.sha256:
+    elif data.run.study_sha256 and data.run.study_sha256 != loaded.sha256:
         warnings.append(f"{meta.id}: {loaded.path} changed since run {data.run_id} (its hash differs)")
 
     problems, checks_total, checks_passed = _checks(data)
@@ -343,7 +344,7 @@ def study_page(loaded: LoadedStudy, data: RunData | None, scores: Sequence[Score
             warnings.append(f"{meta.id}: point {c.point} failed check {c.name}: {c.detail}")
     for p in data.points if data else ():
         if p.status != "ok":
-            warnings.append(f"{meta.id}: point {p.point_id} status {p.status}: {p.values.get('error') or ''}".rstrip(": "))
+            warnings.append(f"{meta.id}: point {p.point_id} status {p.status}: {p.error or ''}".rstrip(": "))
 
     chart_list, chart_notes = study_charts(loaded, data) if data else ((), ("no run: nothing to chart",))
     return StudyPage(
@@ -463,31 +464,31 @@ def _provenance(loaded: LoadedStudy, data: RunData | None) -> tuple[Fact, ...]:
     if data is None:
         return tuple(facts + [Fact("run", "none in the results database(s)")])
     run = data.run
-    same = run.get("study_sha256") == loaded.sha256
+    same = run.study_sha256 == loaded.sha256
     servers = data.servers
-    vllm = sorted({str(v) for v in [run.get("vllm_version")] + [s.get("vllm_version") for s in servers] if v})
-    torch = sorted({str(v) for v in [run.get("torch_version")] + [s.get("torch_version") for s in servers] if v})
+    vllm = sorted({str(v) for v in [run.vllm_version] + [s.vllm_version for s in servers] if v})
+    torch = sorted({str(v) for v in [run.torch_version] + [s.torch_version for s in servers] if v})
     facts += [
-        Fact("run", f"{data.run_id} ({run.get('status') or '-'})"),
-        Fact("study file at run time", f"sha256 {str(run.get('study_sha256') or '-')[:12]}"
+        Fact("run", f"{data.run_id} ({run.status or '-'})"),
+        Fact("study file at run time", f"sha256 {str(run.study_sha256 or '-')[:12]}"
              + ("" if same else " — differs from the file now")),
         Fact("started", date_text(data.started_at)),
-        Fact("finished", date_text(run.get("finished_at"))),
-        Fact("host", str(run.get("host") or "-")),
+        Fact("finished", date_text(run.finished_at)),
+        Fact("host", str(run.host or "-")),
         Fact("results database", data.db.name),
-        Fact("GPU", str(run.get("gpu_name") or "none (CPU)")),
-        Fact("driver", str(run.get("driver_version") or "-")),
+        Fact("GPU", str(run.gpu_name or "none (CPU)")),
+        Fact("driver", str(run.driver_version or "-")),
         Fact("vLLM", ", ".join(vllm) or "-"),
         Fact("torch", ", ".join(torch) or "-"),
-        Fact("studyc", f"{run.get('studyc_version') or '-'} (git {str(run.get('git_sha') or '-')[:10]})"),
-        Fact("engine command", str(run.get("engine_command") or "-")),
-        Fact("load generator ceiling", "-" if not run.get("client_ceiling_chunks_per_s")
-             else f"{run['client_ceiling_chunks_per_s']:,.0f} chunks/s"),
+        Fact("studyc", f"{run.studyc_version or '-'} (git {str(run.git_sha or '-')[:10]})"),
+        Fact("engine command", str(run.engine_command or "-")),
+        Fact("load generator ceiling", "-" if not run.client_ceiling_chunks_per_s
+             else f"{run.client_ceiling_chunks_per_s:,.0f} chunks/s"),
     ]
-    for s in sorted(servers, key=lambda s: str(s["server_id"])):
-        facts.append(Fact(f"server {s['server_id']}",
-                          f"{s.get('status') or '-'}; start {_num(s.get('startup_s'), 3)} s; "
-                          f"KV capacity {_num(s.get('kv_capacity_tokens'), 9)} tokens"))
+    for s in sorted(servers, key=lambda s: s.server_id):
+        facts.append(Fact(f"server {s.server_id}",
+                          f"{s.status or '-'}; start {_num(s.startup_s, 3)} s; "
+                          f"KV capacity {_num(s.kv_capacity_tokens, 9)} tokens"))
     return tuple(facts)
 
 
@@ -495,10 +496,10 @@ def _calibration(study: Study, data: RunData | None) -> tuple[CalibrationRow, ..
     _, spec, calibrated = hardware_pair(study, data.run if data else None)
     if spec is None:
         return ()
-    run = data.run if data else {}
+    run = data.run if data else None
 
     try:
-        reason = json.loads(run.get("calibration_json") or "{}").get("reason") or ""
+        reason = json.loads((run.calibration_json if run else None) or "{}").get("reason") or ""
     except (ValueError, AttributeError):
         reason = ""
     missing = f"not calibrated: {reason}" if reason else "not calibrated"
@@ -510,15 +511,15 @@ def _calibration(study: Study, data: RunData | None) -> tuple[CalibrationRow, ..
             "-" if not (calibrated and measured) else f"{measured / spec_v:.1%} of spec",
         )
 
-    return (row("memory bandwidth", spec.bandwidth_Bps, run.get("bandwidth_Bps"), "GB/s", 1e9),
-            row("dense bf16 matmul", spec.flops_bf16, run.get("flops_bf16"), "TFLOP/s", 1e12))
+    return (row("memory bandwidth", spec.bandwidth_Bps, run.bandwidth_Bps if run else None, "GB/s", 1e9),
+            row("dense bf16 matmul", spec.flops_bf16, run.flops_bf16 if run else None, "TFLOP/s", 1e12))
 
 
 def _checks(data: RunData | None) -> tuple[list[CheckRow], int, int]:
     if data is None:
         return [], 0, 0
-    rows = [CheckRow(str(c["point_id"]), str(c["name"]), str(c["severity"]), bool(c["passed"]),
-                     _num(c.get("value")), _num(c.get("threshold")), str(c.get("detail") or ""))
+    rows = [CheckRow(c.point_id, c.name, c.severity, c.passed,
+                     _num(c.value), _num(c.threshold), c.detail or "")
             for c in data.checks]
     problems = sorted((r for r in rows if not r.passed), key=lambda r: (r.point, r.name))
     return problems, len(rows), sum(1 for r in rows if r.passed)
@@ -595,16 +596,16 @@ def study_charts(loaded: LoadedStudy, data: RunData) -> tuple[list[Chart], list[
     return out, notes
 
 
-def _series_rows(telemetry: Sequence[dict[str, Any]], source: str,
+def _series_rows(telemetry: Sequence[TelemetrySample], source: str,
                  fields: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
     rows = []
     for t in telemetry:
-        if t.get("source") != source or t.get("t_s") is None:
+        if t.source != source or t.t_s is None:
             continue
         for key, label in fields:
-            v = t.get(key)
+            v = getattr(t, key)
             if v is not None and math.isfinite(float(v)):
-                rows.append({"t_s": round(float(t["t_s"]), 3), "quantity": label, "value": float(v)})
+                rows.append({"t_s": round(float(t.t_s), 3), "quantity": label, "value": float(v)})
     rows.sort(key=lambda r: (r["quantity"], r["t_s"]))
     return rows
 

@@ -1,7 +1,8 @@
 """Results databases -> the latest run of each study, read once into memory for scoring and the site.
 
 Several databases (one per host) combine: for each study the latest run across all of them wins.
-Reads go through `runner.store.Store` only; nothing here speaks SQL.
+Reads go through `runner.store.Store` only; nothing here speaks SQL. Everything is a typed record
+(`runner.records`).
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
-from runner.store import PointRow, Store
+from runner.records import CheckResult, PointRecord, RunRecord, ServerRecord, TelemetrySample
+from runner.store import Store
+from studyc.errors import StoreError
 
 
 @dataclass(frozen=True)
@@ -20,54 +22,56 @@ class RunData:
     """One run with everything the report reads from it."""
 
     db: Path
-    run: dict[str, Any]
-    servers: tuple[dict[str, Any], ...]
-    points: tuple[PointRow, ...]
-    checks: tuple[dict[str, Any], ...]
-    telemetry: tuple[dict[str, Any], ...]
+    run: RunRecord
+    servers: tuple[ServerRecord, ...]
+    points: tuple[PointRecord, ...]
+    checks: tuple[CheckResult, ...]
+    telemetry: tuple[TelemetrySample, ...]
 
     @property
     def run_id(self) -> str:
-        return str(self.run["run_id"])
+        return self.run.run_id
 
     @property
     def study_id(self) -> str:
-        return str(self.run["study_id"])
+        return self.run.study_id
 
     @property
     def started_at(self) -> datetime | None:
-        return self.run.get("started_at")
+        return self.run.started_at
 
     @property
     def finished_at(self) -> datetime | None:
-        return self.run.get("finished_at") or self.run.get("started_at")
+        return self.run.finished_at or self.run.started_at
 
 
-def _key(run: dict[str, Any]) -> tuple[str, str]:
-    started = run.get("started_at")
-    return (started.isoformat() if isinstance(started, datetime) else str(started or ""), str(run["run_id"]))
+def _key(run: RunRecord) -> tuple[str, str]:
+    started = run.started_at
+    return (started.isoformat() if started is not None else "", run.run_id)
 
 
 def latest_runs(dbs: Sequence[Path]) -> dict[str, RunData]:
     """study_id -> its latest run across every database (by start time, then run id)."""
-    best: dict[str, tuple[Path, dict[str, Any]]] = {}
+    best: dict[str, tuple[Path, RunRecord]] = {}
     for db in dbs:
         with Store(db, read_only=True) as store:
             for run in store.runs():
-                current = best.get(run["study_id"])
+                current = best.get(run.study_id)
                 if current is None or _key(run) > _key(current[1]):
-                    best[run["study_id"]] = (Path(db), run)
-    return {study_id: read_run(db, run["run_id"]) for study_id, (db, run) in sorted(best.items())}
+                    best[run.study_id] = (Path(db), run)
+    return {study_id: read_run(db, run.run_id) for study_id, (db, run) in sorted(best.items())}
 
 
 def read_run(db: Path, run_id: str) -> RunData:
     with Store(db, read_only=True) as store:
-        run = store.run(run_id) or {}
+        run = store.run(run_id)
+        if run is None:
+            raise StoreError(f"{db}: no run {run_id}")
         return RunData(
             db=Path(db),
             run=run,
             servers=tuple(store.servers(run_id)),
-            points=tuple(store.point_rows(run_id)),
+            points=tuple(store.points(run_id)),
             checks=tuple(store.checks(run_id)),
             telemetry=tuple(store.telemetry(run_id)),
         )

@@ -23,7 +23,7 @@ from compiler.predict_env import build_env
 from compiler.select import Target, sides
 from compiler.study import Hypothesis, Study
 from report.results import RunData
-from runner.store import PointRow
+from runner.records import CheckResult, PointRecord, RunRecord
 
 NOT_CALIBRATED = "run not calibrated: predicted against the spec sheet"
 Verdict = Literal["confirmed", "refuted", "inconclusive", "invalid", "not run"]
@@ -204,15 +204,15 @@ def serving_dtypes(study: Study, arm: str, shape: ModelShape) -> tuple[str, str]
     return dtype, kv
 
 
-def hardware_pair(study: Study, run: dict[str, Any] | None) -> tuple[Hardware | None, Hardware | None, bool]:
+def hardware_pair(study: Study, run: RunRecord | None) -> tuple[Hardware | None, Hardware | None, bool]:
     """(calibrated card, spec card, calibrated?): the study's hardware entry, with the run's measured
     bandwidth and matmul rate in place of the sheet's when the run calibrated."""
     try:
         spec = get_hardware(study.study.hardware)
     except HardwareError:
         return None, None, False
-    if run and run.get("calibrated") and (run.get("bandwidth_Bps") or run.get("flops_bf16")):
-        return spec.calibrated(bandwidth_Bps=run.get("bandwidth_Bps"), flops_bf16=run.get("flops_bf16")), spec, True
+    if run and run.calibrated and (run.bandwidth_Bps or run.flops_bf16):
+        return spec.calibrated(bandwidth_Bps=run.bandwidth_Bps, flops_bf16=run.flops_bf16), spec, True
     return spec, spec, False
 
 
@@ -285,9 +285,9 @@ class _Side:
     flags: dict[str, list[str]] = field(default_factory=dict)  # what is flagged -> point ids
 
 
-def _point_side(data: RunData, target: Target, metric: str, failed_checks: dict[str, list[dict[str, Any]]]) -> _Side:
+def _point_side(data: RunData, target: Target, metric: str, failed_checks: dict[str, list[CheckResult]]) -> _Side:
     side = _Side()
-    rows: list[PointRow] = [
+    rows: list[PointRecord] = [
         p for p in data.points
         if p.arm == target.arm and p.workload == target.workload
         and target.level is not None and math.isclose(p.level, target.level)
@@ -296,18 +296,18 @@ def _point_side(data: RunData, target: Target, metric: str, failed_checks: dict[
         side.rows += 1
         side.point_ids.append(row.point_id)
         fails = failed_checks.get(row.point_id, [])
-        fail_names = sorted({c["name"] for c in fails if c["severity"] == "fail"})
-        warn_names = sorted({c["name"] for c in fails if c["severity"] != "fail"})
+        fail_names = sorted({c.name for c in fails if c.severity == "fail"})
+        warn_names = sorted({c.name for c in fails if c.severity != "fail"})
         side.checks.update(fail_names + warn_names)
         if row.status != "ok":
             side.invalid.append(f"{row.point_id}: status {row.status}" + (
-                f" ({row.values.get('error')})" if row.values.get("error") else ""))
+                f" ({row.error})" if row.error else ""))
         elif fail_names or not row.valid:
             side.invalid.append(f"{row.point_id}: failed check {', '.join(fail_names) or '(marked invalid)'}")
-        if row.values.get("cache_policy") == "keep":
+        if row.cache_policy == "keep":
             side.flags.setdefault("prefix cache kept between points (cache = keep)", []).append(row.point_id)
         for name in warn_names:
-            if not (name == "cache_cold" and row.values.get("cache_policy") == "keep"):
+            if not (name == "cache_cold" and row.cache_policy == "keep"):
                 side.flags.setdefault(f"warning {name}", []).append(row.point_id)
         value = row.metric(metric)
         if value is not None and math.isfinite(value):
@@ -317,13 +317,13 @@ def _point_side(data: RunData, target: Target, metric: str, failed_checks: dict[
 
 def _server_side(data: RunData, target: Target, metric: str) -> _Side:
     side = _Side()
-    servers = sorted((s for s in data.servers if s.get("arm") == target.arm), key=lambda s: str(s["server_id"]))
+    servers = sorted((s for s in data.servers if s.arm == target.arm), key=lambda s: s.server_id)
     for index, server in enumerate(servers):
         side.rows += 1
-        side.point_ids.append(str(server["server_id"]))
-        if server.get("status") == "failed":
-            side.invalid.append(f"{server['server_id']}: server failed ({server.get('error') or 'no detail'})")
-        value = server.get(metric)
+        side.point_ids.append(server.server_id)
+        if server.status == "failed":
+            side.invalid.append(f"{server.server_id}: server failed ({server.error or 'no detail'})")
+        value = server.metric(metric)
         if value is not None and math.isfinite(float(value)):
             side.values[index] = float(value)
     return side
@@ -332,16 +332,16 @@ def _server_side(data: RunData, target: Target, metric: str) -> _Side:
 def score_study(loaded: LoadedStudy, data: RunData | None) -> list[Score]:
     """Score every hypothesis of a study against one run (None: the study has not run)."""
     models = _Models()
-    failed: dict[str, list[dict[str, Any]]] = {}
+    failed: dict[str, list[CheckResult]] = {}
     for check in data.checks if data else ():
-        if not check.get("passed"):
-            failed.setdefault(str(check["point_id"]), []).append(check)
+        if not check.passed:
+            failed.setdefault(check.point_id, []).append(check)
     return [_score(loaded, hyp, data, models, failed) for hyp in loaded.study.hypothesis]
 
 
 def _score(
     loaded: LoadedStudy, hyp: Hypothesis, data: RunData | None, models: _Models,
-    failed: dict[str, list[dict[str, Any]]],
+    failed: dict[str, list[CheckResult]],
 ) -> Score:
     study = loaded.study
     metric = METRICS.get(hyp.metric)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from compiler.hardware import Hardware
 from compiler.load import LoadedStudy
@@ -24,6 +23,7 @@ from compiler.select import sides
 from compiler.study import Hypothesis
 from report import units
 from report.scoring import Score, Verdict, hardware_pair, model_dir, serving_dtypes
+from runner.records import RunRecord
 
 # What a verdict means for the seed's claim, in plain words.
 HELD: dict[str, str] = {
@@ -113,14 +113,14 @@ class SeedNote:
     lines: tuple[SeedLine, ...]
 
 
-def gpu_name(run: dict[str, Any] | None) -> str:
+def gpu_name(run: RunRecord | None) -> str:
     """The accelerator a run measured on, as its provenance names it; "" without a run."""
     if not run:
         return ""
-    return str(run.get("gpu_name") or "CPU (no GPU)")
+    return str(run.gpu_name or "CPU (no GPU)")
 
 
-def seed_note(loaded: LoadedStudy, scores: Sequence[Score], run: dict[str, Any] | None) -> SeedNote | None:
+def seed_note(loaded: LoadedStudy, scores: Sequence[Score], run: RunRecord | None) -> SeedNote | None:
     """The note for one study scored against one run (None: not run); None when no hypothesis has a source."""
     by_id = {h.id: h for h in loaded.study.hypothesis}
     gpu = gpu_name(run)
@@ -155,7 +155,7 @@ def summary(verdicts: Sequence[str], gpu: str) -> str:
     return "; ".join([head, *rest]) + "."
 
 
-def _line(loaded: LoadedStudy, hyp: Hypothesis, s: Score, run: dict[str, Any] | None, gpu: str) -> SeedLine:
+def _line(loaded: LoadedStudy, hyp: Hypothesis, s: Score, run: RunRecord | None, gpu: str) -> SeedLine:
     measured = "" if s.measured is None else units.measured(s, spread=True, n=True)
     return SeedLine(
         hypothesis=s.hypothesis, anchor=f"h-{s.hypothesis}", claim=s.claim, seed=hyp.source.strip(), gpu=gpu,
@@ -164,7 +164,7 @@ def _line(loaded: LoadedStudy, hyp: Hypothesis, s: Score, run: dict[str, Any] | 
     )
 
 
-def _reason(s: Score, run: dict[str, Any] | None) -> str:
+def _reason(s: Score, run: RunRecord | None) -> str:
     if s.verdict == "invalid":
         failed = sorted({n.split("failed check ", 1)[1] for n in s.notes if "failed check " in n})
         points = sum(1 for n in s.notes if "failed check " in n or ": status " in n or "server failed" in n)
@@ -176,7 +176,7 @@ def _reason(s: Score, run: dict[str, Any] | None) -> str:
 
 
 def roofline_fractions(
-    loaded: LoadedStudy, hyp: Hypothesis, s: Score, run: dict[str, Any] | None
+    loaded: LoadedStudy, hyp: Hypothesis, s: Score, run: RunRecord | None
 ) -> tuple[Fraction, ...]:
     """Measured batch-1 tok/s / the model library's roofline, calibrated then spec sheet; () where the
     hypothesis is not a plain output_throughput at concurrency 1, or nothing was measured."""

@@ -1,5 +1,5 @@
 """One point on a running server: warmup, verified cache reset, measured load with telemetry,
-summary and checks. Self-contained: a point step and a server address in, an outcome out.
+then the judge. Self-contained: a point step and a server address in, an outcome out.
 """
 
 from __future__ import annotations
@@ -7,18 +7,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from compiler.plan import PointStep
 from compiler.study import Checks
-from runner import checks as checks_mod
-from runner import metrics
-from runner.engine import reset_prefix_cache
-from runner.loadgen import RequestRecord, RequestSpec, make_prompts, run_load
-from runner.nvml import NvmlSampler
-from runner.summary import halves_gap, summarize, telemetry_summary
-
-RESET_ATTEMPTS = 5
+from runner import cache, metrics
+from runner.judge import Judgement, judge, observe
+from runner.loadgen import RequestSpec, make_prompts, run_load
+from runner.nvml import NvmlSample, NvmlSampler
+from runner.records import RequestRecord, TelemetrySample
 
 
 @dataclass(frozen=True)
@@ -26,6 +24,7 @@ class Endpoint:
     base_url: str
     api_key: str | None
     model: str
+    log_path: Path | None = None  # the server's log: its WARNING lines during a point are kept
 
 
 @dataclass(frozen=True)
@@ -43,20 +42,24 @@ class PointOutcome:
     status: str
     error: str | None
     started_at: datetime
-    summary: dict[str, Any] = field(default_factory=dict)
+    judgement: Judgement | None = None
     records: list[RequestRecord] = field(default_factory=list)
-    checks: list[checks_mod.Check] = field(default_factory=list)
-    telemetry: list[dict[str, Any]] = field(default_factory=list)
-    reset_ok: bool | None = None
+    telemetry: list[TelemetrySample] = field(default_factory=list)
+    reset: cache.ResetOutcome | None = None
     phases: dict[str, float] = field(default_factory=dict)
+    server_warnings: tuple[str, ...] = ()
 
     @property
     def valid(self) -> bool:
-        return self.status == "ok" and checks_mod.verdict(self.checks)[0]
+        return self.status == "ok" and self.judgement is not None and self.judgement.valid
 
     @property
     def flagged(self) -> bool:
-        return checks_mod.verdict(self.checks)[1]
+        return self.judgement is not None and self.judgement.flagged
+
+    @property
+    def window_s(self) -> float:
+        return (self.judgement.summary.window_s or 0.0) if self.judgement else 0.0
 
 
 def _requests(point: PointStep, count: int, salt: str) -> list[RequestSpec]:
@@ -65,14 +68,6 @@ def _requests(point: PointStep, count: int, salt: str) -> list[RequestSpec]:
         seed=point.prompt_seed, prefix_len=point.prefix_len, salt=salt,
     )
     return [RequestSpec(prompt_ids=p, max_tokens=point.output_len) for p in prompts]
-
-
-def _reset(endpoint: Endpoint) -> bool:
-    for attempt in range(RESET_ATTEMPTS):
-        if reset_prefix_cache(endpoint.base_url, endpoint.api_key).ok:
-            return True
-        time.sleep(0.2 * (attempt + 1))  # blocks still held by finishing requests
-    return False
 
 
 def _load(
@@ -88,9 +83,35 @@ def _load(
     )
 
 
+def log_size(path: Path | None) -> int:
+    try:
+        return path.stat().st_size if path is not None else 0
+    except OSError:
+        return 0
+
+
+def log_warnings(path: Path | None, start: int = 0, limit: int = 50) -> tuple[str, ...]:
+    """The distinct WARNING (and ERROR) lines a server log gained after byte `start`, in order, at
+    most `limit` of them (vLLM writes e.g. that the model's generation_config overrides sampling)."""
+    if path is None:
+        return ()
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(start)
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ()
+    seen: dict[str, None] = {}
+    for line in text.splitlines():
+        if (" WARNING " in line or " ERROR " in line) and len(seen) < limit:
+            seen.setdefault(line.strip()[:500], None)
+    return tuple(seen)
+
+
 def run_point(point: PointStep, endpoint: Endpoint, ctx: PointContext) -> PointOutcome:
     """Carry out one point. Never raises for engine trouble: the outcome says what failed."""
     out = PointOutcome(point=point, status="ok", error=None, started_at=datetime.now(UTC))
+    log_start = log_size(endpoint.log_path)
     phase_start = time.monotonic()
 
     def phase(name: str) -> None:
@@ -106,7 +127,7 @@ def run_point(point: PointStep, endpoint: Endpoint, ctx: PointContext) -> PointO
             warm = list(_load(endpoint, point, [], ctx.client_cpus, warmup=warmup).records)
         phase("warmup")
         if point.cache == "reset":
-            out.reset_ok = _reset(endpoint)
+            out.reset = cache.reset(endpoint.base_url, endpoint.api_key)
         phase("reset")
         before = metrics.scrape(endpoint.base_url, endpoint.api_key)
         phase("scrape_before")
@@ -119,40 +140,21 @@ def run_point(point: PointStep, endpoint: Endpoint, ctx: PointContext) -> PointO
         phase("scrape_after")
     except Exception as exc:  # a dead server or a refused connection fails the point, not the run
         out.status, out.error = "failed", f"{type(exc).__name__}: {exc}"
+        out.server_warnings = log_warnings(endpoint.log_path, log_start)
         return out
 
     records = list(result.records)
     out.records = warm + records
-    summary = summarize(records, point.concurrency)
-    hits = metrics.delta(before, after, "vllm:prefix_cache_hits")
-    queries = metrics.delta(before, after, "vllm:prefix_cache_queries")
-    hit_rate = metrics.prefix_hit_rate(before, after)
-    usage = [s.kv_cache_usage_perc for s in poller.samples if s.kv_cache_usage_perc is not None]
-    summary |= {
-        "prefix_hits": hits, "prefix_queries": queries, "prefix_hit_rate": hit_rate,
-        "kv_cache_usage_peak": max(usage, default=None),
-        "preemptions": metrics.delta(before, after, "vllm:num_preemptions"),
-    }
-    samples = nvml.samples
-    nvml_rows = [
-        {"source": "nvml", "t_s": s.t_s - ctx.clock_origin_s, "sm_clock_mhz": _mhz(s.sm_clock_hz),
-         "mem_clock_mhz": _mhz(s.mem_clock_hz), "power_w": s.power_w, "temp_c": s.temperature_c,
-         "mem_used_bytes": s.memory_used_bytes, "gpu_util": s.gpu_util_frac}
-        for s in samples
-    ]
-    energy = [s.energy_j for s in samples if s.energy_j is not None]
-    summary |= telemetry_summary(nvml_rows, energy, summary.get("output_tokens", 0))
-    out.summary = summary
-    out.telemetry = nvml_rows + [
-        {"source": "metrics", "t_s": s.t_s - ctx.clock_origin_s, "kv_cache_usage": s.kv_cache_usage_perc,
-         "running": s.num_requests_running, "waiting": s.num_requests_waiting}
+    origin = ctx.clock_origin_s
+    out.telemetry = [_nvml_sample(point.id, s, origin) for s in nvml.samples] + [
+        TelemetrySample(point.id, "metrics", s.t_s - origin, kv_cache_usage=s.kv_cache_usage_perc,
+                        running=s.num_requests_running, waiting=s.num_requests_waiting)
         for s in poller.samples
     ]
-    out.checks = checks_mod.evaluate(
-        point, summary, thresholds=ctx.thresholds, reset_ok=out.reset_ok, hit_rate=hit_rate,
-        output_lengths=[r.output_tokens for r in records if r.ok],
-        halves_gap=halves_gap(records), client_ceiling_chunks_per_s=ctx.client_ceiling_chunks_per_s,
-    )
+    server = observe(out.reset.ok if out.reset else None, before, after, out.telemetry)
+    out.judgement = judge(point, records, server, thresholds=ctx.thresholds,
+                          client_ceiling_chunks_per_s=ctx.client_ceiling_chunks_per_s)
+    out.server_warnings = log_warnings(endpoint.log_path, log_start)
     if result.timed_out:
         out.status, out.error = "failed", f"point timed out after {point.point_timeout_s} s"
     elif not any(r.ok for r in records):
@@ -161,6 +163,14 @@ def run_point(point: PointStep, endpoint: Endpoint, ctx: PointContext) -> PointO
     return out
 
 
+def _nvml_sample(point_id: str, s: NvmlSample, origin: float) -> TelemetrySample:
+    return TelemetrySample(
+        point_id, "nvml", s.t_s - origin, sm_clock_mhz=_mhz(s.sm_clock_hz), mem_clock_mhz=_mhz(s.mem_clock_hz),
+        power_w=s.power_w, temp_c=s.temperature_c,
+        mem_used_bytes=None if s.memory_used_bytes is None else float(s.memory_used_bytes),
+        gpu_util=s.gpu_util_frac, energy_j=s.energy_j,
+    )
+
+
 def _mhz(hz: float | None) -> float | None:
     return None if hz is None else hz / 1e6
-

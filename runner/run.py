@@ -7,33 +7,54 @@ later be spread over GPUs or dispatched elsewhere without reshaping this loop.
 from __future__ import annotations
 
 import platform
+import re
 import socket
 import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compiler.plan import Plan, PointStep, ServerStep
-from runner.point import Endpoint, PointContext, PointOutcome, run_point
+from runner.point import Endpoint, PointContext, PointOutcome, log_size, log_warnings, run_point
+from runner.records import PointRecord, PointSummary, RunRecord, ServerRecord, redact_argv
 from runner.store import Store, as_json
 from studyc import __version__
 from studyc.errors import EngineError, StudycError
+from studyc.settings import parse_cpus
+
+if TYPE_CHECKING:
+    from studyc.settings import Settings
 
 
 @dataclass
 class RunOptions:
+    """Everything a run needs from the command line and the settings (read once, by the caller)."""
+
     db: Path
+    engine_command: list[str]
+    python_argv: list[str]
+    runs_dir: Path
+    gpu_index: int = 0
+    client_cpus: str = "auto"  # STUDYC_CLIENT_CPUS: 'auto', 'all' or a list like '1,2-3'
     resume: bool = False
     keep_going: bool = False
-    runs_dir: Path = Path("runs")
-    engine_command: list[str] | None = None
     startup_timeout_s: float | None = None
     calibrate: bool = True
     client_selftest: bool = True
+
+
+def run_options(settings: Settings, db: Path, **flags: Any) -> RunOptions:
+    """RunOptions from loaded settings plus command-line flags (resume, keep_going, calibrate, ...)."""
+    return RunOptions(
+        db=db, engine_command=list(settings.vllm_argv), python_argv=list(settings.python_argv),
+        runs_dir=Path(settings.runs_dir) if settings.runs_dir else db.parent / "runs",
+        gpu_index=int(settings.gpu_index), client_cpus=settings.client_cpus,
+        startup_timeout_s=settings.startup_timeout_s, **flags,
+    )
 
 
 @dataclass
@@ -60,15 +81,26 @@ class Progress:
     def close(self) -> None: ...
 
 
-def git_sha() -> str | None:
+SOURCE_ROOT = Path(__file__).resolve().parent.parent  # the folder holding runner/, studyc/, compiler/
+
+
+def git_sha(root: Path = SOURCE_ROOT) -> str | None:
+    """The commit of studyc's own source: None unless `root` is the top of a git checkout with a
+    commit (an installed copy inside some other repository is not studyc's checkout)."""
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-            cwd=Path(__file__).resolve().parent,
+            ["git", "-C", str(root), "rev-parse", "--show-toplevel", "HEAD"], capture_output=True, text=True,
+            timeout=5,
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None
+    lines = out.stdout.split()
+    if out.returncode != 0 or len(lines) != 2:
+        return None
+    top, sha = lines
+    if Path(top).resolve() != root.resolve() or not re.fullmatch(r"[0-9a-f]{40}", sha):
+        return None
+    return sha
 
 
 def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) -> RunReport:
@@ -78,13 +110,13 @@ def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) 
     with Store(options.db) as store:
         run_id, done = _open_run(store, plan, options, progress)
         report = RunReport(run_id=run_id)
-        run = store.run(run_id) or {}
+        run = _run(store, run_id)
         ctx = PointContext(
             thresholds=plan.checks,
-            client_ceiling_chunks_per_s=run.get("client_ceiling_chunks_per_s"),
-            gpu_index=_gpu_index(),
+            client_ceiling_chunks_per_s=run.client_ceiling_chunks_per_s,
+            gpu_index=options.gpu_index,
             clock_origin_s=origin,
-            client_cpus=_client_cpus(bool(run.get("nvml_available"))),
+            client_cpus=parse_cpus(options.client_cpus, gpu_present=bool(run.nvml_available)),
         )
         todo = [(s, [p for p in s.points if done.get(p.id) != p.fingerprint]) for s in plan.servers]
         report.points_skipped = len(plan.points) - sum(len(ps) for _, ps in todo)
@@ -109,7 +141,7 @@ def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) 
             status = "complete" if not (report.points_failed or report.servers_failed) else "partial"
         finally:
             report.wall_s = time.monotonic() - origin
-            store.update_run(run_id, status=status, finished_at=datetime.now(UTC))
+            store.save_run(replace(_run(store, run_id), status=status, finished_at=datetime.now(UTC)))
             progress.close()
     return report
 
@@ -139,28 +171,31 @@ def run_server_step(
         step.argv, env=step.env, log_path=log_path, command=options.engine_command,
         startup_timeout_s=options.startup_timeout_s,
     )
-    row: dict[str, Any] = {
-        "run_id": run_id, "server_id": step.id, "arm": step.arm, "fingerprint": step.fingerprint,
-        "argv_json": as_json(list(server.argv)), "env_json": as_json(step.env),
-        "started_at": datetime.now(UTC), "log_path": str(log_path),
-    }
+    log_start = log_size(log_path)
+    record = ServerRecord(
+        run_id=run_id, server_id=step.id, arm=step.arm, fingerprint=step.fingerprint,
+        argv_json=as_json(redact_argv(list(server.argv))), env_json=as_json(step.env),
+        started_at=datetime.now(UTC), log_path=str(log_path),
+    )
     try:
         server.start()
         info = server.wait_ready()
     except EngineError as exc:
         server.stop()
-        store.record_server(row | {"status": "failed", "error": exc.message})
+        store.record_server(replace(record, status="failed", error=exc.message,
+                                    warnings=log_warnings(log_path, log_start)))
         raise
     except BaseException:
         server.stop()
         raise
-    store.record_server(row | {
-        "status": "ready", "startup_s": info.startup_s, "kv_capacity_tokens": info.kv_capacity_tokens,
-        "vllm_version": info.vllm_version, "torch_version": info.torch_version, "gpu_name": info.gpu_name,
-    })
+    store.record_server(replace(
+        record, status="ready", startup_s=info.startup_s, kv_capacity_tokens=info.kv_capacity_tokens,
+        vllm_version=info.vllm_version, torch_version=info.torch_version, gpu_name=info.gpu_name,
+        warnings=log_warnings(log_path, log_start),
+    ))
     _fill_run_versions(store, run_id, info)
     progress.server(step, f"ready in {info.startup_s:.1f} s, KV {info.kv_capacity_tokens or '?'} tokens")
-    endpoint = Endpoint(info.base_url, info.api_key, step.served_model_name)
+    endpoint = Endpoint(info.base_url, info.api_key, step.served_model_name, log_path)
     try:
         for point in points:
             progress.point_started(point)
@@ -179,118 +214,106 @@ def _open_run(store: Store, plan: Plan, options: RunOptions, progress: Progress)
     if options.resume:
         previous = store.latest_run(plan.study_id)
         if previous is not None:
-            store.update_run(previous["run_id"], status="running", plan_json=plan.to_json())
-            progress.message(f"resuming run {previous['run_id']}")
-            return previous["run_id"], store.done_points(previous["run_id"])
+            store.save_run(replace(previous, status="running", plan_json=plan.to_json()))
+            progress.message(f"resuming run {previous.run_id}")
+            return previous.run_id, store.done_points(previous.run_id)
         progress.message("nothing to resume: starting a new run")
     run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
-    row: dict[str, Any] = {
-        "run_id": run_id, "study_id": plan.study_id, "study_path": plan.study_path,
-        "study_sha256": plan.study_sha256, "plan_json": plan.to_json(), "studyc_version": __version__,
-        "git_sha": git_sha(), "host": socket.gethostname(), "started_at": datetime.now(UTC),
-        "status": "running", "engine_command": " ".join(options.engine_command or _engine_command()),
-        "notes": platform.platform(),
-    }
-    row |= _calibration(options, progress) | _client_ceiling(options, progress) | _gpu(progress)
-    store.begin_run(row)
+    run = RunRecord(
+        run_id=run_id, study_id=plan.study_id, study_path=plan.study_path, study_sha256=plan.study_sha256,
+        plan_json=plan.to_json(), studyc_version=__version__, git_sha=git_sha(), host=socket.gethostname(),
+        started_at=datetime.now(UTC), status="running", engine_command=" ".join(options.engine_command),
+        notes=platform.platform(),
+    )
+    run = _calibration(run, options, progress)
+    run = _client_ceiling(run, options, progress)
+    store.save_run(_gpu(run, options))
     return run_id, {}
 
 
-def _engine_command() -> list[str]:
-    from studyc.settings import load_settings
-
-    return list(load_settings().vllm_argv)
-
-
-def _gpu_index() -> int:
-    from studyc.settings import load_settings
-
-    return int(load_settings().gpu_index)
+def _run(store: Store, run_id: str) -> RunRecord:
+    run = store.run(run_id)
+    if run is None:
+        raise StudycError(f"run {run_id} vanished from {store.path}")
+    return run
 
 
-def _client_cpus(gpu_present: bool) -> tuple[int, ...] | None:
-    from studyc.settings import load_settings, parse_cpus
-
-    return parse_cpus(load_settings().client_cpus, gpu_present=gpu_present)
-
-
-def _calibration(options: RunOptions, progress: Progress) -> dict[str, Any]:
+def _calibration(run: RunRecord, options: RunOptions, progress: Progress) -> RunRecord:
     if not options.calibrate:
-        return {"calibrated": False, "calibration_json": as_json({"reason": "skipped (--no-calibrate)"})}
+        return replace(run, calibrated=False, calibration_json=as_json({"reason": "skipped (--no-calibrate)"}))
     from runner.calibrate import calibrate
-    from studyc.settings import load_settings
 
     progress.message("calibrating the machine (HBM bandwidth, bf16 matmul)")
-    cal = calibrate(load_settings().python_argv)
+    cal = calibrate(options.python_argv)
     progress.message(
         f"calibrated: {cal.bandwidth_Bps / 1e12:.3f} TB/s, {cal.flops_bf16 / 1e12:.0f} TFLOP/s on {cal.device}"
         if cal.calibrated and cal.bandwidth_Bps and cal.flops_bf16
         else f"not calibrated: {cal.reason}"
     )
-    return {
-        "calibrated": cal.calibrated, "bandwidth_Bps": cal.bandwidth_Bps, "flops_bf16": cal.flops_bf16,
-        "calibration_json": as_json({"device": cal.device, "reason": cal.reason, "details": cal.details}),
-    }
+    return replace(
+        run, calibrated=cal.calibrated, bandwidth_Bps=cal.bandwidth_Bps, flops_bf16=cal.flops_bf16,
+        calibration_json=as_json({"device": cal.device, "reason": cal.reason, "details": cal.details}),
+    )
 
 
-def _client_ceiling(options: RunOptions, progress: Progress) -> dict[str, Any]:
+def _client_ceiling(run: RunRecord, options: RunOptions, progress: Progress) -> RunRecord:
     if not options.client_selftest:
-        return {}
+        return run
     progress.message("measuring the load generator's own ceiling on this host")
     try:
         from runner.ceiling import measure_client_ceiling
 
         found = measure_client_ceiling()
     except Exception as exc:  # the self-test is advisory: record why it is missing
-        return {"client_ceiling_json": as_json({"error": f"{type(exc).__name__}: {exc}"})}
-    return {"client_ceiling_chunks_per_s": found.get("chunks_per_s"), "client_ceiling_json": as_json(found)}
+        return replace(run, client_ceiling_json=as_json({"error": f"{type(exc).__name__}: {exc}"}))
+    return replace(run, client_ceiling_chunks_per_s=found.get("chunks_per_s"), client_ceiling_json=as_json(found))
 
 
-def _gpu(progress: Progress) -> dict[str, Any]:
+def _gpu(run: RunRecord, options: RunOptions) -> RunRecord:
     from runner.nvml import gpu_info
 
-    info = gpu_info(_gpu_index())
+    info = gpu_info(options.gpu_index)
     if info is None:
-        return {"nvml_available": False}
-    return {"nvml_available": True, "gpu_name": info.get("name"), "driver_version": info.get("driver_version")}
+        return replace(run, nvml_available=False)
+    return replace(run, nvml_available=True, gpu_name=info.get("name"), driver_version=info.get("driver_version"))
 
 
 def _fill_run_versions(store: Store, run_id: str, info: Any) -> None:
-    run = store.run(run_id) or {}
-    update = {
-        k: v for k, v in {
-            "vllm_version": info.vllm_version, "torch_version": info.torch_version,
-            "gpu_name": info.gpu_name, "driver_version": info.driver_version,
-        }.items() if v is not None and run.get(k) is None
-    }
-    if update:
-        store.update_run(run_id, **update)
+    """The engine's versions and GPU, where the run does not have them yet (the first server's)."""
+    run = _run(store, run_id)
+    filled = replace(
+        run,
+        vllm_version=run.vllm_version or info.vllm_version,
+        torch_version=run.torch_version or info.torch_version,
+        gpu_name=run.gpu_name or info.gpu_name,
+        driver_version=run.driver_version or info.driver_version,
+    )
+    if filled != run:
+        store.save_run(filled)
+
+
+def point_record(run_id: str, server_id: str, outcome: PointOutcome) -> PointRecord:
+    p = outcome.point
+    judged = outcome.judgement
+    return PointRecord(
+        run_id=run_id, point_id=p.id, server_id=server_id, arm=p.arm, workload=p.workload,
+        concurrency=p.concurrency, rate_rps=p.rate_rps, level=p.level, repeat=p.repeat,
+        fingerprint=p.fingerprint, status=outcome.status, error=outcome.error, cache_policy=p.cache,
+        reset_ok=outcome.reset.ok if outcome.reset else None, started_at=outcome.started_at,
+        summary=judged.summary if judged else PointSummary(), valid=outcome.valid, flagged=outcome.flagged,
+        phases_json=as_json(outcome.phases), server_warnings=outcome.server_warnings,
+        reset_attempts=outcome.reset.attempts if outcome.reset else None,
+    )
 
 
 def _commit(store: Store, run_id: str, step: ServerStep, outcome: PointOutcome) -> None:
-    p = outcome.point
-    row = {
-        "run_id": run_id, "point_id": p.id, "server_id": step.id, "arm": p.arm, "workload": p.workload,
-        "concurrency": p.concurrency, "rate_rps": p.rate_rps, "level": p.level, "repeat": p.repeat,
-        "fingerprint": p.fingerprint, "status": outcome.status, "error": outcome.error,
-        "cache_policy": p.cache, "reset_ok": outcome.reset_ok, "started_at": outcome.started_at,
-        "valid": outcome.valid, "flagged": outcome.flagged, "phases_json": as_json(outcome.phases),
-    } | {k: v for k, v in outcome.summary.items()}
-    requests = [
-        {"run_id": run_id, "point_id": p.id, "idx": r.index, "warmup": r.warmup, "scheduled_s": r.scheduled_s,
-         "sent_s": r.sent_s, "first_token_s": r.first_token_s, "end_s": r.end_s,
-         "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens, "chunks": r.chunks, "ok": r.ok,
-         "error": r.error, "status": r.status, "token_times_s": list(r.token_times_s)}
-        for r in outcome.records
-    ]
-    checks = [{"run_id": run_id, "point_id": p.id, **c.row()} for c in outcome.checks]
-    telemetry = [{"run_id": run_id, "point_id": p.id, **t} for t in outcome.telemetry]
-    store.commit_point(row, requests, checks, telemetry)
+    checks = outcome.judgement.checks if outcome.judgement else ()
+    store.commit_point(point_record(run_id, step.id, outcome), outcome.records, checks, outcome.telemetry)
 
 
 def _account(report: RunReport, outcome: PointOutcome) -> None:
     report.points_done += 1
-    report.window_s += float(outcome.summary.get("window_s") or 0.0)
+    report.window_s += outcome.window_s
     if outcome.status != "ok":
         report.points_failed.append(outcome.point.id)
     elif not outcome.valid:
@@ -298,9 +321,3 @@ def _account(report: RunReport, outcome: PointOutcome) -> None:
     if outcome.flagged:
         report.flagged.append(outcome.point.id)
 
-
-def default_runs_dir(db: Path) -> Path:
-    from studyc.settings import load_settings
-
-    configured = load_settings().runs_dir
-    return Path(configured) if configured else db.parent / "runs"

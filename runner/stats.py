@@ -1,4 +1,5 @@
-"""Per-point statistics computed from request records alone, so any can be recomputed from the DB.
+"""Per-point statistics computed from request records and telemetry samples alone, so any can be
+recomputed from the DB.
 
 Pure functions: records in, numbers out (SI units: seconds, tokens/s).
 """
@@ -7,8 +8,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from runner.records import PointSummary, TelemetrySample
 
 
 class Record(Protocol):
@@ -60,11 +63,9 @@ def mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _stats(stem: str, values: Sequence[float]) -> dict[str, float | None]:
-    out: dict[str, float | None] = {f"{stem}_mean_s": mean(values)}
-    for q in (50, 90, 95, 99):
-        out[f"{stem}_p{q}_s"] = percentile(values, q)
-    return out
+def distribution(values: Sequence[float]) -> tuple[float | None, ...]:
+    """(mean, p50, p90, p95, p99) of the values; all None for none."""
+    return (mean(values), *(percentile(values, q) for q in (50, 90, 95, 99)))
 
 
 def in_flight_integral(spans: Sequence[tuple[float, float]], start: float, end: float) -> float:
@@ -94,27 +95,19 @@ def window(records: Sequence[Record]) -> Window | None:
     return Window(min(r.sent_s for r in measured), max(r.end_s for r in measured))
 
 
-def summarize(records: Sequence[Record], concurrency: int | None) -> dict[str, Any]:
-    """Throughput, latency distributions and Little's Law terms of one point's measured requests."""
+def summarize(records: Sequence[Record], concurrency: int | None) -> PointSummary:
+    """Throughput, latency distributions and Little's Law terms of one point's measured requests
+    (the server-side fields of the summary are left None: the judge fills them)."""
     measured = [r for r in records if not r.warmup]
     ok = [r for r in measured if r.ok]
     win = window(records)
-    out: dict[str, Any] = {
-        "requests_ok": len(ok),
-        "requests_failed": len(measured) - len(ok),
-        "input_tokens": sum(r.prompt_tokens for r in ok),
-        "output_tokens": sum(r.output_tokens for r in ok),
-        "chunks": sum(r.chunks for r in ok),
-    }
+    inputs, outputs, chunks = (sum(r.prompt_tokens for r in ok), sum(r.output_tokens for r in ok),
+                               sum(r.chunks for r in ok))
+    base = PointSummary(requests_ok=len(ok), requests_failed=len(measured) - len(ok), input_tokens=inputs,
+                        output_tokens=outputs, chunks=chunks)
     if win is None:
-        return out
+        return base
     span = win.duration_s
-    out["window_s"] = span
-    out["output_throughput"] = out["output_tokens"] / span
-    out["total_throughput"] = (out["output_tokens"] + out["input_tokens"]) / span
-    out["request_throughput"] = len(ok) / span
-    out["goodput"] = len(ok) / span
-    out["chunk_throughput"] = out["chunks"] / span
     ttft = [r.first_token_s - r.sent_s for r in ok if r.first_token_s is not None]
     e2e = [r.end_s - r.sent_s for r in ok]
     tpot = [
@@ -123,7 +116,10 @@ def summarize(records: Sequence[Record], concurrency: int | None) -> dict[str, A
         if r.first_token_s is not None and r.output_tokens > 1
     ]
     itl = [b - a for r in ok for a, b in zip(r.token_times_s, r.token_times_s[1:], strict=False)]
-    out |= _stats("ttft", ttft) | _stats("e2e", e2e) | _stats("tpot", tpot) | _stats("itl", itl)
+    t = distribution(ttft)
+    i = distribution(itl)
+    p = distribution(tpot)
+    e = distribution(e2e)
 
     # Little's Law: L (time-averaged in flight, from every measured request's span) against
     # lambda * W (completed requests per second times their mean time in the system since scheduled).
@@ -131,11 +127,22 @@ def summarize(records: Sequence[Record], concurrency: int | None) -> dict[str, A
     in_flight = in_flight_integral(spans, win.start_s, win.end_s) / span
     lam = len(ok) / span
     w = mean([r.end_s - r.scheduled_s for r in ok]) or 0.0
-    out["mean_in_flight"] = in_flight
-    out["littles_law_error"] = abs(in_flight - lam * w) / in_flight if in_flight > 0 else None
-    if concurrency is not None:
-        out["concurrency_error"] = concurrency_error(measured, concurrency)
-    return out
+    return replace(
+        base,
+        window_s=span,
+        output_throughput=outputs / span,
+        total_throughput=(outputs + inputs) / span,
+        request_throughput=len(ok) / span,
+        goodput=len(ok) / span,
+        chunk_throughput=chunks / span,
+        ttft_mean_s=t[0], ttft_p50_s=t[1], ttft_p90_s=t[2], ttft_p95_s=t[3], ttft_p99_s=t[4],
+        itl_mean_s=i[0], itl_p50_s=i[1], itl_p90_s=i[2], itl_p95_s=i[3], itl_p99_s=i[4],
+        tpot_mean_s=p[0], tpot_p50_s=p[1], tpot_p90_s=p[2], tpot_p95_s=p[3], tpot_p99_s=p[4],
+        e2e_mean_s=e[0], e2e_p50_s=e[1], e2e_p90_s=e[2], e2e_p95_s=e[3], e2e_p99_s=e[4],
+        mean_in_flight=in_flight,
+        littles_law_error=abs(in_flight - lam * w) / in_flight if in_flight > 0 else None,
+        concurrency_error=concurrency_error(measured, concurrency) if concurrency is not None else None,
+    )
 
 
 def concurrency_error(measured: Sequence[Record], concurrency: int) -> float | None:
@@ -177,22 +184,38 @@ def halves_gap(records: Sequence[Record]) -> float | None:
     return (first - second) / second
 
 
-def telemetry_summary(
-    samples: Sequence[dict[str, Any]], energy_j: Sequence[float], output_tokens: int
-) -> dict[str, Any]:
-    """Means and totals of NVML telemetry rows over a point (empty without a GPU); `energy_j` is
-    NVML's total-energy counter at each sample."""
-    def col(name: str) -> list[float]:
-        return [s[name] for s in samples if s.get(name) is not None]
+@dataclass(frozen=True)
+class GpuStats:
+    """Means and totals of a point's NVML samples (all None without a GPU)."""
 
-    out: dict[str, Any] = {
-        "power_mean_w": mean(col("power_w")),
-        "sm_clock_mean_mhz": mean(col("sm_clock_mhz")),
-        "mem_clock_mean_mhz": mean(col("mem_clock_mhz")),
-        "temp_max_c": max(col("temp_c"), default=None),
-    }
-    out["energy_j"] = energy_j[-1] - energy_j[0] if len(energy_j) >= 2 else None
-    out["energy_per_token_j"] = (
-        out["energy_j"] / output_tokens if out["energy_j"] is not None and output_tokens else None
+    power_mean_w: float | None = None
+    sm_clock_mean_mhz: float | None = None
+    mem_clock_mean_mhz: float | None = None
+    temp_max_c: float | None = None
+    energy_j: float | None = None  # the energy counter's last sample minus its first
+
+    def energy_per_token_j(self, output_tokens: int) -> float | None:
+        return self.energy_j / output_tokens if self.energy_j is not None and output_tokens > 0 else None
+
+
+def gpu_stats(samples: Sequence[TelemetrySample]) -> GpuStats:
+    """GPU statistics of the `nvml` samples of one point (other sources are ignored)."""
+    rows = [s for s in samples if s.source == "nvml"]
+
+    def col(name: str) -> list[float]:
+        return [v for v in (getattr(s, name) for s in rows) if v is not None]
+
+    energy = col("energy_j")
+    return GpuStats(
+        power_mean_w=mean(col("power_w")),
+        sm_clock_mean_mhz=mean(col("sm_clock_mhz")),
+        mem_clock_mean_mhz=mean(col("mem_clock_mhz")),
+        temp_max_c=max(col("temp_c"), default=None),
+        energy_j=energy[-1] - energy[0] if len(energy) >= 2 else None,
     )
-    return out
+
+
+def peak(samples: Sequence[TelemetrySample], name: str, source: str = "metrics") -> float | None:
+    """The largest value of one field over the samples of one source; None when none has it."""
+    values = [v for v in (getattr(s, name) for s in samples if s.source == source) if v is not None]
+    return max(values, default=None)

@@ -1,101 +1,211 @@
-"""The one module that owns DuckDB: schema, one transaction per point, typed reads.
+"""The one module that owns DuckDB: tables declared from `runner.records`, one transaction per point,
+typed reads, versioned schema with its migrations.
 
-Results are the truth; the site is derived from them. Every statistic can be recomputed from the
-`requests` table. Nobody else imports duckdb.
+Results are the truth; the site is derived from them. Every client statistic can be recomputed
+from the `requests` table. Nobody else imports duckdb.
+
+Schema versions: 1 (first release), 2 (typed records: `servers.warnings`, `points.server_warnings`,
+`points.reset_attempts`, `telemetry.energy_j`; the API key scrubbed from `servers.argv_json`;
+`runs.git_sha` = 'HEAD' made NULL). A database opened for writing is migrated in place; one opened
+read-only at an older version is refused with the command that migrates it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import shutil
+import tempfile
+import types
+import typing
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 import duckdb
 
+from runner.records import (
+    CheckResult,
+    PointRecord,
+    PointSummary,
+    RequestRecord,
+    RunRecord,
+    ServerRecord,
+    TelemetrySample,
+    redact_argv,
+)
 from studyc.errors import StoreError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
-POINT_METRICS = (
-    "output_throughput", "total_throughput", "request_throughput", "chunk_throughput", "goodput",
-    *(f"{stem}_{stat}_s" for stem in ("ttft", "itl", "tpot", "e2e") for stat in ("mean", "p50", "p90", "p95", "p99")),
-    "prefix_hit_rate", "kv_cache_usage_peak", "littles_law_error", "mean_in_flight",
-    "power_mean_w", "energy_per_token_j", "sm_clock_mean_mhz",
-)
-
-_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR);
-CREATE TABLE IF NOT EXISTS runs (
-  run_id VARCHAR PRIMARY KEY, study_id VARCHAR, study_path VARCHAR, study_sha256 VARCHAR, plan_json VARCHAR,
-  studyc_version VARCHAR, git_sha VARCHAR, host VARCHAR, started_at TIMESTAMP, finished_at TIMESTAMP,
-  status VARCHAR, engine_command VARCHAR, vllm_version VARCHAR, torch_version VARCHAR, gpu_name VARCHAR,
-  driver_version VARCHAR, calibrated BOOLEAN, bandwidth_Bps DOUBLE, flops_bf16 DOUBLE, calibration_json VARCHAR,
-  client_ceiling_chunks_per_s DOUBLE, client_ceiling_json VARCHAR, nvml_available BOOLEAN, notes VARCHAR
-);
-CREATE TABLE IF NOT EXISTS servers (
-  run_id VARCHAR, server_id VARCHAR, arm VARCHAR, fingerprint VARCHAR, argv_json VARCHAR, env_json VARCHAR,
-  started_at TIMESTAMP, startup_s DOUBLE, kv_capacity_tokens BIGINT, vllm_version VARCHAR, torch_version VARCHAR,
-  gpu_name VARCHAR, status VARCHAR, error VARCHAR, log_path VARCHAR, PRIMARY KEY (run_id, server_id)
-);
-CREATE TABLE IF NOT EXISTS points (
-  run_id VARCHAR, point_id VARCHAR, server_id VARCHAR, arm VARCHAR, workload VARCHAR, concurrency INTEGER,
-  rate_rps DOUBLE, level DOUBLE, repeat INTEGER, fingerprint VARCHAR, status VARCHAR, error VARCHAR,
-  cache_policy VARCHAR, reset_ok BOOLEAN, started_at TIMESTAMP, window_s DOUBLE, requests_ok INTEGER,
-  requests_failed INTEGER, input_tokens BIGINT, output_tokens BIGINT, chunks BIGINT,
-  {", ".join(f"{m} DOUBLE" for m in POINT_METRICS)},
-  prefix_queries DOUBLE, prefix_hits DOUBLE, preemptions DOUBLE, concurrency_error DOUBLE,
-  mem_clock_mean_mhz DOUBLE, energy_j DOUBLE, temp_max_c DOUBLE, valid BOOLEAN, flagged BOOLEAN,
-  phases_json VARCHAR, PRIMARY KEY (run_id, point_id)
-);
-CREATE TABLE IF NOT EXISTS requests (
-  run_id VARCHAR, point_id VARCHAR, idx INTEGER, warmup BOOLEAN, scheduled_s DOUBLE, sent_s DOUBLE,
-  first_token_s DOUBLE, end_s DOUBLE, prompt_tokens INTEGER, output_tokens INTEGER, chunks INTEGER,
-  ok BOOLEAN, error VARCHAR, status INTEGER, token_times_s DOUBLE[]
-);
-CREATE TABLE IF NOT EXISTS checks (
-  run_id VARCHAR, point_id VARCHAR, name VARCHAR, passed BOOLEAN, severity VARCHAR, value DOUBLE,
-  threshold DOUBLE, detail VARCHAR
-);
-CREATE TABLE IF NOT EXISTS telemetry (
-  run_id VARCHAR, point_id VARCHAR, source VARCHAR, t_s DOUBLE, sm_clock_mhz DOUBLE, mem_clock_mhz DOUBLE,
-  power_w DOUBLE, temp_c DOUBLE, mem_used_bytes DOUBLE, gpu_util DOUBLE, kv_cache_usage DOUBLE,
-  running DOUBLE, waiting DOUBLE
-);
-"""
-
-TABLES = ("runs", "servers", "points", "requests", "checks", "telemetry")
+R = TypeVar("R")
 
 
-def _clean(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+# --------------------------------------------------------------------------------- declaration
+def sql_type(tp: Any) -> str:
+    """The DuckDB column type of a record field's Python type (Optional allowed: columns are nullable)."""
+    origin = get_origin(tp)
+    if origin in (Union, types.UnionType):
+        inner = [a for a in get_args(tp) if a is not type(None)]
+        if len(inner) != 1:
+            raise TypeError(f"cannot store a union of {inner}")
+        return sql_type(inner[0])
+    if origin is Literal:
+        return "VARCHAR"
+    if origin is tuple:
+        args = get_args(tp)
+        if len(args) != 2 or args[1] is not Ellipsis:
+            raise TypeError(f"only tuple[X, ...] is stored, not {tp}")
+        return sql_type(args[0]) + "[]"
+    simple = {str: "VARCHAR", bool: "BOOLEAN", int: "BIGINT", float: "DOUBLE", datetime: "TIMESTAMP"}
+    if tp in simple:
+        return simple[tp]
+    raise TypeError(f"no column type for {tp}")
+
+
+def _optional(tp: Any) -> bool:
+    return get_origin(tp) in (Union, types.UnionType) and type(None) in get_args(tp)
 
 
 @dataclass(frozen=True)
-class PointRow:
-    """One point as stored: identity, status and every summary metric (None where unmeasured)."""
-
-    run_id: str
-    point_id: str
-    arm: str
-    workload: str
-    level: float
-    repeat: int
-    status: str
-    valid: bool
-    flagged: bool
-    values: dict[str, Any]
-
-    def metric(self, name: str) -> float | None:
-        value = self.values.get(name)
-        return None if value is None else float(value)
+class Column:
+    name: str  # column name
+    sql: str  # DuckDB type
+    field: str  # the record's field (or the nested summary's field)
+    nested: str | None  # the record field holding a nested record (points.summary)
+    py: Any  # the field's Python type
 
 
+@dataclass(frozen=True)
+class Table:
+    """A table declared from a record type: key columns the record lacks, then its fields in order
+    (a nested record's fields in place of the field holding it)."""
+
+    name: str
+    record: type
+    keys: tuple[str, ...] = ()  # VARCHAR key columns the store adds (the record does not carry them)
+    primary_key: tuple[str, ...] = ()
+    rename: tuple[tuple[str, str], ...] = ()  # (field, column) where they differ
+    order: str = ""  # ORDER BY of reads and exports
+
+    @property
+    def columns(self) -> tuple[Column, ...]:
+        names = dict(self.rename)
+        cols = [Column(k, "VARCHAR", k, None, str) for k in self.keys]
+        hints = typing.get_type_hints(self.record)
+        for f in dataclasses.fields(self.record):
+            tp = hints[f.name]
+            if dataclasses.is_dataclass(tp):
+                sub = typing.get_type_hints(tp)
+                cols += [Column(g.name, sql_type(sub[g.name]), g.name, f.name, sub[g.name])
+                         for g in dataclasses.fields(tp)]
+            else:
+                cols.append(Column(names.get(f.name, f.name), sql_type(tp), f.name, None, tp))
+        return tuple(cols)
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    def ddl(self) -> str:
+        body = [f"{c.name} {c.sql}" for c in self.columns]
+        if self.primary_key:
+            body.append(f"PRIMARY KEY ({', '.join(self.primary_key)})")
+        return f"CREATE TABLE IF NOT EXISTS {self.name} ({', '.join(body)})"
+
+
+RUNS = Table("runs", RunRecord, primary_key=("run_id",), order="study_id, started_at, run_id")
+SERVERS = Table("servers", ServerRecord, primary_key=("run_id", "server_id"), order="started_at, server_id")
+POINTS = Table("points", PointRecord, primary_key=("run_id", "point_id"), order="started_at, point_id")
+REQUESTS = Table("requests", RequestRecord, keys=("run_id", "point_id"), rename=(("index", "idx"),),
+                 order="point_id, warmup DESC, idx")
+CHECKS = Table("checks", CheckResult, keys=("run_id",), order="point_id, name")
+TELEMETRY = Table("telemetry", TelemetrySample, keys=("run_id",), order="point_id, source, t_s")
+TABLES: tuple[Table, ...] = (RUNS, SERVERS, POINTS, REQUESTS, CHECKS, TELEMETRY)
+_BY_NAME = {t.name: t for t in TABLES}
+
+
+def schema_sql() -> str:
+    """The DDL of every table, generated from the records."""
+    meta = "CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)"
+    return ";\n".join([meta, *(t.ddl() for t in TABLES)]) + ";"
+
+
+# ------------------------------------------------------------------------------ rows <-> records
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def to_row(table: Table, record: Any, keys: Sequence[str] = ()) -> list[Any]:
+    """One record as the table's row values, in column order (`keys`: the key columns' values)."""
+    if not isinstance(record, table.record):
+        raise TypeError(f"{table.name} stores {table.record.__name__}, not {type(record).__name__}")
+    given = dict(zip(table.keys, keys, strict=True))
+    out = []
+    for c in table.columns:
+        if c.name in given:
+            out.append(given[c.name])
+        elif c.nested:
+            out.append(_clean(getattr(getattr(record, c.nested), c.field)))
+        else:
+            out.append(_clean(getattr(record, c.field)))
+    return out
+
+
+def _value(table: Table, col: Column, value: Any, defaults: dict[str, Any]) -> Any:
+    if value is None:
+        if _optional(col.py):
+            return None
+        if col.field in defaults:
+            return defaults[col.field]
+        raise StoreError(f"{table.name}.{col.name} is NULL in a stored row, and the record needs a value")
+    if col.sql.endswith("[]"):
+        return tuple(value)
+    if col.sql == "DOUBLE":
+        return float(value)
+    return value
+
+
+def _defaults(cls: type) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return out
+
+
+def from_row(table: Table, names: Sequence[str], row: Sequence[Any]) -> Any:
+    """A stored row (with its column names) as the table's record; columns the record lacks are ignored."""
+    got = dict(zip(names, row, strict=True))
+    top: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}
+    hints = typing.get_type_hints(table.record)
+    top_defaults = _defaults(table.record)
+    for c in table.columns:
+        if c.name in table.keys:
+            continue
+        raw = got.get(c.name)
+        if c.nested:
+            sub_defaults = _defaults(hints[c.nested])
+            nested.setdefault(c.nested, {})[c.field] = _value(table, c, raw, sub_defaults)
+        else:
+            top[c.field] = _value(table, c, raw, top_defaults)
+    for name, values in nested.items():
+        top[name] = hints[name](**values)
+    return table.record(**top)
+
+
+# ------------------------------------------------------------------------------------ the store
 class Store:
     """A results database. Use as a context manager; `transaction()` wraps one point's writes."""
 
@@ -109,13 +219,22 @@ class Store:
             self.con = duckdb.connect(str(self.path), read_only=read_only)
         except duckdb.Error as exc:
             raise StoreError(f"{self.path}: cannot open results database: {exc}") from None
-        if not read_only:
-            self.con.execute(_SCHEMA)
-            found = self._version()
-            if found is None:
-                self.con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
         found = self._version()
+        if not read_only:
+            if found is None:
+                self.con.execute(schema_sql())
+                self.con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+                found = str(SCHEMA_VERSION)
+            elif found != str(SCHEMA_VERSION):
+                self._migrate(found)
+                found = str(SCHEMA_VERSION)
         if found != str(SCHEMA_VERSION):
+            self.con.close()
+            if found is not None and found.isdigit() and int(found) < SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path}: schema version {found}, this studyc reads {SCHEMA_VERSION}: migrate it in place "
+                    f"with `studyc recheck --db {self.path}` (any command that writes it migrates it)"
+                )
             raise StoreError(f"{self.path}: schema version {found}, this studyc reads {SCHEMA_VERSION}")
 
     def _version(self) -> str | None:
@@ -144,82 +263,115 @@ class Store:
             raise
         self.con.commit()
 
+    # -- migration ------------------------------------------------------------------------------
+
+    def _migrate(self, found: str) -> None:
+        if found != "1":
+            raise StoreError(f"{self.path}: schema version {found}, this studyc reads {SCHEMA_VERSION}")
+        with self.transaction():
+            for table in TABLES:
+                have = {r[0] for r in self.con.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [table.name]
+                ).fetchall()}
+                for c in table.columns:
+                    if c.name not in have:
+                        self.con.execute(f"ALTER TABLE {table.name} ADD COLUMN {c.name} {c.sql}")
+            for run_id, server_id, argv in self.con.execute(
+                "SELECT run_id, server_id, argv_json FROM servers WHERE argv_json IS NOT NULL"
+            ).fetchall():
+                clean = json.dumps(redact_argv(json.loads(argv)))
+                self.con.execute(
+                    "UPDATE servers SET argv_json = ? WHERE run_id = ? AND server_id = ?", [clean, run_id, server_id]
+                )
+            self.con.execute("UPDATE runs SET git_sha = NULL WHERE NOT regexp_full_match(git_sha, '[0-9a-f]{40}')")
+            self.con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
+
     # -- writes ---------------------------------------------------------------------------------
 
-    def _insert(self, table: str, row: dict[str, Any]) -> None:
-        cols = ", ".join(row)
-        marks = ", ".join("?" for _ in row)
-        self.con.execute(f"INSERT INTO {table} ({cols}) VALUES ({marks})", [_clean(v) for v in row.values()])
+    def _insert(self, table: Table, record: Any, keys: Sequence[str] = ()) -> None:
+        cols = table.column_names
+        self.con.execute(
+            f"INSERT INTO {table.name} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
+            to_row(table, record, keys),
+        )
 
-    def _update(self, table: str, keys: dict[str, Any], values: dict[str, Any]) -> None:
-        sets = ", ".join(f"{k} = ?" for k in values)
-        where = " AND ".join(f"{k} = ?" for k in keys)
-        params = [_clean(v) for v in values.values()] + list(keys.values())
-        self.con.execute(f"UPDATE {table} SET {sets} WHERE {where}", params)
-
-    def begin_run(self, row: dict[str, Any]) -> None:
-        with self.transaction():
-            self._insert("runs", row)
-
-    def update_run(self, run_id: str, **values: Any) -> None:
-        with self.transaction():
-            self._update("runs", {"run_id": run_id}, values)
-
-    def record_server(self, row: dict[str, Any]) -> None:
-        with self.transaction():
-            self.con.execute(
-                "DELETE FROM servers WHERE run_id = ? AND server_id = ?", [row["run_id"], row["server_id"]]
-            )
-            self._insert("servers", row)
-
-    def commit_point(
-        self,
-        point: dict[str, Any],
-        requests: Sequence[dict[str, Any]],
-        checks: Sequence[dict[str, Any]],
-        telemetry: Sequence[dict[str, Any]],
-    ) -> None:
-        """Write one point with its requests, checks and telemetry in one transaction (replacing a retry)."""
-        key = [point["run_id"], point["point_id"]]
-        with self.transaction():
-            for table in ("points", "requests", "checks", "telemetry"):
-                self.con.execute(f"DELETE FROM {table} WHERE run_id = ? AND point_id = ?", key)
-            self._insert("points", point)
-            self._insert_many("requests", requests)
-            self._insert_many("checks", checks)
-            self._insert_many("telemetry", telemetry)
-
-    def _insert_many(self, table: str, rows: Sequence[dict[str, Any]]) -> None:
-        if not rows:
+    def _insert_many(self, table: Table, records: Sequence[Any], keys: Sequence[str] = ()) -> None:
+        if not records:
             return
         import pyarrow as pa
 
-        cols = list(dict.fromkeys(c for r in rows for c in r))  # rows may differ in keys (nvml vs metrics)
-        data = pa.table({c: [_clean(r.get(c)) for r in rows] for c in cols})
+        cols = table.columns
+        rows = [to_row(table, r, keys) for r in records]
+        data = pa.table({c.name: pa.array([row[i] for row in rows], type=_ARROW[c.sql]())
+                         for i, c in enumerate(cols)})
         self.con.register("_incoming", data)
         try:
-            self.con.execute(f"INSERT INTO {table} ({', '.join(cols)}) SELECT {', '.join(cols)} FROM _incoming")
+            names = ", ".join(c.name for c in cols)
+            self.con.execute(f"INSERT INTO {table.name} ({names}) SELECT {names} FROM _incoming")
         finally:
             self.con.unregister("_incoming")
 
+    def save_run(self, run: RunRecord) -> None:
+        """Insert a run, or replace the stored one with the same id."""
+        with self.transaction():
+            self.con.execute("DELETE FROM runs WHERE run_id = ?", [run.run_id])
+            self._insert(RUNS, run)
+
+    def record_server(self, server: ServerRecord) -> None:
+        if server.argv_json is not None and redact_argv(json.loads(server.argv_json)) != json.loads(server.argv_json):
+            raise StoreError(f"server {server.server_id}: argv holds an API key; store redact_argv(argv)")
+        with self.transaction():
+            self.con.execute(
+                "DELETE FROM servers WHERE run_id = ? AND server_id = ?", [server.run_id, server.server_id]
+            )
+            self._insert(SERVERS, server)
+
+    def commit_point(
+        self,
+        point: PointRecord,
+        requests: Sequence[RequestRecord],
+        checks: Sequence[CheckResult],
+        telemetry: Sequence[TelemetrySample],
+    ) -> None:
+        """Write one point with its requests, checks and telemetry in one transaction (replacing a retry)."""
+        _same_point(point, checks, telemetry)
+        key = [point.run_id, point.point_id]
+        with self.transaction():
+            for table in ("points", "requests", "checks", "telemetry"):
+                self.con.execute(f"DELETE FROM {table} WHERE run_id = ? AND point_id = ?", key)
+            self._insert(POINTS, point)
+            self._insert_many(REQUESTS, requests, key)
+            self._insert_many(CHECKS, checks, key[:1])
+            self._insert_many(TELEMETRY, telemetry, key[:1])
+
+    def replace_judgement(self, point: PointRecord, checks: Sequence[CheckResult]) -> None:
+        """Store a point re-judged from its records (its row and its checks), in one transaction."""
+        _same_point(point, checks, ())
+        key = [point.run_id, point.point_id]
+        with self.transaction():
+            self.con.execute("DELETE FROM points WHERE run_id = ? AND point_id = ?", key)
+            self._insert(POINTS, point)
+            self.con.execute("DELETE FROM checks WHERE run_id = ? AND point_id = ?", key)
+            self._insert_many(CHECKS, checks, key[:1])
+
     # -- reads ----------------------------------------------------------------------------------
 
-    def _dicts(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        cur = self.con.execute(sql, list(params))
-        names = [d[0] for d in cur.description]
-        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
-
-    def latest_run(self, study_id: str) -> dict[str, Any] | None:
-        rows = self._dicts(
-            "SELECT * FROM runs WHERE study_id = ? ORDER BY started_at DESC, run_id DESC LIMIT 1", [study_id]
+    def _read(self, table: Table, where: str, params: Sequence[Any], order: str | None = None) -> list[Any]:
+        cur = self.con.execute(
+            f"SELECT * FROM {table.name} WHERE {where} ORDER BY {order or table.order}", list(params)
         )
+        names = [d[0] for d in cur.description]
+        return [from_row(table, names, row) for row in cur.fetchall()]
+
+    def runs(self) -> list[RunRecord]:
+        return list(self._read(RUNS, "TRUE", []))
+
+    def run(self, run_id: str) -> RunRecord | None:
+        rows = self._read(RUNS, "run_id = ?", [run_id])
         return rows[0] if rows else None
 
-    def runs(self) -> list[dict[str, Any]]:
-        return self._dicts("SELECT * FROM runs ORDER BY study_id, started_at")
-
-    def run(self, run_id: str) -> dict[str, Any] | None:
-        rows = self._dicts("SELECT * FROM runs WHERE run_id = ?", [run_id])
+    def latest_run(self, study_id: str) -> RunRecord | None:
+        rows = self._read(RUNS, "study_id = ?", [study_id], "started_at DESC, run_id DESC")
         return rows[0] if rows else None
 
     def done_points(self, run_id: str) -> dict[str, str]:
@@ -229,68 +381,52 @@ class Store:
         ).fetchall()
         return {pid: fp for pid, fp in rows}
 
-    def servers(self, run_id: str) -> list[dict[str, Any]]:
-        return self._dicts("SELECT * FROM servers WHERE run_id = ? ORDER BY started_at", [run_id])
+    def servers(self, run_id: str) -> list[ServerRecord]:
+        return list(self._read(SERVERS, "run_id = ?", [run_id]))
 
-    def point_rows(self, run_id: str) -> list[PointRow]:
-        rows = self._dicts("SELECT * FROM points WHERE run_id = ? ORDER BY started_at, point_id", [run_id])
-        return [
-            PointRow(
-                run_id=r["run_id"], point_id=r["point_id"], arm=r["arm"], workload=r["workload"],
-                level=float(r["level"]), repeat=int(r["repeat"]), status=r["status"],
-                valid=bool(r["valid"]), flagged=bool(r["flagged"]), values=r,
-            )
-            for r in rows
-        ]
+    def points(self, run_id: str) -> list[PointRecord]:
+        return list(self._read(POINTS, "run_id = ?", [run_id]))
 
-    def checks(self, run_id: str) -> list[dict[str, Any]]:
-        return self._dicts("SELECT * FROM checks WHERE run_id = ? ORDER BY point_id, name", [run_id])
+    def checks(self, run_id: str) -> list[CheckResult]:
+        return list(self._read(CHECKS, "run_id = ?", [run_id]))
 
-    def telemetry(self, run_id: str) -> list[dict[str, Any]]:
-        return self._dicts("SELECT * FROM telemetry WHERE run_id = ? ORDER BY t_s", [run_id])
+    def telemetry(self, run_id: str, point_id: str | None = None) -> list[TelemetrySample]:
+        if point_id is None:
+            return list(self._read(TELEMETRY, "run_id = ?", [run_id], "t_s, source, point_id"))
+        return list(self._read(TELEMETRY, "run_id = ? AND point_id = ?", [run_id, point_id], "t_s, source"))
 
-    def requests(self, run_id: str, point_id: str | None = None) -> list[dict[str, Any]]:
-        sql = "SELECT * EXCLUDE (token_times_s) FROM requests WHERE run_id = ?"
-        params: list[Any] = [run_id]
-        if point_id is not None:
-            sql += " AND point_id = ?"
-            params.append(point_id)
-        return self._dicts(sql + " ORDER BY point_id, idx", params)
+    def request_records(self, run_id: str, point_id: str) -> list[RequestRecord]:
+        """Every request of a point with its token times, warmup first, in order (to recompute statistics)."""
+        return list(self._read(REQUESTS, "run_id = ? AND point_id = ?", [run_id, point_id], "warmup DESC, idx"))
 
     def counts(self, run_id: str) -> dict[str, int]:
         out = {}
         for table in TABLES:
-            key = "run_id"
-            row = self.con.execute(f"SELECT count(*) FROM {table} WHERE {key} = ?", [run_id]).fetchone()
-            out[table] = int(row[0]) if row else 0
+            row = self.con.execute(f"SELECT count(*) FROM {table.name} WHERE run_id = ?", [run_id]).fetchone()
+            out[table.name] = int(row[0]) if row else 0
         return out
-
-    def request_records(self, run_id: str, point_id: str) -> list[dict[str, Any]]:
-        """Every request of a point with its token times, in order (to recompute statistics)."""
-        return self._dicts(
-            "SELECT * FROM requests WHERE run_id = ? AND point_id = ? ORDER BY warmup DESC, idx", [run_id, point_id]
-        )
-
-    def replace_checks(
-        self, run_id: str, point_id: str, values: dict[str, Any], checks: Sequence[dict[str, Any]]
-    ) -> None:
-        """Store recomputed statistics and checks of one point, in one transaction."""
-        with self.transaction():
-            self._update("points", {"run_id": run_id, "point_id": point_id}, values)
-            self.con.execute("DELETE FROM checks WHERE run_id = ? AND point_id = ?", [run_id, point_id])
-            self._insert_many("checks", checks)
 
     # -- merging --------------------------------------------------------------------------------
 
     def merge_from(self, other: Path) -> dict[str, int]:
-        """Copy every run of another results database into this one (runs already present are skipped)."""
+        """Copy every run of another results database into this one (runs already present are skipped).
+        An older schema is migrated on a temporary copy first; the source file is never written."""
+        version = _version_of(Path(other))
+        if version == str(SCHEMA_VERSION):
+            return self._merge_attached(Path(other))
+        if version is None:
+            raise StoreError(f"{other}: not a studyc results database (no schema version)")
+        with tempfile.TemporaryDirectory(prefix="studyc-merge-") as tmp:
+            copy = Path(tmp) / "source.duckdb"
+            shutil.copyfile(other, copy)
+            Store(copy).close()  # migrates the copy, or refuses a version it does not know
+            return self._merge_attached(copy)
+
+    def _merge_attached(self, source: Path) -> dict[str, int]:
         alias = "src"
-        path = str(other).replace("'", "''")
+        path = str(source).replace("'", "''")
         self.con.execute(f"ATTACH '{path}' AS {alias} (READ_ONLY)")
         try:
-            version = self.con.execute(f"SELECT value FROM {alias}.meta WHERE key = 'schema_version'").fetchone()
-            if version is None or version[0] != str(SCHEMA_VERSION):
-                raise StoreError(f"{other}: schema version {version and version[0]}, expected {SCHEMA_VERSION}")
             new = [r[0] for r in self.con.execute(
                 f"SELECT run_id FROM {alias}.runs WHERE run_id NOT IN (SELECT run_id FROM runs)"
             ).fetchall()]
@@ -300,15 +436,15 @@ class Store:
                     if not new:
                         break
                     marks = ", ".join("?" for _ in new)
-                    cur = self.con.execute(
-                        f"INSERT INTO {table} SELECT * FROM {alias}.{table} WHERE run_id IN ({marks})", new
+                    names = ", ".join(table.column_names)
+                    self.con.execute(
+                        f"INSERT INTO {table.name} ({names}) SELECT {names} FROM {alias}.{table.name} "
+                        f"WHERE run_id IN ({marks})", new,
                     )
-                    if cur.description:
-                        row = cur.fetchone()
-                        assert row is not None  # an INSERT with a result returns its one count row
-                        copied[table] = int(row[0])
-                    else:
-                        copied[table] = 0
+                    row = self.con.execute(
+                        f"SELECT count(*) FROM {alias}.{table.name} WHERE run_id IN ({marks})", new
+                    ).fetchone()
+                    copied[table.name] = int(row[0]) if row else 0
             return copied | {"runs_new": len(new)}
         finally:
             self.con.execute(f"DETACH {alias}")
@@ -318,17 +454,13 @@ class Store:
     def export_sorted(self, run_id: str, table: str, path: Path, fmt: str) -> int:
         """One run's rows of a table as CSV (without per-token times) or Parquet, in a stable order so a
         rebuilt site is byte-identical. Returns the number of rows written."""
-        order = {
-            "runs": "run_id", "servers": "server_id", "points": "point_id", "requests": "point_id, warmup DESC, idx",
-            "checks": "point_id, name", "telemetry": "point_id, source, t_s",
-        }
-        if table not in order:
+        spec = _BY_NAME.get(table)
+        if spec is None:
             raise StoreError(f"unknown table {table}")
+        order = {"runs": "run_id", "servers": "server_id", "points": "point_id"}.get(table, spec.order)
         cursor = self.con.cursor()  # a fresh cursor: no other result of this connection is left pending
         try:
-            rel = cursor.sql(
-                f"SELECT * FROM {table} WHERE run_id = ? ORDER BY {order[table]}", params=[run_id]
-            )
+            rel = cursor.sql(f"SELECT * FROM {table} WHERE run_id = ? ORDER BY {order}", params=[run_id])
             arrow = rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.arrow()
         finally:
             cursor.close()
@@ -339,12 +471,56 @@ class Store:
         elif fmt == "csv":
             import pyarrow.csv as pcsv
 
-            keep = [c for c in arrow.column_names if c != "token_times_s"]
+            keep = [c for c in arrow.column_names if not str(arrow.schema.field(c).type).startswith("list")]
             pcsv.write_csv(arrow.select(keep), str(path))
         else:
             raise StoreError(f"unknown export format {fmt} (csv or parquet)")
         return int(arrow.num_rows)
 
 
+def _same_point(point: PointRecord, checks: Sequence[CheckResult], telemetry: Sequence[TelemetrySample]) -> None:
+    ids = {c.point_id for c in checks} | {t.point_id for t in telemetry}
+    if ids - {point.point_id}:
+        raise StoreError(f"records of point(s) {sorted(ids - {point.point_id})} given with point {point.point_id}")
+
+
+def _version_of(path: Path) -> str | None:
+    if not Path(path).exists():
+        raise StoreError(f"{path}: no such results database")
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error as exc:
+        raise StoreError(f"{path}: cannot open results database: {exc}") from None
+    try:
+        row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    except duckdb.Error:
+        return None
+    finally:
+        con.close()
+    return None if row is None else str(row[0])
+
+
+def _arrow_types() -> dict[str, Any]:
+    import pyarrow as pa
+
+    base = {"VARCHAR": pa.string, "BOOLEAN": pa.bool_, "BIGINT": pa.int64, "DOUBLE": pa.float64,
+            "TIMESTAMP": lambda: pa.timestamp("us")}
+    return base | {k + "[]": (lambda f=f: pa.list_(f())) for k, f in base.items()}
+
+
+class _Arrow(dict[str, Any]):
+    def __missing__(self, key: str) -> Any:
+        self.update(_arrow_types())
+        return self[key]
+
+
+_ARROW = _Arrow()
+
+
 def as_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
+
+
+def summary_fields() -> tuple[str, ...]:
+    """The names of every statistic a point stores (PointSummary's fields)."""
+    return tuple(f.name for f in dataclasses.fields(PointSummary))

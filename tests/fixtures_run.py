@@ -45,7 +45,7 @@ def quickstart_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if db.exists():
         with Store(db, read_only=True) as store:
             run = store.latest_run("quickstart")
-            has_points = run is not None and bool(store.point_rows(run["run_id"]))
+            has_points = run is not None and bool(store.points(run.run_id))
     if proc.returncode not in (0, 1) or not has_points:
         pytest.fail(f"`studyc run` of the quickstart failed (exit {proc.returncode}):\n"
                     f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")

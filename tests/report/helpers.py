@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from runner.records import CheckResult, PointRecord, PointSummary, RunRecord, ServerRecord, TelemetrySample
 from runner.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,7 +69,7 @@ class P:
     status: str = "ok"
     failed_checks: list[tuple[str, str]] = field(default_factory=list)
     workload: str = "w"
-    telemetry: list[dict[str, Any]] = field(default_factory=list)
+    telemetry: list[dict[str, Any]] = field(default_factory=list)  # TelemetrySample fields
 
     @property
     def point_id(self) -> str:
@@ -82,35 +83,35 @@ def make_db(
     servers: dict[str, dict[str, Any]] | None = None,
 ) -> Path:
     with Store(path) as store:
-        store.begin_run({
-            "run_id": run_id, "study_id": study_id, "study_path": f"{study_id}.toml", "study_sha256": "0" * 64,
-            "plan_json": "{}", "studyc_version": "0.1.0", "git_sha": "abc", "host": "testhost",
-            "started_at": started, "finished_at": started + timedelta(minutes=5), "status": "complete",
-            "vllm_version": "0.0-test", "torch_version": "2.x", "gpu_name": None, "calibrated": calibrated,
-            "bandwidth_Bps": bandwidth_Bps, "flops_bf16": flops_bf16,
-        })
+        store.save_run(RunRecord(
+            run_id=run_id, study_id=study_id, study_path=f"{study_id}.toml", study_sha256="0" * 64,
+            plan_json="{}", studyc_version="0.1.0", git_sha=None, host="testhost",
+            started_at=started, finished_at=started + timedelta(minutes=5), status="complete",
+            vllm_version="0.0-test", torch_version="2.x", gpu_name=None, calibrated=calibrated,
+            bandwidth_Bps=bandwidth_Bps, flops_bf16=flops_bf16,
+        ))
         for arm, extra in (servers or {"a": {}, "b": {}}).items():
-            store.record_server({
+            store.record_server(ServerRecord(**{
                 "run_id": run_id, "server_id": f"{study_id}/{arm}", "arm": arm, "status": "ready",
                 "started_at": started, "startup_s": 10.0, "kv_capacity_tokens": 1000, **extra,
-            })
+            }))
         for i, p in enumerate(points):
             fails = [c for c in p.failed_checks if c[1] == "fail"]
             warns = [c for c in p.failed_checks if c[1] == "warn"]
-            row = {
-                "run_id": run_id, "point_id": p.point_id, "server_id": f"{study_id}/{p.arm}", "arm": p.arm,
-                "workload": p.workload, "concurrency": p.level, "level": float(p.level), "repeat": p.repeat,
-                "status": p.status, "cache_policy": "keep" if p.arm == "b" else "reset",
-                "started_at": started + timedelta(seconds=i), "valid": p.status == "ok" and not fails,
-                "flagged": bool(warns) or p.arm == "b", **p.metrics,
-            }
+            row = PointRecord(
+                run_id=run_id, point_id=p.point_id, server_id=f"{study_id}/{p.arm}", arm=p.arm,
+                workload=p.workload, concurrency=p.level, level=float(p.level), repeat=p.repeat,
+                status=p.status, cache_policy="keep" if p.arm == "b" else "reset",
+                started_at=started + timedelta(seconds=i), valid=p.status == "ok" and not fails,
+                flagged=bool(warns) or p.arm == "b", summary=PointSummary(**p.metrics),  # type: ignore[arg-type]
+            )
             names = {"littles_law", "cache_cold", "errors"} | {c[0] for c in p.failed_checks}
             severity = dict(p.failed_checks)
             checks = [
-                {"run_id": run_id, "point_id": p.point_id, "name": n, "passed": n not in severity,
-                 "severity": severity.get(n, "fail"), "value": 0.0, "threshold": 0.03, "detail": f"{n} detail"}
+                CheckResult(p.point_id, n, n not in severity, severity.get(n, "fail"), 0.0, 0.03,  # type: ignore[arg-type]
+                            f"{n} detail")
                 for n in sorted(names)
             ]
-            telemetry = [{"run_id": run_id, "point_id": p.point_id, **t} for t in p.telemetry]
+            telemetry = [TelemetrySample(point_id=p.point_id, **t) for t in p.telemetry]
             store.commit_point(row, [], checks, telemetry)
     return path

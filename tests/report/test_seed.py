@@ -3,6 +3,7 @@ the note on the study page, and `studyc audit --markdown`."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +78,7 @@ H200 = {"gpu_name": "NVIDIA H200"}
 def _note(tmp: Path, run_extra: dict[str, Any] | None = None) -> SeedNote:
     loaded = load_study(write_study(tmp, SOURCED))
     data = latest_runs([make_db(tmp / "r.duckdb", _points())])["toy"]
-    note = seed_note(loaded, score_study(loaded, data), {**data.run, **(run_extra or {})})
+    note = seed_note(loaded, score_study(loaded, data), dataclasses.replace(data.run, **(run_extra or {})))
     assert note is not None
     return note
 

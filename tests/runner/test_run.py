@@ -4,7 +4,9 @@ committed data (crash at start, server killed mid-point, Ctrl-C), and --resume c
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -82,25 +84,31 @@ def wait_for_line(proc: subprocess.Popen[str], needle: str, timeout_s: float = 2
 def test_quickstart_fills_every_table(quickstart_db: Path) -> None:
     with Store(quickstart_db, read_only=True) as store:
         run = store.latest_run("quickstart")
-        assert run is not None and run["status"] == "complete"
-        counts = store.counts(run["run_id"])
+        assert run is not None and run.status == "complete"
+        assert run.git_sha is None or re.fullmatch(r"[0-9a-f]{40}", run.git_sha)
+        counts = store.counts(run.run_id)
         assert counts["runs"] == 1 and counts["servers"] == 2 and counts["points"] == 12
         assert counts["requests"] == 2 * 6 * (8 + 2)  # both arms, 6 points each, measured + warmup
         assert counts["checks"] >= 12 * 6 and counts["telemetry"] > 0
-        rows = store.point_rows(run["run_id"])
+        rows = store.points(run.run_id)
         assert all(r.status == "ok" for r in rows)
         for row in rows:
             assert row.metric("littles_law_error") is not None and row.metric("littles_law_error") <= 0.03
             assert row.metric("output_throughput") > 0
         cold = [r for r in rows if r.arm == "cold"]
         warm = [r for r in rows if r.arm == "warm"]
-        assert all(r.metric("prefix_hit_rate") < 0.01 and r.values["reset_ok"] for r in cold)
+        assert all(r.metric("prefix_hit_rate") < 0.01 and r.reset_ok for r in cold)
         assert all(r.flagged for r in warm)  # the kept cache is flagged on every point
         assert max(r.metric("prefix_hit_rate") for r in warm) > 0.5
-        servers = store.servers(run["run_id"])
-        assert all(s["kv_capacity_tokens"] == 262_144 and s["startup_s"] > 0 for s in servers)
-        assert run["calibrated"] is False and run["vllm_version"]
-        names = {c["name"] for c in store.checks(run["run_id"])}
+        servers = store.servers(run.run_id)
+        assert all(s.kv_capacity_tokens == 262_144 and s.startup_s and s.startup_s > 0 for s in servers)
+        for server in servers:  # the API key never reaches the database
+            argv = json.loads(server.argv_json or "[]")
+            assert argv[argv.index("--api-key") + 1] == "***"
+            assert all(" WARNING " in w or " ERROR " in w for w in server.warnings)
+        assert any("SECURITY WARNING" in w for s in servers for w in s.warnings)  # dev mode, always logged
+        assert run.calibrated is False and run.vllm_version
+        names = {c.name for c in store.checks(run.run_id)}
         assert {
             "littles_law",
             "concurrency_held",
@@ -129,19 +137,19 @@ def test_crash_at_start_keep_going_then_kill_and_resume(tmp_path: Path) -> None:
     assert "failed" in out
     with Store(db, read_only=True) as store:
         run = store.latest_run("faults")
-        assert run["status"] == "partial"
-        rows = {r.point_id: r for r in store.point_rows(run["run_id"])}
+        assert run is not None and run.status == "partial"
+        rows = {r.point_id: r for r in store.points(run.run_id)}
         assert rows["faults/good/w/c1/r1"].status == "ok"
         assert any(r.status == "failed" for r in rows.values())
-        failed = {s["server_id"]: s for s in store.servers(run["run_id"])}["faults/broken"]
-        assert failed["status"] == "failed" and "max" in failed["error"].lower()
-        run_id = run["run_id"]
+        failed = {s.server_id: s for s in store.servers(run.run_id)}["faults/broken"]
+        assert failed.status == "failed" and "max" in (failed.error or "").lower()
+        run_id = run.run_id
     # --resume completes what is missing and keeps what was committed.
     proc = studyc("run", str(FAULTS), "--db", str(db), "--resume", "--keep-going", "--no-calibrate")
     out, _ = proc.communicate(timeout=300)
     assert "resuming run" in out
     with Store(db, read_only=True) as store:
-        rows = store.point_rows(run_id)
+        rows = store.points(run_id)
         good = [r for r in rows if r.arm == "good"]
         assert len(good) == 4 and all(r.status == "ok" for r in good), out
         assert len(store.runs()) == 1
@@ -167,28 +175,5 @@ def test_sigint_stops_cleanly(tmp_path: Path) -> None:
     assert not any(alive(p) for p in engines), "orphaned vLLM process"
     with Store(db, read_only=True) as store:
         run = store.latest_run("faults")
-        assert run["status"] == "interrupted"
-        assert store.point_rows(run["run_id"])[0].point_id == "faults/good/w/c1/r1"
-
-
-def test_recheck_recomputes_checks_from_stored_records(quickstart_db: Path, tmp_path: Path) -> None:
-    import shutil
-
-    from runner.recheck import recheck
-
-    db = tmp_path / "copy.duckdb"
-    shutil.copy(quickstart_db, db)
-    assert recheck(db).changed == 0  # the stored checks are what the records say
-    with Store(db) as store:
-        run_id = store.latest_run("quickstart")["run_id"]
-        point = store.point_rows(run_id)[0]
-        bogus = {"run_id": run_id, "point_id": point.point_id, "name": "littles_law", "passed": False,
-                 "severity": "fail", "value": 1.0, "threshold": 0.03, "detail": "tampered"}
-        store.replace_checks(run_id, point.point_id, {"valid": False}, [bogus])
-    report = recheck(db)
-    assert report.changed == 1 and point.point_id in report.details[0]
-    with Store(db, read_only=True) as store:
-        restored = [c for c in store.checks(run_id) if c["point_id"] == point.point_id]
-        assert {c["name"] for c in restored} >= {"littles_law", "errors", "output_exact"}
-        assert next(c for c in restored if c["name"] == "littles_law")["passed"]
-        assert store.point_rows(run_id)[0].valid
+        assert run is not None and run.status == "interrupted"
+        assert store.points(run.run_id)[0].point_id == "faults/good/w/c1/r1"

@@ -1,0 +1,212 @@
+"""Point statistics from scripted request records and telemetry samples (pure arithmetic, no server)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from runner.records import TelemetrySample
+from runner.stats import (
+    concurrency_error,
+    distribution,
+    gpu_stats,
+    halves_gap,
+    in_flight_integral,
+    mean,
+    peak,
+    percentile,
+    summarize,
+    window,
+)
+
+
+@dataclass(frozen=True)
+class Rec:
+    sent_s: float
+    end_s: float
+    warmup: bool = False
+    ok: bool = True
+    scheduled_s: float | None = None
+    first_token_s: float | None = None
+    output_tokens: int = 10
+    prompt_tokens: int = 5
+    chunks: int = 10
+    token_times_s: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.scheduled_s is None:
+            object.__setattr__(self, "scheduled_s", self.sent_s)
+        if self.first_token_s is None:
+            object.__setattr__(self, "first_token_s", self.sent_s + 0.1 * (self.end_s - self.sent_s))
+
+
+def closed_loop(concurrency: int, waves: int, duration: float = 1.0, ramp: float = 0.0) -> list[Rec]:
+    """Fixed-length requests in lockstep waves; the first wave is sent over `ramp` seconds."""
+    out = []
+    for slot in range(concurrency):
+        t = slot * ramp / concurrency
+        for _ in range(waves):
+            out.append(Rec(t, t + duration))
+            t += duration
+    return out
+
+
+def test_percentile_matches_numpy_linear() -> None:
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert percentile([1, 2, 3, 4], 90) == pytest.approx(3.7)
+    assert percentile([], 50) is None
+
+
+def test_one_wave_burst_with_ramp_holds_concurrency() -> None:
+    # 128 requests sent over 23 ms, each running 1 s: the H200 prefix-cache case.
+    recs = closed_loop(128, 1, duration=1.0, ramp=0.023)
+    assert concurrency_error(recs, 128) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_multi_wave_holds_concurrency() -> None:
+    recs = closed_loop(8, 4, duration=0.5, ramp=0.01)
+    assert concurrency_error(recs, 8) < 0.001
+
+
+def test_client_that_does_not_refill_is_caught() -> None:
+    # Every second slot waits 0.5 s before sending its next request.
+    recs = []
+    for slot in range(4):
+        t = 0.0
+        for _ in range(3):
+            recs.append(Rec(t, t + 1.0))
+            t += 1.0 + (0.5 if slot % 2 else 0.0)
+    assert concurrency_error(recs, 4) > 0.1
+
+
+def test_littles_law_holds_and_catches_warmup_bleed_and_client_lag() -> None:
+    recs = closed_loop(4, 3)
+    s = summarize(recs, 4)
+    assert s.littles_law_error == pytest.approx(0.0, abs=1e-9)
+    assert s.mean_in_flight == pytest.approx(4.0, rel=0.01)
+    assert s.output_throughput == pytest.approx(12 * 10 / 3.0)
+    # Requests that waited 0.5 s in the client before being sent: W from schedule > L / lambda.
+    lagged = [Rec(r.sent_s, r.end_s, scheduled_s=r.sent_s - 0.5) for r in recs]
+    assert summarize(lagged, 4).littles_law_error > 0.1
+    # Failed requests were in flight but complete nothing: lambda * W undercounts L.
+    failing = [Rec(r.sent_s, r.end_s, ok=(i % 3 != 0)) for i, r in enumerate(recs)]
+    assert summarize(failing, 4).littles_law_error > 0.1
+
+
+def test_warmup_records_are_excluded() -> None:
+    recs = closed_loop(2, 2) + [Rec(-5.0, -4.0, warmup=True)]
+    s = summarize(recs, 2)
+    assert s.requests_ok == 4
+    assert s.window_s == pytest.approx(2.0)
+
+
+def test_halves_gap_sees_a_slow_start() -> None:
+    slow = [Rec(i, i + (2.0 if i < 2 else 1.0), output_tokens=11) for i in range(4)]
+    assert halves_gap(slow) > 0.4
+    steady = [Rec(i, i + 1.0, output_tokens=11) for i in range(4)]
+    assert halves_gap(steady) == pytest.approx(0.0, abs=1e-9)
+    # A first half that is faster than the second is no sign of a missing warmup.
+    slow_end = [Rec(i, i + (1.0 if i < 2 else 2.0), output_tokens=11) for i in range(4)]
+    assert halves_gap(slow_end) < 0
+
+
+def test_percentile_of_one_value_and_the_ends() -> None:
+    assert percentile([7.0], 99) == 7.0
+    assert percentile([7.0], 0) == 7.0
+    assert percentile([3.0, 1.0, 2.0], 0) == 1.0
+    assert percentile([3.0, 1.0, 2.0], 100) == 3.0
+    assert percentile([0.0, 10.0], 25) == pytest.approx(2.5)
+
+
+def test_mean_and_distribution_of_nothing_are_none() -> None:
+    assert mean([]) is None
+    assert mean([1.0, 2.0, 6.0]) == 3.0
+    assert distribution([]) == (None, None, None, None, None)
+    assert distribution([2.0]) == (2.0, 2.0, 2.0, 2.0, 2.0)
+
+
+def test_in_flight_integral_clips_to_the_window() -> None:
+    assert in_flight_integral([(0.0, 2.0), (1.0, 3.0)], 1.0, 2.0) == pytest.approx(2.0)
+    assert in_flight_integral([(0.0, 1.0)], 1.0, 2.0) == 0.0  # touching the edge adds nothing
+    assert in_flight_integral([(5.0, 4.0)], 0.0, 10.0) == 0.0  # an empty span adds nothing
+    assert in_flight_integral([], 0.0, 1.0) == 0.0
+
+
+def test_window_is_first_measured_send_to_last_measured_end() -> None:
+    recs = [Rec(-3.0, 9.0, warmup=True), Rec(1.0, 2.0), Rec(0.5, 4.0)]
+    w = window(recs)
+    assert w is not None and (w.start_s, w.end_s) == (0.5, 4.0)
+    assert w.duration_s == pytest.approx(3.5)
+    assert window([Rec(0.0, 1.0, warmup=True)]) is None
+
+
+def test_summary_of_no_measured_request_has_counts_only() -> None:
+    s = summarize([Rec(0.0, 1.0, warmup=True)], 1)
+    assert (s.requests_ok, s.requests_failed, s.window_s, s.output_throughput) == (0, 0, None, None)
+    assert s.littles_law_error is None and s.concurrency_error is None
+
+
+def test_summary_counts_failed_requests_apart() -> None:
+    recs = [Rec(0.0, 1.0), Rec(0.0, 1.0, ok=False), Rec(0.0, 1.0, output_tokens=4, prompt_tokens=3, chunks=2)]
+    s = summarize(recs, None)
+    assert (s.requests_ok, s.requests_failed) == (2, 1)
+    assert (s.input_tokens, s.output_tokens, s.chunks) == (8, 14, 12)
+    assert s.output_throughput == pytest.approx(14.0)
+    assert s.total_throughput == pytest.approx(22.0)
+    assert s.request_throughput == pytest.approx(2.0) and s.goodput == pytest.approx(2.0)
+    assert s.chunk_throughput == pytest.approx(12.0)
+    assert s.concurrency_error is None  # open loop: no configured concurrency
+
+
+def test_summary_latencies() -> None:
+    recs = [Rec(0.0, 1.0, first_token_s=0.2, output_tokens=5, token_times_s=(0.2, 0.4, 0.7)),
+            Rec(1.0, 3.0, first_token_s=1.5, output_tokens=1)]
+    s = summarize(recs, None)
+    assert s.ttft_mean_s == pytest.approx(0.35) and s.ttft_p50_s == pytest.approx(0.35)
+    assert s.e2e_p99_s == pytest.approx(1.99)
+    assert s.tpot_mean_s == pytest.approx(0.2)  # the one-token request has no TPOT
+    assert s.itl_mean_s == pytest.approx(0.25) and s.itl_p90_s == pytest.approx(0.29)
+
+
+def test_concurrency_error_edges() -> None:
+    assert concurrency_error([], 4) is None
+    # Fewer requests than slots: the target is the number of requests.
+    assert concurrency_error(closed_loop(2, 1), 8) == pytest.approx(0.0, abs=1e-9)
+    # All sent at once and all ending at once: no steady phase to measure.
+    assert concurrency_error([Rec(0.0, 0.0), Rec(0.0, 0.0)], 2) is None
+
+
+def test_halves_gap_needs_two_requests_with_tokens() -> None:
+    assert halves_gap([Rec(0.0, 1.0, output_tokens=11)]) is None
+    assert halves_gap([Rec(0.0, 1.0, output_tokens=1), Rec(1.0, 2.0, output_tokens=1)]) is None
+    assert halves_gap([Rec(0.0, 1.0, output_tokens=11, ok=False), Rec(1.0, 2.0, output_tokens=11)]) is None
+    # Sorted by send time, not by list order.
+    recs = [Rec(1.0, 2.0, output_tokens=11), Rec(0.0, 2.0, output_tokens=11)]
+    assert halves_gap(recs) == pytest.approx(1.0)
+
+
+def test_gpu_stats_from_nvml_samples_only() -> None:
+    samples = [
+        TelemetrySample("p", "nvml", 0.0, sm_clock_mhz=1000.0, mem_clock_mhz=3000.0, power_w=100.0, temp_c=40.0,
+                        energy_j=10.0),
+        TelemetrySample("p", "nvml", 0.1, sm_clock_mhz=2000.0, power_w=300.0, temp_c=50.0, energy_j=40.0),
+        TelemetrySample("p", "metrics", 0.1, kv_cache_usage=0.5, power_w=999.0),
+    ]
+    g = gpu_stats(samples)
+    assert (g.power_mean_w, g.sm_clock_mean_mhz, g.mem_clock_mean_mhz, g.temp_max_c) == (200.0, 1500.0, 3000.0, 50.0)
+    assert g.energy_j == 30.0
+    assert g.energy_per_token_j(10) == 3.0
+    assert g.energy_per_token_j(0) is None
+    one = gpu_stats(samples[:1])
+    assert one.energy_j is None and one.energy_per_token_j(10) is None
+    assert gpu_stats([]).power_mean_w is None
+
+
+def test_peak_of_one_source() -> None:
+    samples = [TelemetrySample("p", "metrics", 0.0, kv_cache_usage=0.2),
+               TelemetrySample("p", "metrics", 0.1, kv_cache_usage=None),
+               TelemetrySample("p", "metrics", 0.2, kv_cache_usage=0.7),
+               TelemetrySample("p", "nvml", 0.2, kv_cache_usage=0.9)]
+    assert peak(samples, "kv_cache_usage") == 0.7
+    assert peak(samples[1:2], "kv_cache_usage") is None
