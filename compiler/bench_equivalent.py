@@ -1,0 +1,107 @@
+"""The `vllm bench serve` command that offers the same load as a plan point, and the exact
+request body studyc sends. Pure: a point in, text out.
+
+The request body (built in runner/loadgen.py, read back by runner/sse.py), one POST to
+`/v1/completions` per request:
+
+    {"model": SERVED_NAME, "prompt": [token ids], "max_tokens": OUTPUT_LEN, "ignore_eos": true,
+     "temperature": 0, "stream": true, "stream_options": {"include_usage": true}}
+
+- Sampling is greedy (`temperature: 0`). `vllm bench serve` samples at temperature 1 unless given
+  `--temperature 0` (about 3% slower on an H200, 30% on the CPU server).
+- Prompts are lists of token ids, so the server sees exactly `input_len` tokens; the bench's random
+  dataset sends text decoded from random ids, which the server re-tokenizes (lengths can drift by a
+  few tokens with a BPE tokenizer).
+- `ignore_eos: true` gives exactly `max_tokens` tokens; token counts come from the final `usage`
+  event (`stream_options.include_usage`), not from counting chunks (a chunk can carry several tokens).
+- A token's time is the arrival of the socket read that carried its SSE chunk; the bench stamps
+  each chunk after parsing it.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Protocol
+
+REQUEST_BODY = {
+    "model": "SERVED_NAME",
+    "prompt": "[token ids, exactly input_len of them]",
+    "max_tokens": "output_len",
+    "ignore_eos": True,
+    "temperature": 0,
+    "stream": True,
+    "stream_options": {"include_usage": True},
+}
+
+
+class BenchPoint(Protocol):
+    """The fields of a plan point (compiler.plan.PointStep) the command needs."""
+
+    @property
+    def concurrency(self) -> int | None: ...
+    @property
+    def rate_rps(self) -> float | None: ...
+    @property
+    def requests(self) -> int: ...
+    @property
+    def warmup(self) -> int: ...
+    @property
+    def input_len(self) -> int: ...
+    @property
+    def output_len(self) -> int: ...
+    @property
+    def prefix_len(self) -> int: ...
+    @property
+    def prompt_seed(self) -> int: ...
+    @property
+    def arrival(self) -> str: ...
+    @property
+    def burstiness(self) -> float: ...
+
+
+def bench_argv(point: BenchPoint, *, base_url: str, model: str, tokenizer: str | None = None,
+               served_name: str | None = None, vllm: str = "vllm") -> list[str]:
+    """`vllm bench serve` arguments offering the point's load: same lengths, sampling and count."""
+    argv = [*shlex.split(vllm), "bench", "serve", "--backend", "vllm", "--endpoint", "/v1/completions",
+            "--base-url", base_url, "--model", model, "--tokenizer", tokenizer or model]
+    if served_name:
+        argv += ["--served-model-name", served_name]
+    argv += [
+        "--dataset-name", "random",
+        "--random-input-len", str(point.input_len - point.prefix_len),
+        "--random-prefix-len", str(point.prefix_len),
+        "--random-output-len", str(point.output_len),
+        "--random-range-ratio", "0",
+        "--num-prompts", str(point.requests),
+        "--ignore-eos",
+        "--temperature", "0",
+        "--seed", str(point.prompt_seed),
+    ]
+    if point.warmup:
+        argv += ["--num-warmups", str(point.warmup)]
+    if point.rate_rps is None:
+        # closed loop: every slot refilled at once
+        argv += ["--request-rate", "inf", "--max-concurrency", str(point.concurrency or point.requests)]
+    else:
+        # studyc's poisson is gamma with shape 1, the bench's default burstiness
+        shape = 1.0 if point.arrival == "poisson" else point.burstiness
+        argv += ["--request-rate", f"{point.rate_rps:g}", "--burstiness", f"{shape:g}"]
+        if point.concurrency is not None:
+            argv += ["--max-concurrency", str(point.concurrency)]
+    argv += ["--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,95,99"]
+    return argv
+
+
+def bench_command(point: BenchPoint, *, base_url: str, model: str, tokenizer: str | None = None,
+                  served_name: str | None = None, vllm: str = "vllm") -> str:
+    """The same as one shell line."""
+    return shlex.join(bench_argv(point, base_url=base_url, model=model, tokenizer=tokenizer,
+                                 served_name=served_name, vllm=vllm))
+
+
+DIFFERENCES = (
+    "prompts: studyc sends token-id lists (exact input length); the bench sends text decoded from "
+    "random ids, re-tokenized by the server",
+    "prefix: studyc's shared prefix comes from its own seed; the bench draws its own",
+    "timing: studyc stamps a token at the socket read that carried it; the bench after parsing each chunk",
+)
