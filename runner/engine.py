@@ -75,13 +75,6 @@ class ServerInfo:
     kv_capacity_source: str | None = None
 
 
-@dataclass(frozen=True)
-class ResetResult:
-    ok: bool
-    status: int  # HTTP status; 0 when no answer came
-    body: str
-
-
 def free_port(host: str = HOST) -> int:
     """A port the OS says is free now (another process could still take it before vLLM binds)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -108,28 +101,6 @@ def http_call(method: str, url: str, api_key: str | None = None, timeout_s: floa
         return int(exc.code), body
     except (urllib.error.URLError, OSError) as exc:
         return 0, str(getattr(exc, "reason", exc))
-
-
-def reset_prefix_cache(
-    base_url: str, api_key: str | None, *, reset_running_requests: bool = False, timeout_s: float = 30.0
-) -> ResetResult:
-    """POST /reset_prefix_cache (needs VLLM_SERVER_DEV_MODE=1). ok only on `{"success": true}`.
-
-    vLLM answers `{"success": false}` while requests still hold blocks; with
-    `reset_running_requests` it preempts them first (vLLM >= 0.11 takes that query flag).
-    """
-    url = base_url.rstrip("/") + "/reset_prefix_cache"
-    if reset_running_requests:
-        url += "?reset_running_requests=true"
-    status, body = http_call("POST", url, api_key, timeout_s)
-    ok = False
-    if status == 200:
-        try:
-            doc = json.loads(body)
-        except ValueError:
-            doc = None
-        ok = isinstance(doc, dict) and doc.get("success") is True
-    return ResetResult(ok=ok, status=status, body=body)
 
 
 def read_log_tail(path: Path, lines: int = LOG_TAIL_LINES, start: int = 0) -> str:

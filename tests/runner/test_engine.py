@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from runner import engine
+from runner.cache import reset_prefix_cache
 from runner.engine import (
     EngineError,
     VllmServer,
     _group_alive,
     http_call,
     parse_kv_capacity_log,
-    reset_prefix_cache,
 )
 from studyc.settings import Settings, derive_python
 from tests.conftest import (

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from runner import metrics
-from runner.engine import reset_prefix_cache
+from runner.cache import reset_prefix_cache
 from tests.runner.faults import FaultProxy, Faults
 from tests.runner.test_reconcile import measure_window
 

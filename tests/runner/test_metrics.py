@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from runner import metrics
-from runner.engine import VllmServer, reset_prefix_cache
+from runner.cache import reset_prefix_cache
+from runner.engine import VllmServer
 from runner.metrics import MetricsPoller, Snapshot, delta, parse, prefix_hit_rate, scrape
 
 VLLM_SAMPLES = (
