@@ -1,32 +1,48 @@
-"""The engine adapter: one `vllm serve` process group, started, awaited, described, stopped.
+"""The engine adapter's lifecycle: one `vllm serve` process group, started with its log in a file,
+awaited on /health against a deadline while watching for a crash, stopped (SIGTERM, then SIGKILL).
 
-The runner holds a VllmServer per server configuration; its ServerInfo (versions, KV
-capacity, startup time) is recorded with every point served by it.
+What the server is (versions, KV capacity) and why it failed to start are read by
+`runner.introspect`; `check_engine` tells before any measuring whether the engine command runs.
 """
 
 from __future__ import annotations
 
 import atexit
-import json
 import os
-import re
 import secrets
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import time
-import urllib.error
-import urllib.request
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Protocol, Self
+from typing import IO, Protocol, Self
 
-from runner import metrics
+from runner.introspect import (
+    LOG_TAIL_LINES,
+    ServerInfo,
+    describe,
+    http_call,
+    read_log_tail,
+    startup_failure,
+)
 from studyc.errors import EngineError
-from studyc.settings import derive_python, is_python_executable, load_settings
+from studyc.settings import load_settings
+
+__all__ = [
+    "BASE_ENV",
+    "Engine",
+    "EngineCheck",
+    "ServerInfo",
+    "VllmServer",
+    "check_engine",
+    "free_port",
+    "http_call",
+]
 
 HOST = "127.0.0.1"
 # Always set: dev mode exposes /reset_prefix_cache and /server_info; offline and no telemetry.
@@ -38,11 +54,8 @@ BASE_ENV = {
 }
 _RESERVED_FLAGS = ("--host", "--port", "--api-key")
 _PORT_TAKEN = "Address already in use"
-LOG_TAIL_LINES = 30
-
-# vLLM >= 0.6 logs e.g. "GPU KV cache size: 407,248 tokens" (CPU: "CPU KV cache size: ...").
-KV_LOG_RE = re.compile(r"\b([A-Za-z][\w +]*?) KV cache size: ([\d,]+) tokens")
-_VERSION_LOG_RE = re.compile(r"LLM engine \(v([^)\s]+)\)")
+ENGINE_CHECK_TIMEOUT_S = 180.0  # `vllm --version` imports torch: ~15 s on two busy cores
+_SET_STUDYC_VLLM = "set STUDYC_VLLM to the command that starts vLLM, e.g. .venv-vllm/bin/vllm"
 
 
 class Engine(Protocol):
@@ -58,100 +71,11 @@ class Engine(Protocol):
     def stop(self) -> None: ...
 
 
-@dataclass(frozen=True)
-class ServerInfo:
-    base_url: str
-    api_key: str
-    port: int
-    pid: int
-    startup_s: float  # Popen to the first 200 from /health
-    log_path: Path
-    vllm_version: str | None
-    torch_version: str | None
-    kv_capacity_tokens: int | None
-    gpu_name: str | None
-    driver_version: str | None
-    # Where kv_capacity_tokens came from: "metrics:kv_cache_size_tokens", "log", "metrics:blocks".
-    kv_capacity_source: str | None = None
-
-
 def free_port(host: str = HOST) -> int:
     """A port the OS says is free now (another process could still take it before vLLM binds)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
-
-
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def http_call(method: str, url: str, api_key: str | None = None, timeout_s: float = 10.0) -> tuple[int, str]:
-    """(status, body) of one request; status 0 and the error text when nothing answered."""
-    req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
-    if api_key:
-        req.add_header("Authorization", f"Bearer {api_key}")
-    try:
-        with _OPENER.open(req, timeout=timeout_s) as resp:
-            return int(resp.status), resp.read().decode("utf-8", "replace")
-    except urllib.error.HTTPError as exc:
-        try:
-            body = exc.read().decode("utf-8", "replace")
-        except OSError:
-            body = ""
-        return int(exc.code), body
-    except (urllib.error.URLError, OSError) as exc:
-        return 0, str(getattr(exc, "reason", exc))
-
-
-def read_log_tail(path: Path, lines: int = LOG_TAIL_LINES, start: int = 0) -> str:
-    """The last `lines` lines of the log written since byte offset `start`."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            end = fh.tell()
-            begin = max(start, end - 64 * 1024)
-            fh.seek(begin)
-            text = fh.read().decode("utf-8", "replace")
-    except OSError as exc:
-        return f"(log unreadable: {exc})"
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def parse_kv_capacity_log(text: str) -> int | None:
-    """KV capacity in tokens from vLLM's log line, e.g. 'CPU KV cache size: 262,144 tokens'."""
-    m = KV_LOG_RE.search(text)
-    return int(m.group(2).replace(",", "")) if m else None
-
-
-def kv_capacity_from_metrics(snap: metrics.Snapshot) -> tuple[int | None, str | None]:
-    """Tokens of KV cache summed over engines, from `vllm:cache_config_info` labels.
-
-    `kv_cache_size_tokens` (vLLM >= 0.2x, group-aware) when present, else
-    num_gpu_blocks x block_size.
-    """
-    infos = snap.cache_config_infos()
-    if not infos:
-        return None, None
-    try:
-        if all(_int_label(i, "kv_cache_size_tokens") is not None for i in infos):
-            tokens = sum(_int_label(i, "kv_cache_size_tokens") or 0 for i in infos)
-            return tokens, "metrics:kv_cache_size_tokens"
-        total = 0
-        for i in infos:
-            blocks, size = _int_label(i, "num_gpu_blocks"), _int_label(i, "block_size")
-            if blocks is None or size is None:
-                return None, None
-            total += blocks * size
-        return total, "metrics:blocks"
-    except ValueError:
-        return None, None
-
-
-def _int_label(labels: Mapping[str, str], key: str) -> int | None:
-    v = labels.get(key)
-    if v is None or v in ("", "None"):
-        return None
-    return int(v)
 
 
 def _group_alive(pgid: int) -> list[int]:
@@ -288,8 +212,7 @@ class VllmServer:
             self._log.close()
             self._log = None
             raise EngineError(
-                f"cannot run the engine command {shlex.join(self.command)!r}: {exc} "
-                "(set STUDYC_VLLM to the command that starts vLLM, e.g. .venv-vllm/bin/vllm)"
+                f"cannot run the engine command {shlex.join(self.command)!r}: {exc} ({_SET_STUDYC_VLLM})"
             ) from exc
         _LIVE.add(self)
 
@@ -315,95 +238,35 @@ class VllmServer:
                     continue
                 if rc is not None:
                     self.stop()
-                    raise EngineError(
-                        f"vLLM exited with code {rc} during startup ({self._printable_argv()}); "
-                        f"last lines of {self.log_path}:\n{self.log_tail()}"
-                    )
+                    raise EngineError(self._startup_failure(f"vLLM exited with code {rc} during startup"))
                 status, _ = http_call("GET", self.base_url + "/health", self.api_key, timeout_s=5.0)
                 # /health needs no key: check ours works, so a stranger on the port is not taken for us.
                 if status == 200 and http_call("GET", self.base_url + "/v1/models", self.api_key)[0] == 200:
                     break
                 if time.monotonic() >= deadline:
                     self.stop()
-                    raise EngineError(
-                        f"vLLM did not answer /health within {self.startup_timeout_s:.0f} s; "
-                        f"last lines of {self.log_path}:\n{self.log_tail()}"
-                    )
+                    raise EngineError(self._startup_failure(
+                        f"vLLM did not answer /health within {self.startup_timeout_s:.0f} s"
+                    ))
                 time.sleep(0.25)
-            startup_s = time.monotonic() - self._t0
-            self.info = self._describe(startup_s)
+            self.info = describe(
+                base_url=self.base_url, api_key=self.api_key, port=self.port, pid=self._proc.pid,
+                startup_s=time.monotonic() - self._t0, log_path=self.log_path, log_start=self._log_start,
+                command=self.command, gpu_index=self.gpu_index,
+            )
         except BaseException:
             # Ctrl-C or anything else while waiting: never leave a half-started server behind.
             self.stop()
             raise
         return self.info
 
-    def _describe(self, startup_s: float) -> ServerInfo:
-        assert self._proc is not None
-        log_text = read_log_tail(self.log_path, 100_000, self._log_start)
-        vllm_version = None
-        status, body = http_call("GET", self.base_url + "/version", self.api_key)
-        if status == 200:
-            vllm_version = _json_field(body, "version")
-        if vllm_version is None:
-            m = _VERSION_LOG_RE.search(log_text)
-            vllm_version = m.group(1) if m else None
-
-        # /server_info (dev mode) carries torch's collect_env: versions, GPU models, driver.
-        system_env: dict[str, Any] = {}
-        # The first call runs collect_env (pip, nvidia-smi, lscpu) on a thread: allow it time.
-        status, body = http_call("GET", self.base_url + "/server_info", self.api_key, timeout_s=60.0)
-        if status == 200:
-            try:
-                doc = json.loads(body)
-                if isinstance(doc, dict) and isinstance(doc.get("system_env"), dict):
-                    system_env = doc["system_env"]
-            except ValueError:
-                pass
-        torch_version = _clean(system_env.get("torch_version")) or self._torch_version_from_python()
-
-        from runner import nvml  # lazy: NVML is only loaded where a GPU is asked about
-
-        gpu = nvml.gpu_info(self.gpu_index)
-        gpu_name = gpu["name"] if gpu else _first_gpu_model(_clean(system_env.get("nvidia_gpu_models")))
-        driver = gpu["driver_version"] if gpu else _clean(system_env.get("nvidia_driver_version"))
-
-        kv_tokens, kv_source = None, None
-        try:
-            kv_tokens, kv_source = kv_capacity_from_metrics(metrics.scrape(self.base_url, self.api_key))
-        except metrics.MetricsError:
-            pass
-        if kv_tokens is None:
-            kv_tokens = parse_kv_capacity_log(log_text)
-            kv_source = "log" if kv_tokens is not None else None
-
-        return ServerInfo(
-            base_url=self.base_url,
-            api_key=self.api_key,
-            port=self.port,
-            pid=self._proc.pid,
-            startup_s=startup_s,
-            log_path=self.log_path,
-            vllm_version=vllm_version,
-            torch_version=torch_version,
-            kv_capacity_tokens=kv_tokens,
-            gpu_name=gpu_name,
-            driver_version=driver,
-            kv_capacity_source=kv_source,
-        )
-
-    def _torch_version_from_python(self) -> str | None:
-        """Fallback when /server_info is missing: ask the engine's python (~1 s to import torch)."""
-        words = self.command
-        python = words[0] if is_python_executable(words[0]) else derive_python(shlex.join(words))
-        try:
-            out = subprocess.run(
-                [python, "-c", "import torch; print(torch.__version__)"],
-                capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, check=False,
-            )  # fmt: skip
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return (out.stdout.strip() or None) if out.returncode == 0 else None
+    def _startup_failure(self, what: str) -> str:
+        """The root-cause line of the log first, then what happened and where the whole log is;
+        the log's last lines only when it names no exception."""
+        cause = startup_failure(read_log_tail(self.log_path, 100_000, self._log_start))
+        if cause is not None:
+            return f"{cause}\n({what}; full log: {self.log_path})"
+        return f"{what}; last lines of {self.log_path}:\n{self.log_tail()}"
 
     def stop(self) -> None:
         """SIGTERM the group, wait up to stop_timeout_s, then SIGKILL it. Idempotent."""
@@ -461,26 +324,43 @@ class VllmServer:
         self.stop()
 
 
-def _json_field(body: str, key: str) -> str | None:
+@dataclass(frozen=True)
+class EngineCheck:
+    """The engine command, resolved, and the version it reports."""
+
+    command: tuple[str, ...]
+    executable: str  # command[0] as found on PATH
+    version: str
+
+
+def check_engine(command: Sequence[str], timeout_s: float = ENGINE_CHECK_TIMEOUT_S) -> EngineCheck:
+    """Run `COMMAND --version` before any measuring: the version it prints, or an EngineError that
+    says what is wrong and to set STUDYC_VLLM."""
+    words = tuple(command)
+    if not words:
+        raise EngineError(f"the engine command is empty: {_SET_STUDYC_VLLM}")
+    executable = shutil.which(words[0])
+    if executable is None:
+        raise EngineError(f"engine command not found: {words[0]!r} ({_SET_STUDYC_VLLM})")
+    shown = shlex.join([*words, "--version"])
     try:
-        doc = json.loads(body)
-    except ValueError:
-        return None
-    v = doc.get(key) if isinstance(doc, dict) else None
-    return str(v) if v else None
-
-
-def _clean(v: object) -> str | None:
-    if v is None:
-        return None
-    s = str(v).strip()
-    return s if s and s not in ("None", "N/A", "Could not collect") else None
-
-
-def _first_gpu_model(models: str | None) -> str | None:
-    """'GPU 0: NVIDIA H200\\nGPU 1: ...' (or a bare name) -> 'NVIDIA H200'."""
-    if not models:
-        return None
-    first = models.splitlines()[0].strip()
-    m = re.match(r"GPU \d+: (.+?)(?: \(UUID: .*\))?$", first)
-    return m.group(1) if m else first
+        done = subprocess.run(
+            [*words, "--version"], capture_output=True, text=True, timeout=timeout_s,
+            stdin=subprocess.DEVNULL, env={**os.environ, **BASE_ENV}, check=False,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise EngineError(f"`{shown}` did not finish within {timeout_s:.0f} s ({_SET_STUDYC_VLLM})") from None
+    except OSError as exc:
+        raise EngineError(f"cannot run the engine command {words[0]!r}: {exc.strerror} ({_SET_STUDYC_VLLM})") from None
+    if done.returncode != 0:
+        output = done.stderr + "\n" + done.stdout
+        lines = [line.strip() for line in output.splitlines() if line.strip()]
+        cause = startup_failure(output) or (lines[-1] if lines else "no output")
+        raise EngineError(
+            f"the engine command fails: `{shown}` exited with code {done.returncode}: {cause} ({_SET_STUDYC_VLLM})"
+        )
+    # vLLM prints the bare version on stdout (warnings go to stderr).
+    printed = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+    if not printed:
+        raise EngineError(f"`{shown}` printed no version: is it vLLM? ({_SET_STUDYC_VLLM})")
+    return EngineCheck(command=words, executable=executable, version=printed[-1])

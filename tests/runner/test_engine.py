@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import stat
 import time
 from pathlib import Path
@@ -16,9 +17,10 @@ from runner.engine import (
     EngineError,
     VllmServer,
     _group_alive,
+    check_engine,
     http_call,
-    parse_kv_capacity_log,
 )
+from runner.introspect import parse_kv_capacity_log
 from studyc.settings import Settings, derive_python
 from tests.conftest import (
     TINY_KV_TOKENS,
@@ -117,12 +119,14 @@ def test_real_server_start_stop_leaves_no_process(tmp_path: Path, tiny_model_dir
 # --- fakes: what a real server cannot be made to do on demand -------------------------
 
 
-def test_crash_at_start_reports_exit_code_and_log_tail(tmp_path: Path) -> None:
+def test_crash_at_start_leads_with_the_root_cause_once(tmp_path: Path) -> None:
     fake = _script(
         tmp_path,
         "fake-vllm",
         'i=0; while [ $i -lt 50 ]; do echo "loading line $i"; i=$((i+1)); done\n'
-        'echo "ValueError: boom: unsupported model" >&2\nexit 3\n',
+        'echo "Traceback (most recent call last):"\necho \'  File "serve.py", line 3, in main\'\n'
+        'echo "ValueError: boom: unsupported model" >&2\n'
+        'echo "RuntimeError: Engine core initialization failed. See root cause above."\nexit 3\n',
     )
     server = VllmServer(
         ["serve", "m"], log_path=tmp_path / "log.txt", command=[str(fake)], startup_timeout_s=30
@@ -130,11 +134,84 @@ def test_crash_at_start_reports_exit_code_and_log_tail(tmp_path: Path) -> None:
     with pytest.raises(EngineError) as err, server:
         pass
     msg = str(err.value.message)
-    assert "exited with code 3" in msg
-    assert "ValueError: boom: unsupported model" in msg
+    assert msg.startswith("ValueError: boom: unsupported model\n")
+    assert msg.count("boom") == 1
+    assert "exited with code 3" in msg and str(tmp_path / "log.txt") in msg
+    assert "loading line" not in msg and "Traceback" not in msg and 'File "' not in msg
+
+
+def test_crash_without_an_exception_line_shows_the_log_tail(tmp_path: Path) -> None:
+    fake = _script(
+        tmp_path, "fake-vllm", 'i=0; while [ $i -lt 50 ]; do echo "loading line $i"; i=$((i+1)); done\nexit 3\n'
+    )
+    server = VllmServer(
+        ["serve", "m"], log_path=tmp_path / "log.txt", command=[str(fake)], startup_timeout_s=30
+    )
+    with pytest.raises(EngineError) as err, server:
+        pass
+    msg = str(err.value.message)
+    assert msg.startswith("vLLM exited with code 3 during startup; last lines of ")
     assert "loading line 49" in msg
     assert "loading line 5\n" not in msg  # only the tail, not the whole log
-    assert "--api-key REDACTED" in msg
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_real_server_that_cannot_start_names_the_root_cause(tmp_path: Path, tiny_model_dir: Path) -> None:
+    flags = list(TINY_SERVE_FLAGS)
+    flags[flags.index("--kv-cache-memory-bytes") + 1] = "4000G"  # far more than this host's memory
+    server = VllmServer(
+        ["serve", str(tiny_model_dir), *flags], env=TINY_SERVE_ENV, log_path=tmp_path / "server.log",
+        startup_timeout_s=300,
+    )
+    with pytest.raises(EngineError) as err, server:
+        pass
+    msg = str(err.value.message)
+    first = msg.splitlines()[0]
+    assert first.startswith("ValueError: Available memory on node 0 ") and "Decrease --kv-cache-memory-bytes" in first
+    assert msg.count("Available memory on node 0") == 1
+    assert "Traceback" not in msg and 'File "' not in msg and "RuntimeError" not in msg
+    assert str(tmp_path / "server.log") in msg and len(msg.splitlines()) == 2
+    assert "Traceback" in (tmp_path / "server.log").read_text()  # the whole story stays in the log
+
+
+def test_check_engine_names_a_missing_command(tmp_path: Path) -> None:
+    with pytest.raises(EngineError, match="engine command not found: .*set STUDYC_VLLM"):
+        check_engine([str(tmp_path / "no-such-vllm")])
+    with pytest.raises(EngineError, match="empty.*STUDYC_VLLM"):
+        check_engine([])
+
+
+def test_check_engine_names_a_failing_command(tmp_path: Path) -> None:
+    broken = _script(
+        tmp_path, "broken-vllm",
+        'echo "Traceback (most recent call last):" >&2\n'
+        'echo "ModuleNotFoundError: No module named \'vllm\'" >&2\nexit 1\n',
+    )
+    with pytest.raises(EngineError) as err:
+        check_engine([str(broken)])
+    msg = str(err.value.message)
+    assert "exited with code 1" in msg and "ModuleNotFoundError: No module named 'vllm'" in msg
+    assert "STUDYC_VLLM" in msg and "Traceback" not in msg
+    silent = _script(tmp_path, "silent", "exit 0\n")
+    with pytest.raises(EngineError, match="printed no version"):
+        check_engine([str(silent)])
+    slow = _script(tmp_path, "slow", "sleep 30\n")
+    with pytest.raises(EngineError, match="did not finish within 1 s"):
+        check_engine([str(slow)], timeout_s=1)
+
+
+def test_check_engine_returns_the_printed_version(tmp_path: Path) -> None:
+    fake = _script(tmp_path, "vllm", 'echo "W1201 triton not available" >&2\necho "0.32.0+cpu"\n')
+    got = check_engine([str(fake)])
+    assert (got.version, got.executable, got.command) == ("0.32.0+cpu", str(fake), (str(fake),))
+
+
+@pytest.mark.vllm
+@needs_vllm
+def test_check_engine_on_the_real_cpu_vllm() -> None:
+    got = check_engine(shlex.split(os.environ["STUDYC_VLLM"]))
+    assert got.version.startswith("0.") and "cpu" in got.version
 
 
 def test_port_taken_at_bind_is_retried_on_a_new_port(tmp_path: Path) -> None:
@@ -239,12 +316,6 @@ def test_multi_word_command_argv(tmp_path: Path) -> None:
 def test_reset_prefix_cache_without_a_server_is_not_ok() -> None:
     result = reset_prefix_cache(f"http://127.0.0.1:{engine.free_port()}", "k", timeout_s=2)
     assert not result.ok and result.status == 0
-
-
-def test_kv_capacity_log_line_of_a_gpu_server() -> None:
-    line = "(EngineCore_DP0 pid=1) INFO 11-29 [kv_cache_utils.py:1087] GPU KV cache size: 407,248 tokens"
-    assert parse_kv_capacity_log(line) == 407_248
-    assert parse_kv_capacity_log("no such line") is None
 
 
 # --- settings --------------------------------------------------------------------------
