@@ -55,7 +55,8 @@ def _pick_format(fmt: str | None, **aliases: bool) -> str:
     if fmt is not None:
         chosen.add(fmt)
     if len(chosen) > 1:
-        raise click.UsageError(f"give one output format, not {' and '.join(sorted(chosen))}")
+        flags = " and ".join(f"--{name}" for name in sorted(chosen))
+        raise click.UsageError(f"give at most one of {flags} (one --format)")
     return chosen.pop() if chosen else "table"
 
 

@@ -91,15 +91,15 @@ class LiveProgress(run_mod.Progress):
         point = outcome.point
         self.done.add(point.id)
         self.estimated_done_s += point.estimated_s
-        summary = outcome.summary
-        tps = summary.get("output_throughput") if isinstance(summary, dict) else getattr(summary, "output_throughput", None)
+        judgement = getattr(outcome, "judgement", None)
+        tps = getattr(judgement.summary, "output_throughput", None) if judgement is not None else None
         mark = "ok" if outcome.valid else ("FAILED" if outcome.status != "ok" else "invalid")
         if outcome.flagged:
             mark += ", flagged"
         rate = f"{tps:,.0f} tok/s" if tps else ""
         eta = self._eta()
         self.bar.update(self.task, advance=1, rate=rate, eta=eta)
-        failed = [c.name for c in outcome.checks if not c.passed]
+        failed = [c.name for c in (judgement.checks if judgement is not None else ()) if not c.passed]
         extra = f" checks: {', '.join(failed)}" if failed else ""
         error = f" ({outcome.error})" if outcome.error else ""
         count = f"[{len(self.done) + self.skipped}/{len(self.plan.points)}, {eta}]"

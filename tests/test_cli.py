@@ -42,7 +42,7 @@ def test_plan_markdown_and_table() -> None:
 
 def test_two_formats_at_once_is_a_usage_error() -> None:
     result = CliRunner().invoke(main, ["plan", str(QUICKSTART), "--json", "--format", "markdown"])
-    assert result.exit_code == 2 and "give one output format, not json and markdown" in result.output
+    assert result.exit_code == 2 and "give at most one of --json and --markdown" in result.output
 
 
 @pytest.mark.parametrize(("args", "starts"), [
