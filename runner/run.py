@@ -135,9 +135,9 @@ def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) 
                             raise StudycError(f"point {outcome.point.id} failed: {outcome.error}")
                 except EngineError as exc:
                     report.servers_failed.append(step.id)
-                    progress.message(f"server {step.id} failed: {exc.message}")
                     if not options.keep_going:
-                        raise
+                        raise  # the CLI prints it; printing here too would show it twice
+                    progress.message(f"server {step.id} failed: {exc.message}")
             status = "complete" if not (report.points_failed or report.servers_failed) else "partial"
         finally:
             report.wall_s = time.monotonic() - origin
