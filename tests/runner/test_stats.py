@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import pytest
@@ -27,17 +28,17 @@ class Rec:
     end_s: float
     warmup: bool = False
     ok: bool = True
-    scheduled_s: float | None = None
-    first_token_s: float | None = None
+    scheduled_s: float = math.nan  # nan: the send time
+    first_token_s: float | None = math.nan  # nan: a tenth of the way from send to end
     output_tokens: int = 10
     prompt_tokens: int = 5
     chunks: int = 10
     token_times_s: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.scheduled_s is None:
+        if math.isnan(self.scheduled_s):
             object.__setattr__(self, "scheduled_s", self.sent_s)
-        if self.first_token_s is None:
+        if self.first_token_s is not None and math.isnan(self.first_token_s):
             object.__setattr__(self, "first_token_s", self.sent_s + 0.1 * (self.end_s - self.sent_s))
 
 

@@ -1,0 +1,115 @@
+"""Prefix-cache control: the hit rate and the cold verdict from counters, the reset's answer rules,
+and retries against a local HTTP endpoint that refuses on demand. (The real reset on the CPU vLLM
+server is in test_metrics.py.)"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from runner import cache, metrics
+from runner.cache import CacheState
+
+
+def test_hit_rate_needs_both_counters_and_queries() -> None:
+    assert CacheState(True, 200.0, 50.0).hit_rate == 0.25
+    assert CacheState(True, 200.0, 0.0).hit_rate == 0.0
+    assert CacheState(True, 0.0, 0.0).hit_rate is None
+    assert CacheState(True, None, 1.0).hit_rate is None
+    assert CacheState(True, 1.0, None).hit_rate is None
+
+
+def test_cold_verdicts_and_reasons() -> None:
+    assert CacheState(True, 100.0, 1.0).cold(0.01) == (True, "hit rate 1.00% (max 1.00%)")
+    assert CacheState(True, 100.0, 2.0).cold(0.01)[0] is False
+    assert CacheState(False, 100.0, 0.0).cold(0.01) == (False, "reset refused")
+    assert CacheState(None, 100.0, 0.0).cold(0.01) == (False, "no reset")
+    assert CacheState(True, None, 0.0).cold(0.01) == (False, "prefix-cache counters missing: cannot verify")
+    assert CacheState(True, 5.0, None).cold(0.01)[0] is False
+    assert CacheState(True, 0.0, 0.0).cold(0.01) == (False, "no prefix-cache queries in the window: cannot verify")
+
+
+def test_cache_state_from_scrapes() -> None:
+    before = metrics.parse("vllm:prefix_cache_queries_total 100\nvllm:prefix_cache_hits_total 10\n")
+    after = metrics.parse("vllm:prefix_cache_queries_total 300\nvllm:prefix_cache_hits_total 12\n")
+    state = cache.cache_state(True, before, after)
+    assert (state.queries, state.hits, state.hit_rate) == (200.0, 2.0, 0.01)
+    hidden = cache.cache_state(True, before, metrics.parse("vllm:prefix_cache_queries_total 300\n"))
+    assert hidden.hits is None and hidden.cold(0.5)[0] is False
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "ok"),
+    [
+        (200, '{"success": true}', True),
+        (200, '{"success": false}', False),
+        (200, '{"success": "true"}', False),
+        (200, "[true]", False),
+        (200, "not json", False),
+        (500, '{"success": true}', False),
+        (0, "", False),
+    ],
+)
+def test_only_an_explicit_success_is_confirmed(status: int, body: str, ok: bool) -> None:
+    assert cache.confirmed(status, body) is ok
+
+
+class _Refuser(BaseHTTPRequestHandler):
+    """Answers POST /reset_prefix_cache with success false `refusals` times, then true."""
+
+    refusals = 0
+    calls: list[str] = []
+
+    def do_POST(self) -> None:
+        type(self).calls.append(self.path + " " + (self.headers.get("Authorization") or ""))
+        ok = len(type(self).calls) > type(self).refusals
+        body = b'{"success": true}' if ok else b'{"success": false}'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        return
+
+
+@pytest.fixture
+def refuser() -> Iterator[type[_Refuser]]:
+    handler = type("Handler", (_Refuser,), {"refusals": 0, "calls": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    handler.base_url = f"http://127.0.0.1:{server.server_address[1]}"  # type: ignore[attr-defined]
+    try:
+        yield handler
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_reset_retries_until_confirmed(refuser: type[_Refuser]) -> None:
+    refuser.refusals = 2
+    got = cache.reset(refuser.base_url, "key", attempts=5, pause_s=0.0)  # type: ignore[attr-defined]
+    assert got.ok and got.attempts == 3 and got.last is not None and got.last.ok
+    assert refuser.calls == ["/reset_prefix_cache Bearer key"] * 3
+
+
+def test_reset_gives_up_after_its_attempts(refuser: type[_Refuser]) -> None:
+    refuser.refusals = 10
+    got = cache.reset(refuser.base_url, None, attempts=2, pause_s=0.0)  # type: ignore[attr-defined]
+    assert not got.ok and got.attempts == 2 and got.last is not None and got.last.status == 200
+    assert len(refuser.calls) == 2 and refuser.calls[0] == "/reset_prefix_cache "
+
+
+def test_reset_running_requests_flag_is_sent(refuser: type[_Refuser]) -> None:
+    url = refuser.base_url + "/"  # type: ignore[attr-defined]
+    assert cache.reset_prefix_cache(url, None, reset_running_requests=True).ok
+    assert refuser.calls[0].startswith("/reset_prefix_cache?reset_running_requests=true")
+
+
+def test_reset_without_a_server_is_not_ok() -> None:
+    got = cache.reset("http://127.0.0.1:9", None, attempts=1, pause_s=0.0)
+    assert not got.ok and got.last is not None and got.last.status == 0

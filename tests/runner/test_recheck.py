@@ -1,0 +1,85 @@
+"""`studyc recheck` on a real DuckDB file: points are re-judged from their stored records with
+today's checks, and a verdict changes where a check became stricter."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+from pathlib import Path
+
+from compiler.load import load_study
+from compiler.plan import compile_study
+from runner.cache import CacheState
+from runner.judge import ServerSide, judge
+from runner.recheck import recheck
+from runner.records import CheckResult, PointRecord, RequestRecord, RunRecord
+from runner.store import Store
+from tests.report.helpers import write_study
+
+
+def _records(n: int, out: int) -> list[RequestRecord]:
+    recs = []
+    for i in range(n):
+        t = float(i // 4)
+        times = tuple(t + 0.1 + k * 0.1 for k in range(out))
+        recs.append(RequestRecord(i, False, t, t, t + 0.1, t + 0.1 + (out - 1) * 0.1, times, 128, out, out, True,
+                                  None, 200))
+    return recs
+
+
+def _db(tmp: Path, queries: float) -> tuple[Path, str]:
+    plan = compile_study(load_study(write_study(tmp, "")))
+    step = next(p for p in plan.points if p.cache == "reset" and p.concurrency == 4)
+    records = _records(step.requests, step.output_len)
+    side = ServerSide(cache=CacheState(True, queries, 0.0))
+    judged = judge(step, records, side, thresholds=plan.checks, client_ceiling_chunks_per_s=None)
+    checks = list(judged.checks)
+    valid = judged.valid
+    if queries == 0:  # what the old, fail-open cache_cold stored: zero queries passed as cold
+        checks = [dataclasses.replace(c, passed=True) if c.name == "cache_cold" else c for c in checks]
+        valid = all(c.passed for c in checks if c.severity == "fail")
+    db = tmp / "r.duckdb"
+    with Store(db) as s:
+        s.save_run(RunRecord("run-1", plan.study_id, plan_json=plan.to_json(), started_at=datetime(2025, 1, 1)))
+        point = PointRecord("run-1", step.id, arm=step.arm, workload=step.workload, concurrency=step.concurrency,
+                            level=step.level, repeat=step.repeat, status="ok", cache_policy=step.cache, reset_ok=True,
+                            summary=judged.summary, valid=valid, flagged=judged.flagged)
+        s.commit_point(point, records, checks, [])
+    return db, step.id
+
+
+def test_recheck_keeps_what_the_records_say(tmp_path: Path) -> None:
+    db, pid = _db(tmp_path, queries=100.0)
+    with Store(db, read_only=True) as s:
+        before = (s.points("run-1"), s.checks("run-1"))
+    report = recheck(db)
+    assert (report.points, report.changed, report.details) == (1, 0, [])
+    with Store(db, read_only=True) as s:
+        assert (s.points("run-1"), s.checks("run-1")) == before
+        assert "checks recomputed" in (s.run("run-1").notes or "")  # type: ignore[union-attr]
+
+
+def test_recheck_changes_the_verdict_of_a_stricter_check(tmp_path: Path) -> None:
+    db, pid = _db(tmp_path, queries=0.0)
+    with Store(db, read_only=True) as s:
+        assert s.points("run-1")[0].valid
+    report = recheck(db)
+    assert report.changed == 1 and pid in report.details[0] and "cache_cold" in report.details[0]
+    with Store(db, read_only=True) as s:
+        point = s.points("run-1")[0]
+        cold = next(c for c in s.checks("run-1") if c.name == "cache_cold")
+    assert not point.valid and not cold.passed and "cannot verify" in cold.detail
+    assert recheck(db).changed == 0  # idempotent
+
+
+def test_recheck_restores_tampered_checks(tmp_path: Path) -> None:
+    db, pid = _db(tmp_path, queries=100.0)
+    with Store(db) as s:
+        point = s.points("run-1")[0]
+        s.replace_judgement(dataclasses.replace(point, valid=False),
+                            [CheckResult(pid, "littles_law", False, "fail", 1.0, 0.03, "tampered")])
+    report = recheck(db)
+    assert report.changed == 1
+    with Store(db, read_only=True) as s:
+        assert s.points("run-1")[0].valid
+        assert {c.name for c in s.checks("run-1")} >= {"littles_law", "errors", "output_exact", "cache_cold"}

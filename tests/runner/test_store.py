@@ -1,0 +1,221 @@
+"""The store against real DuckDB files: every record type round-trips, the DDL comes from the records,
+a version-1 file (built here with the version-1 DDL) migrates, and merges across versions."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from runner import store as store_mod
+from runner.records import (
+    CheckResult,
+    PointRecord,
+    PointSummary,
+    RequestRecord,
+    RunRecord,
+    ServerRecord,
+    TelemetrySample,
+    redact_argv,
+)
+from runner.store import Store, sql_type
+from studyc.errors import StoreError
+
+T0 = datetime(2025, 1, 2, 3, 4, 5)
+RUN = RunRecord("run-1", "toy", study_path="toy.toml", study_sha256="0" * 64, plan_json="{}", studyc_version="0.1",
+                git_sha="a" * 40, host="h", started_at=T0, status="complete", calibrated=True, bandwidth_Bps=4.8e12,
+                nvml_available=False, notes="n")
+SERVER = ServerRecord("run-1", "toy/a", arm="a", argv_json=json.dumps(["serve", "m", "--api-key", "***"]),
+                      started_at=T0, startup_s=12.5, kv_capacity_tokens=1000, status="ready",
+                      warnings=("WARNING x", "WARNING y"))
+POINT = PointRecord("run-1", "toy/a/w/c4/r1", server_id="toy/a", arm="a", workload="w", concurrency=4, level=4.0,
+                    repeat=1, fingerprint="f", status="ok", cache_policy="reset", reset_ok=True, started_at=T0,
+                    summary=PointSummary(window_s=2.0, requests_ok=8, output_tokens=64, output_throughput=32.0,
+                                         itl_p99_s=0.01, prefix_queries=10.0, prefix_hits=0.0),
+                    valid=True, flagged=False, phases_json="{}", server_warnings=("WARNING z",), reset_attempts=2)
+REQUESTS = [RequestRecord(0, True, 0.0, 0.0, 0.1, 1.0, (0.1, 0.5), 16, 8, 2, True, None, 200),
+            RequestRecord(1, False, 1.0, 1.1, None, 2.0, (), 16, 0, 0, False, "boom", None)]
+CHECKS = [CheckResult(POINT.point_id, "errors", True, "fail", 0.0, 0.0, "ok"),
+          CheckResult(POINT.point_id, "warmup_sufficient", False, "warn", None, 0.1, "n/a")]
+TELEMETRY = [TelemetrySample(POINT.point_id, "nvml", 0.5, power_w=300.0, energy_j=10.0),
+             TelemetrySample(POINT.point_id, "metrics", 0.25, kv_cache_usage=0.5, running=3.0)]
+
+
+def filled(path: Path) -> Path:
+    with Store(path) as s:
+        s.save_run(RUN)
+        s.record_server(SERVER)
+        s.commit_point(POINT, REQUESTS, CHECKS, TELEMETRY)
+    return path
+
+
+def test_every_record_round_trips(tmp_path: Path) -> None:
+    db = filled(tmp_path / "r.duckdb")
+    with Store(db, read_only=True) as s:
+        assert s.runs() == [RUN] and s.run("run-1") == RUN and s.latest_run("toy") == RUN
+        assert s.run("nope") is None and s.latest_run("nope") is None
+        assert s.servers("run-1") == [SERVER]
+        assert s.points("run-1") == [POINT]
+        assert s.request_records("run-1", POINT.point_id) == REQUESTS
+        assert s.checks("run-1") == CHECKS
+        assert s.telemetry("run-1") == sorted(TELEMETRY, key=lambda t: t.t_s)
+        assert s.telemetry("run-1", POINT.point_id)[0].source == "metrics"
+        assert s.done_points("run-1") == {POINT.point_id: "f"}
+        assert s.counts("run-1") == {"runs": 1, "servers": 1, "points": 1, "requests": 2, "checks": 2, "telemetry": 2}
+
+
+def test_a_retried_point_replaces_the_old_one(tmp_path: Path) -> None:
+    db = filled(tmp_path / "r.duckdb")
+    with Store(db) as s:
+        s.commit_point(POINT, REQUESTS[:1], CHECKS[:1], [])
+        assert s.counts("run-1")["requests"] == 1 and s.counts("run-1")["telemetry"] == 0
+        with pytest.raises(StoreError, match="given with point"):
+            s.commit_point(POINT, [], [CheckResult("other", "x", True, "fail", None, None, "")], [])
+
+
+def test_non_finite_numbers_are_stored_as_null(tmp_path: Path) -> None:
+    point = PointRecord("run-1", "p", summary=PointSummary(output_throughput=float("inf"), itl_p50_s=float("nan")))
+    with Store(tmp_path / "r.duckdb") as s:
+        s.commit_point(point, [], [], [])
+        got = s.points("run-1")[0].summary
+    assert got.output_throughput is None and got.itl_p50_s is None
+
+
+def test_the_api_key_is_refused() -> None:
+    assert redact_argv(["serve", "--api-key", "k", "--port", "1"]) == ["serve", "--api-key", "***", "--port", "1"]
+    assert redact_argv(["--api-key=k", "x"]) == ["--api-key=***", "x"]
+    assert redact_argv(["--api-key"]) == ["--api-key"]
+
+
+def test_record_server_refuses_an_unredacted_key(tmp_path: Path) -> None:
+    leaky = ServerRecord("run-1", "s", argv_json=json.dumps(["--api-key", "secret"]))
+    with Store(tmp_path / "r.duckdb") as s, pytest.raises(StoreError, match="API key"):
+        s.record_server(leaky)
+
+
+def test_ddl_comes_from_the_records() -> None:
+    assert sql_type(int) == "BIGINT" and sql_type(float | None) == "DOUBLE" and sql_type(bool) == "BOOLEAN"
+    assert sql_type(tuple[float, ...]) == "DOUBLE[]" and sql_type(tuple[str, ...] | None) == "VARCHAR[]"
+    assert sql_type(datetime) == "TIMESTAMP"
+    with pytest.raises(TypeError):
+        sql_type(dict)
+    points = store_mod.POINTS.column_names
+    assert "summary" not in points and {"output_throughput", "itl_p99_s", "server_warnings"} <= set(points)
+    assert store_mod.REQUESTS.column_names[:3] == ("run_id", "point_id", "idx")
+
+
+# The version-1 schema, as the first release created it (abridged to the columns this test writes,
+# plus every column version 2 dropped nothing from).
+V1 = """
+CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR);
+CREATE TABLE runs (run_id VARCHAR PRIMARY KEY, study_id VARCHAR, git_sha VARCHAR, started_at TIMESTAMP, status VARCHAR);
+CREATE TABLE servers (run_id VARCHAR, server_id VARCHAR, argv_json VARCHAR, status VARCHAR,
+  PRIMARY KEY (run_id, server_id));
+CREATE TABLE points (run_id VARCHAR, point_id VARCHAR, arm VARCHAR, workload VARCHAR, level DOUBLE, repeat INTEGER,
+  status VARCHAR, valid BOOLEAN, flagged BOOLEAN, requests_ok INTEGER, output_throughput DOUBLE,
+  PRIMARY KEY (run_id, point_id));
+CREATE TABLE requests (run_id VARCHAR, point_id VARCHAR, idx INTEGER, warmup BOOLEAN, scheduled_s DOUBLE,
+  sent_s DOUBLE, first_token_s DOUBLE, end_s DOUBLE, prompt_tokens INTEGER, output_tokens INTEGER, chunks INTEGER,
+  ok BOOLEAN, error VARCHAR, status INTEGER, token_times_s DOUBLE[]);
+CREATE TABLE checks (run_id VARCHAR, point_id VARCHAR, name VARCHAR, passed BOOLEAN, severity VARCHAR,
+  value DOUBLE, threshold DOUBLE, detail VARCHAR);
+CREATE TABLE telemetry (run_id VARCHAR, point_id VARCHAR, source VARCHAR, t_s DOUBLE, power_w DOUBLE);
+INSERT INTO meta VALUES ('schema_version', '1');
+"""
+
+
+def v1_file(path: Path, run_id: str = "old", git_sha: str = "HEAD") -> Path:
+    con = duckdb.connect(str(path))
+    con.execute(V1)
+    con.execute("INSERT INTO runs VALUES (?, 'toy', ?, ?, 'complete')", [run_id, git_sha, T0])
+    argv = json.dumps(["serve", "m", "--api-key", "0123abcd", "--port", "5"])
+    con.execute("INSERT INTO servers VALUES (?, 'toy/a', ?, 'ready')", [run_id, argv])
+    con.execute("INSERT INTO points VALUES (?, 'toy/a/w/c1/r1', 'a', 'w', 1.0, 1, 'ok', true, false, 4, 12.5)",
+                [run_id])
+    con.execute("INSERT INTO requests VALUES (?, 'toy/a/w/c1/r1', 0, false, 0.0, 0.0, 0.1, 1.0, 16, 8, 8, true, "
+                "NULL, 200, [0.1, 0.2])", [run_id])
+    con.execute("INSERT INTO checks VALUES (?, 'toy/a/w/c1/r1', 'errors', true, 'fail', 0.0, 0.0, 'ok')", [run_id])
+    con.execute("INSERT INTO telemetry VALUES (?, 'toy/a/w/c1/r1', 'nvml', 0.5, 250.0)", [run_id])
+    con.close()
+    return path
+
+
+def test_a_version_1_file_is_refused_read_only_with_the_way_out(tmp_path: Path) -> None:
+    db = v1_file(tmp_path / "v1.duckdb")
+    with pytest.raises(StoreError, match=r"schema version 1.*studyc recheck --db"):
+        Store(db, read_only=True)
+
+
+def test_a_version_1_file_migrates_in_place(tmp_path: Path) -> None:
+    db = v1_file(tmp_path / "v1.duckdb")
+    Store(db).close()
+    with Store(db, read_only=True) as s:
+        run = s.run("old")
+        assert run is not None and run.git_sha is None and run.status == "complete"
+        server = s.servers("old")[0]
+        assert json.loads(server.argv_json or "") == ["serve", "m", "--api-key", "***", "--port", "5"]
+        assert server.warnings == ()
+        point = s.points("old")[0]
+        assert point.summary.output_throughput == 12.5 and point.summary.requests_ok == 4 and point.valid
+        assert point.server_warnings == () and point.reset_attempts is None
+        assert s.request_records("old", point.point_id)[0].token_times_s == (0.1, 0.2)
+        assert s.telemetry("old")[0].power_w == 250.0 and s.telemetry("old")[0].energy_j is None
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        row = con.execute("SELECT count(*) FROM servers WHERE argv_json LIKE '%0123abcd%'").fetchone()
+    finally:
+        con.close()
+    assert row == (0,)
+
+
+def test_a_real_sha_survives_the_migration(tmp_path: Path) -> None:
+    db = v1_file(tmp_path / "v1.duckdb", git_sha="b" * 40)
+    with Store(db) as s:
+        run = s.run("old")
+    assert run is not None and run.git_sha == "b" * 40
+
+
+def test_merge_takes_version_1_and_version_2_files(tmp_path: Path) -> None:
+    old = v1_file(tmp_path / "v1.duckdb")
+    before = old.read_bytes()
+    new = filled(tmp_path / "v2.duckdb")
+    out = tmp_path / "merged.duckdb"
+    with Store(out) as s:
+        got = s.merge_from(old)
+        assert got["runs_new"] == 1 and got["points"] == 1 and got["requests"] == 1
+        assert s.merge_from(new)["runs_new"] == 1
+        assert s.merge_from(new)["runs_new"] == 0  # already there
+        assert {r.run_id for r in s.runs()} == {"old", "run-1"}
+        assert json.loads(s.servers("old")[0].argv_json or "")[3] == "***"
+        assert s.points("run-1") == [POINT]
+    assert old.read_bytes() == before  # the source is never written
+
+
+def test_merge_refuses_what_is_not_a_results_database(tmp_path: Path) -> None:
+    other = tmp_path / "other.duckdb"
+    duckdb.connect(str(other)).close()
+    with Store(tmp_path / "out.duckdb") as s, pytest.raises(StoreError, match="not a studyc results database"):
+        s.merge_from(other)
+
+
+def test_an_unknown_version_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "v9.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE meta (key VARCHAR PRIMARY KEY, value VARCHAR); INSERT INTO meta VALUES ('schema_version', '9')")
+    con.close()
+    with pytest.raises(StoreError, match="schema version 9"):
+        Store(db)
+
+
+def test_export_is_sorted_and_csv_leaves_lists_out(tmp_path: Path) -> None:
+    db = filled(tmp_path / "r.duckdb")
+    with Store(db, read_only=True) as s:
+        assert s.export_sorted("run-1", "requests", tmp_path / "req.csv", "csv") == 2
+        assert s.export_sorted("run-1", "points", tmp_path / "p.parquet", "parquet") == 1
+        with pytest.raises(StoreError):
+            s.export_sorted("run-1", "nope", tmp_path / "x.csv", "csv")
+    header = (tmp_path / "req.csv").read_text().splitlines()[0]
+    assert "token_times_s" not in header and "idx" in header
