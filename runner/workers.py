@@ -321,14 +321,13 @@ def run_processes(plans: list[WorkerPlan], n: int, deadline: float) -> Ran:
             mine, theirs = socket.socketpair()
             mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
             try:
-                p = subprocess.Popen(
+                procs.append(subprocess.Popen(
                     [sys.executable, "-c", _BOOT, str(theirs.fileno())],
                     pass_fds=(theirs.fileno(),), env=env, close_fds=True,
-                )
+                ))
             finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a Ctrl-C held back is raised here
             theirs.close()
-            procs.append(p)
             pipe = Connection(mine.detach())
             pipes.append(pipe)
             pipe.send(_Setup(plan, counter_path, n, deadline))
