@@ -4,12 +4,16 @@ Pure. One engine step costs
     step_s + seq_s * sequences + mem * bytes / bandwidth + flop * flops / flop_rate
 where bytes are the weights the step streams (routed experts by their expected union over the step's
 tokens) plus the KV cache its sequences read, and flops are 2 per matmul parameter per token plus
-attention, both from `compiler.modelmath`, against the card's calibrated bandwidth and FLOP/s. A
-request adds `request_s` before its first token (HTTP, tokenizing, admission). A point of a plan is
-predicted by replaying its closed loop through vLLM's scheduler (token budget, chunked prefill,
-prefix-cache hits) step by step. The replay's step composition does not depend on the coefficients,
-so every predicted TPOT, TTFT and window is a linear function of them, and `fit` is a small
-non-negative least squares.
+attention, both from `compiler.modelmath`, against the card's calibrated bandwidth and FLOP/s. Two
+front-end terms sit outside the steps: `admit_s`, the work the API server does per request before the
+engine sees it, one request at a time (a queue: a burst of N requests reaches the engine over
+N * admit_s), and `request_s`, a token's trip from the engine to the client.
+
+A point of a plan is predicted by replaying its closed loop in time through the front-end queue and
+vLLM's scheduler (token budget, chunked prefill, prefix-cache hits). For a fixed step composition
+every predicted TPOT, TTFT and window is linear in the coefficients; the composition itself depends
+on them (which step a request is admitted before), so `fit` alternates replay and an exact
+non-negative least squares until the coefficients stop moving.
 """
 
 from __future__ import annotations
@@ -28,8 +32,8 @@ DEFAULT_MAX_NUM_SEQS = 256
 BLOCK_TOKENS = 16  # prefix-cache hits come in whole KV blocks
 
 # Features of one step, one request or one point, in the order of `Coefficients`' fields.
-Terms = tuple[float, float, float, float, float]
-_ZERO: Terms = (0.0, 0.0, 0.0, 0.0, 0.0)
+Terms = tuple[float, float, float, float, float, float]
+_ZERO: Terms = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,9 @@ class Coefficients:
     seq_s: cost per sequence in a step (sampling, bookkeeping, per-sequence kernels).
     mem: time per byte streamed, in units of 1 / calibrated bandwidth (1.0 = at the ceiling).
     flop: time per FLOP, in units of 1 / calibrated FLOP/s (1.0 = at the ceiling).
-    request_s: per-request latency before the first token that no step accounts for.
+    request_s: latency of a token from the engine to the client (HTTP, detokenizing, streaming).
+    admit_s: front-end work per request before the engine sees it (HTTP parse, tokenizing,
+        admission), done one request at a time: a burst of N requests reaches the engine over N * admit_s.
     """
 
     step_s: float
@@ -48,6 +54,7 @@ class Coefficients:
     mem: float
     flop: float
     request_s: float
+    admit_s: float
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -56,7 +63,7 @@ class Coefficients:
                 raise ValueError(f"coefficient {f.name} must be a finite number >= 0, got {value!r}")
 
     def as_terms(self) -> Terms:
-        return (self.step_s, self.seq_s, self.mem, self.flop, self.request_s)
+        return (self.step_s, self.seq_s, self.mem, self.flop, self.request_s, self.admit_s)
 
 
 COEFFICIENT_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Coefficients))
@@ -154,11 +161,13 @@ def cache_hit_tokens(input_len: int) -> int:
 
 @dataclass(frozen=True)
 class PointTerms:
-    """A replayed point: the features of its mean TPOT, mean TTFT and measured window."""
+    """A replayed point: the features of its mean TPOT, mean TTFT, measured window, and the last first
+    token of its opening burst (zero for a single slot)."""
 
     tpot: Terms
     ttft: Terms
     window: Terms
+    burst: Terms
     output_tokens: int
     steps: int
 
@@ -192,11 +201,30 @@ def step_terms(
     body = shape.active_params - lm_head
     attention = sum(n * shape.attention_flops_per_token(context + (n + 1) / 2) for n, context, _ in chunks)
     flops = 2.0 * body * tokens + 2.0 * lm_head * sampled + attention
-    return (1.0, float(len(chunks)), weights + kv_read, flops, 0.0)
+    return (1.0, float(len(chunks)), weights + kv_read, flops, 0.0, 0.0)
 
 
 def _add(a: Terms, b: Terms, k: float = 1.0) -> Terms:
-    return (a[0] + k * b[0], a[1] + k * b[1], a[2] + k * b[2], a[3] + k * b[3], a[4] + k * b[4])
+    return tuple(x + k * y for x, y in zip(a, b, strict=True))  # type: ignore[return-value]
+
+
+_REQUEST: Terms = (0.0, 0.0, 0.0, 0.0, 1.0, 0.0)  # one request_s
+_ADMIT: Terms = (0.0, 0.0, 0.0, 0.0, 0.0, 1.0)  # one admit_s
+
+
+@dataclass(frozen=True)
+class _Time:
+    """A moment of the replay: its features (linear in the coefficients) and its value in seconds."""
+
+    terms: Terms
+    value: float
+
+    def plus(self, terms: Terms, value: float) -> _Time:
+        return _Time(_add(self.terms, terms), self.value + value)
+
+
+def _later(a: _Time, b: _Time) -> _Time:
+    return a if a.value >= b.value else b
 
 
 @dataclass
@@ -204,29 +232,70 @@ class _Request:
     index: int
     prompt: int  # tokens to compute (input minus cache hits)
     cached: int
-    arrival: int  # step it is first schedulable in
+    sent: _Time
+    admitted: _Time  # the front end has handed it to the engine: schedulable from the next step
     computed: int = 0
     generated: int = 0
-    first: int = -1
-    end: int = -1
+    first: _Time | None = None
+    end: _Time | None = None
 
 
-def replay(shape: ModelShape, load: Load, engine: EngineShape) -> PointTerms:
-    """Run the point's closed loop through vLLM's scheduler, step by step: running sequences first
-    (one decode token, or the next prefill chunk), then waiting requests in arrival order, within
-    the token budget. A finished request's slot sends the next one, schedulable the next step."""
+def replay(shape: ModelShape, load: Load, engine: EngineShape, card: Card, coef: Coefficients) -> PointTerms:
+    """Run the point's closed loop through vLLM's front end and scheduler in time. The front end admits
+    requests one at a time, `admit_s` each, in the order they were sent; a request is schedulable at
+    the first step that starts after its admission. Each step schedules running sequences first (one
+    decode token, or the next prefill chunk), then admitted requests in arrival order, within the
+    token budget, and lasts `dot(terms, coef)`. A finished request's slot sends the next one when its
+    last token reaches the client (`request_s` later). The engine idles only when nothing is admitted.
+    The front end streams no token while it is admitting (one event loop does both): tokens made
+    during a run of back-to-back admissions reach the client when the run ends.
+
+    Step composition depends on `coef` (when requests are admitted relative to steps); for the
+    composition replayed, every returned feature is linear in the coefficients."""
     hits = [min(load.cached(i), cache_hit_tokens(load.input_len)) if engine.prefix_caching else 0
             for i in range(load.requests)]
-    sent = min(load.concurrency, load.requests)
-    waiting = [_Request(i, load.input_len - hits[i], hits[i], 0) for i in range(sent)]
+    c = coef.as_terms()
+
+    def seconds(terms: Terms) -> float:
+        return sum(t * k for t, k in zip(scale(terms, card), c, strict=True))
+
+    admit_value = seconds(_ADMIT)
+    request_value = seconds(_REQUEST)
+    zero = _Time(_ZERO, 0.0)
+    frontend_free = zero
+    sent_count = 0
+    pending: list[_Request] = []
+
+    busy: list[list[_Time]] = []  # the front end's busy periods: [start, end] of back-to-back admissions
+
+    def send(at: _Time) -> None:
+        nonlocal frontend_free, sent_count
+        start = _later(at, frontend_free)
+        admitted = start.plus(_ADMIT, admit_value)
+        if busy and start.value <= busy[-1][1].value + 1e-15:
+            busy[-1][1] = admitted
+        else:
+            busy.append([start, admitted])
+        frontend_free = admitted
+        i = sent_count
+        pending.append(_Request(i, load.input_len - hits[i], hits[i], at, admitted))
+        sent_count += 1
+
+    for _ in range(min(load.concurrency, load.requests)):
+        send(zero)
+    burst = list(pending)
+    now = zero
+    waiting: list[_Request] = []
     running: list[_Request] = []
     done: list[_Request] = []
-    steps: list[Terms] = []
-    gaps = 1  # the first requests arrive at an idle engine
-    step = 0
-    while waiting or running:
+    steps = 0
+    while pending or waiting or running:
+        while pending and pending[0].admitted.value <= now.value + 1e-15:
+            waiting.append(pending.pop(0))
+        if not running and not waiting:
+            now = pending[0].admitted  # the engine idles until the front end hands it a request
+            continue
         budget = engine.budget_tokens
-        chunks: list[tuple[int, int, bool]] = []
         scheduled: list[tuple[_Request, int]] = []
         for r in running:
             if budget <= 0:
@@ -235,63 +304,76 @@ def replay(shape: ModelShape, load: Load, engine: EngineShape) -> PointTerms:
             n = min(left, budget) if left > 0 else 1
             scheduled.append((r, n))
             budget -= n
-        while waiting and budget > 0 and len(running) < engine.max_num_seqs and waiting[0].arrival <= step:
+        while waiting and budget > 0 and len(running) < engine.max_num_seqs:
             r = waiting.pop(0)
             running.append(r)
             n = min(r.prompt, budget)
             scheduled.append((r, n))
             budget -= n
+        chunks: list[tuple[int, int, bool]] = []
         for r, n in scheduled:
             left = r.prompt - r.computed
             context = r.cached + r.computed + (r.generated if left <= 0 else 0)
             chunks.append((n, context, left <= 0 or n >= left))
-        steps.append(step_terms(shape, engine, chunks))
+        terms = step_terms(shape, engine, chunks)
+        now = now.plus(terms, seconds(terms))
+        steps += 1
         finished: list[_Request] = []
         for r, n in scheduled:
             if r.computed < r.prompt:
                 r.computed += n
                 if r.computed >= r.prompt:
-                    r.generated, r.first = 1, step
+                    r.generated, r.first = 1, now
             else:
                 r.generated += 1
             if r.generated >= load.output_len:
-                r.end = step
+                r.end = now
                 finished.append(r)
         for r in finished:
             running.remove(r)
             done.append(r)
-            if sent < load.requests:
-                waiting.append(_Request(sent, load.input_len - hits[sent], hits[sent], step + 1))
-                sent += 1
-        step += 1
-        if not running and waiting:
-            gaps += 1  # the engine waits for the next request to arrive
-    prefix: list[Terms] = [_ZERO]
-    for s in steps:
-        prefix.append(_add(prefix[-1], s))
+            if sent_count < load.requests:
+                send(now.plus(_REQUEST, request_value))
+
+    def delivered(t: _Time) -> _Time:
+        """The front end streams nothing while it is admitting: a token made during a busy period
+        leaves when the period ends."""
+        for start, end in busy:
+            if start.value < t.value < end.value:
+                return end
+        return t
+
     n = len(done)
     tpot, ttft = _ZERO, _ZERO
-    multi = [r for r in done if load.output_len > 1]
     for r in done:
-        ttft = _add(ttft, _add(_add(prefix[r.first + 1], prefix[r.arrival], -1.0), (0, 0, 0, 0, 1.0)), 1.0 / n)
-    for r in multi:
-        span = _add(prefix[r.end + 1], prefix[r.first + 1], -1.0)
-        tpot = _add(tpot, span, 1.0 / ((load.output_len - 1) * len(multi)))
-    window = _add(prefix[-1], (0, 0, 0, 0, float(gaps)))
-    return PointTerms(tpot=tpot, ttft=ttft, window=window, output_tokens=n * load.output_len, steps=len(steps))
+        assert r.first is not None and r.end is not None
+        first, end = delivered(r.first), delivered(r.end)
+        ttft = _add(ttft, _add(_add(first.terms, r.sent.terms, -1.0), _REQUEST), 1.0 / n)
+        if load.output_len > 1:
+            tpot = _add(tpot, _add(end.terms, first.terms, -1.0), 1.0 / ((load.output_len - 1) * n))
+    last_first = max((delivered(r.first) for r in burst if r.first is not None), key=lambda t: t.value)
+    burst_terms = _add(last_first.terms, _REQUEST) if len(burst) > 1 else _ZERO
+    window = _add(delivered(now).terms, _REQUEST)
+    return PointTerms(tpot=tpot, ttft=ttft, window=window, burst=burst_terms,
+                      output_tokens=n * load.output_len, steps=steps)
 
 
 def scale(terms: Terms, card: Card) -> Terms:
     """Features in seconds per unit coefficient: bytes over bandwidth, FLOPs over FLOP/s."""
-    return (terms[0], terms[1], terms[2] / card.bandwidth_Bps, terms[3] / card.flops_per_s, terms[4])
+    return (terms[0], terms[1], terms[2] / card.bandwidth_Bps, terms[3] / card.flops_per_s, terms[4], terms[5])
 
 
 def _dot(terms: Terms, coef: Coefficients) -> float:
     return sum(t * c for t, c in zip(terms, coef.as_terms(), strict=True))
 
 
-def predict(point: PointTerms, card: Card, coef: Coefficients) -> Prediction:
-    """TPOT, TTFT and output throughput of a replayed point for fitted coefficients."""
+def predict(shape: ModelShape, load: Load, engine: EngineShape, card: Card, coef: Coefficients) -> Prediction:
+    """TPOT, TTFT and output throughput of a point, replayed with fitted coefficients."""
+    return evaluate(replay(shape, load, engine, card, coef), card, coef)
+
+
+def evaluate(point: PointTerms, card: Card, coef: Coefficients) -> Prediction:
+    """The prediction of a point replayed with `coef` (a replay is valid only for its own coefficients)."""
     window = _dot(scale(point.window, card), coef)
     if not window > 0:
         raise ValueError("coefficients predict a zero-length window; fit them first")
@@ -307,52 +389,101 @@ def predict(point: PointTerms, card: Card, coef: Coefficients) -> Prediction:
 # ---- fitting ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Observation:
-    """One measured point with its replayed terms: the fit's unit of data."""
+    """One measured point and what replays it: the fit's unit of data. `burst_s` is the last first
+    token of the opening burst, from the first send (the requests table's per-request times)."""
 
-    terms: PointTerms
+    shape: ModelShape
+    load: Load
+    engine: EngineShape
     card: Card
     tpot_s: float | None
     ttft_s: float | None
     window_s: float | None
+    burst_s: float | None = None
 
 
-# Relative weights of the three measured quantities, and the pull of `mem` and `flop` toward 1.0
-# (the calibrated ceilings) so that a few studies that cannot separate them still fit physically.
-FIT_WEIGHTS = {"tpot": 1.0, "window": 1.0, "ttft": 0.3}
+# Relative weights of the measured quantities, and the pull of `mem` and `flop` toward 1.0 (the
+# calibrated ceilings) so that a few studies that cannot separate them still fit physically.
+FIT_WEIGHTS = {"tpot": 1.0, "window": 1.0, "burst": 1.0, "ttft": 0.3}
 PRIOR_WEIGHT = 0.05
+# Where the fixed-point fit starts: graphs-mode constants of a datacenter GPU, the ceilings, a few
+# milliseconds of front end. The fit converges to the same point from any reasonable start.
+START = Coefficients(step_s=2e-3, seq_s=0.0, mem=1.0, flop=1.0, request_s=0.01, admit_s=0.003)
+MAX_ITERATIONS = 40
+# Converged when no coefficient moves by more than 0.1% (relative; absolute below 1e-6). The step
+# composition is discrete (a request admitted one step earlier or later), so the iteration can end in
+# a cycle between two compositions whose coefficients differ by a few 0.01%: that is converged.
+TOLERANCE = 1e-3
+CYCLE_SPREAD = 0.05
 
 
-def fit(observations: Sequence[Observation], prior: float = PRIOR_WEIGHT) -> Coefficients:
-    """Non-negative least squares on relative errors of TPOT, window and TTFT, all linear in the
-    coefficients, with `mem` and `flop` pulled toward 1.0 by `prior`. Exact: every subset of
-    coefficients held at zero is tried (five coefficients)."""
-    rows: list[tuple[Terms, float]] = []
-    for ob in observations:
-        for name, features, measured in (
-            ("tpot", ob.terms.tpot, ob.tpot_s),
-            ("window", ob.terms.window, ob.window_s),
-            ("ttft", ob.terms.ttft, ob.ttft_s),
-        ):
-            if measured is None or not measured > 0 or not any(features):
-                continue
-            w = FIT_WEIGHTS[name] / measured
-            f = scale(features, ob.card)
-            rows.append(((f[0] * w, f[1] * w, f[2] * w, f[3] * w, f[4] * w), FIT_WEIGHTS[name]))
-    if not rows:
+@dataclass(frozen=True)
+class Fit:
+    coefficients: Coefficients
+    iterations: int
+    changes: tuple[float, ...]  # the largest relative coefficient change after each iteration
+    cycle: int = 0  # length of the cycle it ended in (0: a fixed point)
+    spread: float = 0.0  # the cycle's largest relative coefficient difference
+
+
+def fit(observations: Sequence[Observation], prior: float = PRIOR_WEIGHT, start: Coefficients = START) -> Fit:
+    """Replay every observation with the current coefficients, fit the coefficients by exact
+    non-negative least squares on the replayed features (linear for a fixed step composition), and
+    repeat until no coefficient moves by more than TOLERANCE. The composition is discrete, so the
+    iteration may instead return to an earlier iterate (a cycle of compositions, one request admitted a
+    step earlier or later); then the fit is the cycle's member that explains the data best on its own
+    replay, provided the cycle spans less than CYCLE_SPREAD of every coefficient. Fails otherwise."""
+    if not observations:
         raise ValueError("nothing to fit: no point with a measured TPOT, TTFT or window")
-    n_obs = len(rows)
-    prior = prior * math.sqrt(n_obs)
-    rows.append(((0.0, 0.0, prior, 0.0, 0.0), prior))
-    rows.append(((0.0, 0.0, 0.0, prior, 0.0), prior))
+    coef = start
+    seen: list[Coefficients] = []
+    changes: list[float] = []
+    for iteration in range(1, MAX_ITERATIONS + 1):
+        points = [replay(ob.shape, ob.load, ob.engine, ob.card, coef) for ob in observations]
+        new = fit_linear(observations, points, prior)
+        change = _change(new, coef)
+        changes.append(change)
+        if change <= TOLERANCE:
+            return Fit(new, iteration, tuple(changes))
+        repeat = next((i for i, old in enumerate(seen) if _change(new, old) <= 1e-9), None)
+        seen.append(coef)
+        if repeat is not None:
+            cycle = seen[repeat:]
+            spread = max(_change(a, b) for a in cycle for b in cycle)
+            if spread > CYCLE_SPREAD:
+                break
+            best = min(cycle, key=lambda c: _residual(observations, c, prior))
+            return Fit(best, iteration, tuple(changes), cycle=len(cycle), spread=spread)
+        coef = new
+    raise ValueError(f"fit did not converge in {len(changes)} iterations (last changes {changes[-3:]})")
+
+
+def _change(a: Coefficients, b: Coefficients) -> float:
+    return max(abs(x - y) / max(abs(y), 1e-6) for x, y in zip(a.as_terms(), b.as_terms(), strict=True))
+
+
+def _residual(observations: Sequence[Observation], coef: Coefficients, prior: float) -> float:
+    points = [replay(ob.shape, ob.load, ob.engine, ob.card, coef) for ob in observations]
+    c = coef.as_terms()
+    return sum((sum(a * b for a, b in zip(r, c, strict=True)) - y) ** 2
+               for r, y in _rows(observations, points, prior))
+
+
+def fit_linear(observations: Sequence[Observation], points: Sequence[PointTerms], prior: float = PRIOR_WEIGHT) -> Coefficients:
+    """Non-negative least squares on relative errors of TPOT, window, burst and TTFT for replayed
+    points, with `mem` and `flop` pulled toward 1.0 by `prior`. Exact: every subset of coefficients
+    held at zero is tried."""
+    k = len(_ZERO)
+    rows = _rows(observations, points, prior)
     best: tuple[float, list[float]] | None = None
-    for active in itertools.product((True, False), repeat=5):
-        idx = [i for i in range(5) if active[i]]
+    for active in itertools.product((True, False), repeat=k):
+        idx = [i for i in range(k) if active[i]]
         if not idx:
             continue
         x = _solve(rows, idx)
         if x is None or any(v < 0 for v in x):
             continue
-        full = [0.0] * 5
+        full = [0.0] * k
         for i, v in zip(idx, x, strict=True):
             full[i] = v
         err = sum((sum(a * b for a, b in zip(r, full, strict=True)) - y) ** 2 for r, y in rows)
@@ -361,6 +492,31 @@ def fit(observations: Sequence[Observation], prior: float = PRIOR_WEIGHT) -> Coe
     if best is None:
         raise ValueError("no non-negative fit exists")
     return Coefficients(*best[1])
+
+
+def _rows(
+    observations: Sequence[Observation], points: Sequence[PointTerms], prior: float
+) -> list[tuple[Terms, float]]:
+    """The least-squares rows: weighted relative errors, then the pull of mem and flop to 1.0."""
+    k = len(_ZERO)
+    rows: list[tuple[Terms, float]] = []
+    for ob, pt in zip(observations, points, strict=True):
+        for name, features, measured in (
+            ("tpot", pt.tpot, ob.tpot_s),
+            ("window", pt.window, ob.window_s),
+            ("burst", pt.burst, ob.burst_s),
+            ("ttft", pt.ttft, ob.ttft_s),
+        ):
+            if measured is None or not measured > 0 or not any(features):
+                continue
+            w = FIT_WEIGHTS[name] / measured
+            rows.append((tuple(f * w for f in scale(features, ob.card)), FIT_WEIGHTS[name]))  # type: ignore[arg-type]
+    if not rows:
+        raise ValueError("nothing to fit: no point with a measured TPOT, TTFT or window")
+    prior = prior * math.sqrt(len(rows))
+    for i in (2, 3):  # mem, flop
+        rows.append((tuple(prior if j == i else 0.0 for j in range(k)), prior))  # type: ignore[arg-type]
+    return rows
 
 
 def _solve(rows: Sequence[tuple[Terms, float]], idx: Sequence[int]) -> list[float] | None:

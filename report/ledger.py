@@ -24,12 +24,10 @@ from compiler.stepmodel import (
     Load,
     ModelKey,
     Observation,
-    PointTerms,
     Prediction,
     cache_hit_tokens,
     fit,
     predict,
-    replay,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,14 +46,17 @@ class StoredPoint:
     concurrency: int
     key: ModelKey
     model: str  # the model folder's name: a shape no training point has is an extrapolation
-    terms: PointTerms
+    shape: ModelShape
+    load: Load
+    engine: EngineShape
     card: Card
-    measured: dict[str, float | None]  # METRICS, plus window_s
+    measured: dict[str, float | None]  # METRICS, plus window_s and burst_s
 
     @property
     def observation(self) -> Observation:
-        return Observation(self.terms, self.card, self.measured["tpot_s"], self.measured["ttft_s"],
-                           self.measured["window_s"])
+        m = self.measured
+        return Observation(self.shape, self.load, self.engine, self.card, m["tpot_s"], m["ttft_s"],
+                           m["window_s"], m["burst_s"])
 
     @property
     def config(self) -> str:
@@ -145,13 +146,13 @@ def read_points(db: str | Path, root: Path = REPO) -> list[StoredPoint]:
             "SELECT run_id, point_id, arm, workload, tpot_mean_s, ttft_mean_s, window_s, output_throughput "
             "FROM points WHERE status = 'ok' AND valid ORDER BY run_id, point_id"
         ).fetchall()
+        bursts = _bursts(con)
     finally:
         con.close()
     by_run: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
     for r in rows:
         by_run[r[0]].append(r)
     out: list[StoredPoint] = []
-    cache: dict[tuple[str, Load, EngineShape], PointTerms] = {}
     for run_id, study, plan_json, vllm, gpu, bandwidth, flops in runs:
         plan = json.loads(plan_json)
         loads = plan_loads(plan, root)
@@ -160,13 +161,34 @@ def read_points(db: str | Path, root: Path = REPO) -> list[StoredPoint]:
             if point_id not in loads:
                 continue
             engine, shape, load = loads[point_id]
-            memo = (shape.name, load, engine)
-            if memo not in cache:
-                cache[memo] = replay(shape, load, engine)
             key = ModelKey(_gpu_label(gpu), str(vllm), shape.family, engine.enforce_eager, engine.kv_cache_dtype)
-            measured = {"output_throughput": throughput, "tpot_s": tpot, "ttft_s": ttft, "window_s": window}
+            measured = {"output_throughput": throughput, "tpot_s": tpot, "ttft_s": ttft, "window_s": window,
+                        "burst_s": bursts.get((run_id, point_id), {}).get(min(load.concurrency, load.requests))}
             out.append(StoredPoint(study, run_id, point_id, arm, workload, load.concurrency, key, shape.name,
-                                   cache[memo], card, measured))
+                                   shape, load, engine, card, measured))
+    return out
+
+
+def _bursts(con: Any) -> dict[tuple[str, str], dict[int, float]]:
+    """Per point, the opening burst's last first token from the first measured send, for the burst
+    sizes present: {(run_id, point_id): {slots: seconds}}. Only the first `slots` requests sent are
+    the burst; later ones were sent as slots freed."""
+    rows = con.execute(
+        "SELECT r.run_id, r.point_id, p.concurrency, r.sent_s, r.first_token_s FROM requests r "
+        "JOIN points p USING (run_id, point_id) WHERE NOT r.warmup AND r.ok AND p.concurrency > 1 "
+        "ORDER BY r.run_id, r.point_id, r.sent_s"
+    ).fetchall()
+    sends: dict[tuple[str, str], list[tuple[float, float | None]]] = defaultdict(list)
+    slots: dict[tuple[str, str], int] = {}
+    for run_id, point_id, concurrency, sent, first in rows:
+        sends[(run_id, point_id)].append((sent, first))
+        slots[(run_id, point_id)] = int(concurrency)
+    out: dict[tuple[str, str], dict[int, float]] = {}
+    for key, reqs in sends.items():
+        burst = reqs[: slots[key]]
+        firsts = [f for _, f in burst if f is not None]
+        if len(burst) == slots[key] and len(firsts) == len(burst):
+            out[key] = {len(burst): max(firsts) - burst[0][0]}
     return out
 
 
@@ -176,7 +198,7 @@ def fit_keys(points: Iterable[StoredPoint]) -> dict[ModelKey, Coefficients]:
     by_key: dict[ModelKey, list[Observation]] = defaultdict(list)
     for p in points:
         by_key[p.key].append(p.observation)
-    return {key: fit(obs) for key, obs in sorted(by_key.items(), key=lambda kv: kv[0].label())}
+    return {key: fit(obs).coefficients for key, obs in sorted(by_key.items(), key=lambda kv: kv[0].label())}
 
 
 def leave_one_study_out(points: Sequence[StoredPoint]) -> list[Scored]:
@@ -192,7 +214,7 @@ def leave_one_study_out(points: Sequence[StoredPoint]) -> list[Scored]:
             if coef is None:
                 scored.append(Scored(p, None, False, f"no other study runs {p.key.label()}"))
                 continue
-            prediction = predict(p.terms, p.card, coef)
+            prediction = predict(p.shape, p.load, p.engine, p.card, coef)
             if (p.key, p.model) not in shapes:
                 reason = (f"{p.model} appears in no other study: fixed cost and weight streaming were "
                           f"fitted on other model sizes only")
@@ -210,7 +232,7 @@ def _why(s: Scored, metric: str, same_config: Sequence[Scored]) -> str:
         lo, hi = min(measured), max(measured)
         spread_pct = 100.0 * (hi - lo) / statistics.median(measured)
         spread = f"; its {len(measured)} repeats span {spread_pct:.0f}%"
-    regime = f"{p.arm}/{p.workload} at concurrency {p.concurrency}, {p.terms.steps} engine steps"
+    regime = f"{p.arm}/{p.workload} at concurrency {p.concurrency}"
     return regime + spread
 
 
@@ -295,7 +317,7 @@ def predict_plan(
         if coef is None:
             out[pid] = dict(empty)
             continue
-        pr = predict(replay(shape, load, engine), card, coef)
+        pr = predict(shape, load, engine, card, coef)
         out[pid] = {"output_throughput": pr.output_throughput, "tpot_s": pr.tpot_s, "ttft_s": pr.ttft_s}
     return out
 
