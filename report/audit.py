@@ -6,19 +6,18 @@ not an error: exit 0.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from compiler.load import LoadedStudy, load_studies
 from report import units
 from report.results import RunData, latest_runs
-from report.scoring import NOT_CALIBRATED, Score, score_study
+from report.scoring import Score, Why, score_study
 from report.seed import gpu_name
 
 VERDICT_STYLE = {
@@ -47,23 +46,21 @@ def audit_studies(studies: Sequence[LoadedStudy], dbs: Sequence[Path]) -> Audit:
     return Audit(tuple(studies), runs, tuple(scores))
 
 
-def fmt(x: float | None, unit: str = "") -> str:
-    """A number for people: 4 significant digits, seconds shown in ms."""
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "-"
-    if unit == "s":
-        return f"{x * 1e3:.4g} ms"
-    if unit in ("", "ratio"):
-        return f"{x:.4g}"
-    return f"{x:.4g} {unit}"
-
-
-def fmt_pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:+.1f}%"
+def json_row(s: Score) -> dict[str, Any]:
+    """A score as JSON: numbers in the metric's own unit, the prediction as text, reasons structured."""
+    out = asdict(s)
+    out["study"] = out.pop("study_id")
+    out["values"] = list(s.values)
+    for key in ("targets", "checks", "flags", "point_ids"):
+        out[key] = list(out[key])
+    out["reasons"] = [asdict(r) | {"why": r.why.value, "checks": list(r.checks), "text": r.text} for r in s.reasons]
+    out["notes"] = list(s.notes)
+    out["prediction"] = units.prediction(s)
+    return out
 
 
 def json_rows(result: Audit) -> list[dict[str, Any]]:
-    return [s.as_json() for s in result.scores]
+    return [json_row(s) for s in result.scores]
 
 
 def print_table(result: Audit) -> None:
@@ -78,7 +75,7 @@ def print_table(result: Audit) -> None:
     for study_id in sorted({s.study_id for s in result.scores}):
         scores = [s for s in result.scores if s.study_id == study_id]
         run_id = next((s.run_id for s in scores if s.run_id), None)
-        show_spec = any(s.predicted_spec != s.predicted for s in scores)
+        show_spec = any(spec_differs(s) for s in scores)
         table = Table(title=f"{study_id}: predicted vs measured" + (f" (run {run_id})" if run_id else " (no run)"),
                       title_justify="left")
         table.add_column("hypothesis", no_wrap=True)
@@ -89,41 +86,32 @@ def print_table(result: Audit) -> None:
         table.add_column("measured", justify="right")
         table.add_column("95% CI", justify="right")
         table.add_column("n", justify="right")
-        table.add_column("error", justify="right")
+        table.add_column("off band", justify="right")
         table.add_column("verdict", no_wrap=True)
         table.add_column("checks", overflow="fold")
         for s in scores:
-            unit = s.unit
-            ci = "-" if s.ci_low is None else f"[{fmt(s.ci_low, unit)}, {fmt(s.ci_high, unit)}]"
-            cells = [s.hypothesis, s.metric, _pred_units(s)]
+            cells = [s.hypothesis, s.metric, units.prediction(s)]
             if show_spec:
-                cells.append(fmt(s.predicted_spec, unit))
-            cells += [fmt(s.measured, unit), ci, str(s.n), fmt_pct(s.error)]
+                cells.append(units.prediction(s, spec=True, sides=False) if spec_differs(s) else "")
+            cells += [units.mean(s), units.interval(s), str(s.n), units.off_band(s)]
             # Text cells: study text is never read as rich markup.
             table.add_row(*(Text(c) for c in cells), Text(s.verdict, style=VERDICT_STYLE[s.verdict]),
                           Text(", ".join(s.checks)))
         console.print(table, highlight=False)
-    uncalibrated = sorted({s.study_id for s in result.scores if NOT_CALIBRATED in s.notes})
+    uncalibrated = sorted({s.study_id for s in result.scores if s.has(Why.NOT_CALIBRATED)})
     if uncalibrated:
         console.print(f"not calibrated (predicted against the spec sheet): {', '.join(uncalibrated)}",
                       markup=False, highlight=False)
     for s in result.scores:
-        for note in s.notes:
-            if note != NOT_CALIBRATED:
-                console.print(f"  {s.study_id}/{s.hypothesis}: {note}", markup=False, highlight=False)
+        for reason in s.reasons:
+            if reason.why is not Why.NOT_CALIBRATED:
+                console.print(f"  {s.study_id}/{s.hypothesis}: {reason.text}", markup=False, highlight=False)
 
 
-def _pred_units(s: Score) -> str:
-    if s.predicted is None:
-        return "(not evaluated)"
-    if s.ratio and s.kind != "range":
-        return "ratio " + (f"{s.relation} {fmt(s.predicted)}" if s.kind == "relation"
-                           else f"{fmt(s.predicted)} ± {100 * (s.tolerance or 0):g}%")
-    if s.kind == "range":
-        return f"[{fmt(s.band_low, s.unit)}, {fmt(s.band_high, s.unit)}]"
-    if s.kind == "relation":
-        return f"{s.relation} {fmt(s.predicted, s.unit)}"
-    return f"{fmt(s.predicted, s.unit)} ± {100 * (s.tolerance or 0):g}%"
+def spec_differs(s: Score) -> bool:
+    """Whether the spec sheet predicts something else than the measured ceilings (value or verdict)."""
+    return (s.predicted_spec, s.band_low_spec, s.band_high_spec, s.verdict_spec) != (
+        s.predicted, s.band_low, s.band_high, s.verdict)
 
 
 MARKDOWN_HEADER = ("study", "claim", "seed said", "our prediction", "measured", "n", "verdict")
@@ -158,7 +146,8 @@ def markdown_table(result: Audit) -> str:
             continue
         engine = f", vLLM {data.run.vllm_version}" if data.run.vllm_version else ""
         runs.append(f"`{sid}` run {data.run_id} ({gpu_name(data.run)}{engine})")
-    lines += ["", md_cell("Measured: mean of the repeats with its 95% t interval. Runs: " + "; ".join(runs) + ".")]
+    lines += ["", md_cell("Measured: mean of the repeats with its 95% t interval (a ratio: geometric mean, "
+                             "interval on the log scale). Runs: " + "; ".join(runs) + ".")]
     return "\n".join(lines)
 
 

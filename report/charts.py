@@ -1,10 +1,13 @@
-"""One function per chart: typed rows in, an Altair chart out. Pages embed `spec(chart)` as JSON and
+"""One function per chart: typed rows in, an Altair chart out. Studies with several workloads get one
+panel per workload; repeats are drawn as their mean with the min-max spread; every dash style and
+marker shape is named in a legend. Pages embed `spec(chart)` as JSON and
 vendored vega-embed draws it, so charts work offline. Rows are plain numbers in SI units, except where
 a chart converts for display (ms, GB/s), which it says in its axis title.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -47,87 +50,129 @@ def _sized(chart: Any, height: int = HEIGHT) -> Any:
     return chart.properties(width=WIDTH, height=height)
 
 
-def throughput_chart(rows: Sequence[Row], level_title: str = "concurrency") -> alt.LayerChart:
-    """Output throughput vs load level per series (arm, or arm · workload): the mean over repeats as a
-    line, every repeat as a dot, the min-max spread as a rule. Rows: series, level, repeat, value."""
-    base = alt.Chart(_data(rows)).encode(
-        x=_level_axis(rows, level_title), color=alt.Color("series:N", title="arm")
-    )
-    tip = [alt.Tooltip("series:N"), alt.Tooltip("level:Q"), alt.Tooltip("repeat:Q"),
+def _workloads(rows: Sequence[Row]) -> list[str]:
+    return sorted({str(r["workload"]) for r in rows})
+
+
+def _by_workload(layers: Sequence[Any], rows: Sequence[Row], height: int = HEIGHT) -> Any:
+    """The layers on one plot, or one panel per workload (side by side, shared y) when there are several:
+    a study of many points stays readable as a few lines per panel."""
+    workloads = _workloads(rows)
+    if len(workloads) < 2:
+        return alt.layer(*layers, data=_data(rows)).properties(width=WIDTH, height=height)
+    width = max(260, (2 * WIDTH) // len(workloads) - 40)
+    return alt.layer(*layers, data=_data(rows)).properties(width=width, height=height).facet(
+        column=alt.Column("workload:N", title="workload", sort=workloads))
+
+
+def _arm_color() -> alt.Color:
+    return alt.Color("arm:N", title="arm")
+
+
+def _dash_legend(label: str) -> alt.StrokeDash:
+    """The dash style of a reference line whose rows carry `what` = label: named in the legend."""
+    return alt.StrokeDash("what:N", title=None, scale=alt.Scale(domain=[label], range=[[5, 4]]),
+                          legend=alt.Legend(symbolType="stroke", symbolStrokeColor="#333333", symbolStrokeWidth=2, symbolSize=400))
+
+
+def throughput_chart(rows: Sequence[Row], level_title: str = "concurrency") -> Any:
+    """Output throughput vs load level per arm (one panel per workload when there are several): the mean
+    over repeats as a line, every repeat as a dot, the min-max spread as a rule.
+    Rows: arm, workload, level, repeat, value."""
+    x = _level_axis(rows, level_title)
+    tip = [alt.Tooltip("arm:N"), alt.Tooltip("workload:N"), alt.Tooltip("level:Q"), alt.Tooltip("repeat:Q"),
            alt.Tooltip("value:Q", format=",.1f", title="tok/s")]
-    line = base.mark_line().encode(y=alt.Y("mean(value):Q", title="output throughput (tok/s)"))
-    spread = base.mark_rule(strokeWidth=2).encode(y="min(value):Q", y2="max(value):Q")
-    dots = base.mark_circle(size=40, opacity=0.7).encode(y="value:Q", tooltip=tip)
-    return _sized(alt.layer(line, spread, dots))
+    line = alt.Chart().mark_line().encode(x=x, y=alt.Y("mean(value):Q", title="output throughput (tok/s)"),
+                                          color=_arm_color())
+    spread = alt.Chart().mark_rule(strokeWidth=2).encode(x=x, y="min(value):Q", y2="max(value):Q", color=_arm_color())
+    dots = alt.Chart().mark_circle(size=40, opacity=0.7).encode(x=x, y="value:Q", color=_arm_color(), tooltip=tip)
+    return _by_workload([line, spread, dots], rows)
 
 
-def latency_chart(rows: Sequence[Row], what: str, level_title: str = "concurrency") -> alt.LayerChart:
-    """p50 and p95 of one latency (TTFT or ITL) vs load level per series, mean over repeats with the
-    min-max spread. Rows: series, level, stat (p50|p95), value_ms."""
-    base = alt.Chart(_data(rows)).encode(
-        x=_level_axis(rows, level_title),
-        color=alt.Color("series:N", title="arm"),
-        strokeDash=alt.StrokeDash("stat:N", title="percentile"),
-    )
-    line = base.mark_line(point=True).encode(
-        y=alt.Y("mean(value_ms):Q", title=f"{what} (ms)"),
-        tooltip=[alt.Tooltip("series:N"), alt.Tooltip("stat:N"), alt.Tooltip("level:Q"),
+def latency_chart(rows: Sequence[Row], what: str, level_title: str = "concurrency") -> Any:
+    """p50 and p95 of one latency (TTFT or ITL) vs load level per arm, mean over repeats with the
+    min-max spread; the percentile is the dash style. Rows: arm, workload, level, stat (p50|p95), value_ms."""
+    x = _level_axis(rows, level_title)
+    dash = alt.StrokeDash("stat:N", title="percentile",
+                          scale=alt.Scale(domain=["p50", "p95"], range=[[1, 0], [6, 3]]),
+                          legend=alt.Legend(symbolType="stroke", symbolStrokeColor="#333333", symbolStrokeWidth=2, symbolSize=400))
+    line = alt.Chart().mark_line(point=True).encode(
+        x=x, y=alt.Y("mean(value_ms):Q", title=f"{what} (ms)"), color=_arm_color(), strokeDash=dash,
+        tooltip=[alt.Tooltip("arm:N"), alt.Tooltip("workload:N"), alt.Tooltip("stat:N"), alt.Tooltip("level:Q"),
                  alt.Tooltip("mean(value_ms):Q", format=",.2f", title="mean ms")],
     )
-    spread = base.mark_rule(strokeWidth=2, opacity=0.6).encode(y="min(value_ms):Q", y2="max(value_ms):Q")
-    return _sized(alt.layer(line, spread))
+    spread = alt.Chart().mark_rule(strokeWidth=2, opacity=0.6).encode(
+        x=x, y="min(value_ms):Q", y2="max(value_ms):Q", color=_arm_color(), detail="stat:N")
+    return _by_workload([line, spread], rows)
 
 
 def roofline_chart(points: Sequence[Row], ceilings: Sequence[Row]) -> alt.LayerChart:
     """Measured decode points placed under the roofline: attained FLOP/s vs arithmetic intensity, with the
-    calibrated and the spec-sheet ceilings. Points: series, level, intensity, flops_per_s, fraction.
+    calibrated and the spec-sheet ceilings (dash style, in the legend). Points: series (arm · workload),
+    level, intensity, flops_per_s, fraction; color and marker shape both name the series, in one legend.
     Ceilings: ceiling (label), intensity, flops_per_s."""
     x = alt.X("intensity:Q", title="arithmetic intensity (FLOP/byte, decode model)", scale=alt.Scale(type="log"))
     y = alt.Y("tflops:Q", title="attained TFLOP/s", scale=alt.Scale(type="log"))
+    labels = sorted({str(r["ceiling"]) for r in ceilings})
     roofs = alt.Chart(_data([r | {"tflops": r["flops_per_s"] / 1e12} for r in ceilings])).mark_line().encode(
-        x=x, y=y, strokeDash=alt.StrokeDash("ceiling:N", title="ceiling"),
-        color=alt.value("#555555"),
+        x=x, y=y, color=alt.value("#555555"),
+        strokeDash=alt.StrokeDash("ceiling:N", title="ceiling", sort=labels,
+                                  scale=alt.Scale(domain=labels, range=[[1, 0], [6, 3]][: len(labels)]),
+                                  legend=alt.Legend(symbolType="stroke", symbolStrokeWidth=2, symbolSize=400)),
     )
     dots = alt.Chart(_data([r | {"tflops": r["flops_per_s"] / 1e12} for r in points])).mark_point(
         filled=True, size=70
     ).encode(
-        x=x, y=y, color=alt.Color("series:N", title="arm"), shape=alt.Shape("series:N", legend=None),
+        x=x, y=y, color=alt.Color("series:N", title="arm · workload"),
+        shape=alt.Shape("series:N", title="arm · workload"),
         tooltip=[alt.Tooltip("series:N"), alt.Tooltip("level:Q", title="load level"),
                  alt.Tooltip("intensity:Q", format=".3g"), alt.Tooltip("tflops:Q", format=".3g"),
                  alt.Tooltip("fraction:Q", format=".1%", title="of calibrated ceiling")],
     )
-    return _sized(alt.layer(roofs, dots).resolve_scale(color="independent"), HEIGHT + 40)
+    return _sized(alt.layer(roofs, dots), HEIGHT + 40)
 
 
-def per_point_chart(rows: Sequence[Row], field: str, title: str, threshold: float | None,
-                    threshold_label: str = "") -> alt.LayerChart:
-    """One bar per measured point (run order) for a per-point quantity, with a threshold rule.
-    Rows: point, order, series, <field>."""
-    base = alt.Chart(_data(rows))
-    bars = base.mark_bar().encode(
-        x=alt.X("point:N", sort=alt.EncodingSortField(field="order"), title="point",
-                axis=alt.Axis(labelAngle=-60, labelLimit=200)),
-        y=alt.Y(f"{field}:Q", title=title),
-        color=alt.Color("series:N", title="arm"),
-        tooltip=[alt.Tooltip("point:N"), alt.Tooltip(f"{field}:Q", format=".4f")],
+def all_zero(rows: Sequence[Row], field: str) -> bool:
+    """Whether every row's `field` is 0: such a chart is one line of text instead."""
+    return bool(rows) and all(float(r[field]) == 0 for r in rows)
+
+
+def per_level_chart(rows: Sequence[Row], field: str, title: str, threshold: float | None,
+                    threshold_label: str = "", level_title: str = "concurrency", percent: bool = False) -> Any:
+    """A per-point quantity vs load level per arm (one panel per workload when there are several): the
+    mean over repeats as a line with dots, the min-max over repeats as a rule, and a dashed threshold
+    named in the legend. Rows: arm, workload, level, repeat, <field>."""
+    x = _level_axis(rows, level_title)
+    fmt = ".1%" if percent else ".4f"
+    axis = alt.Axis(format="%") if percent else alt.Axis()
+    line = alt.Chart().mark_line(point=True).encode(
+        x=x, y=alt.Y(f"mean({field}):Q", title=title, axis=axis), color=_arm_color(),
+        tooltip=[alt.Tooltip("arm:N"), alt.Tooltip("workload:N"), alt.Tooltip("level:Q"),
+                 alt.Tooltip(f"mean({field}):Q", format=fmt, title="mean"),
+                 alt.Tooltip(f"min({field}):Q", format=fmt, title="min"),
+                 alt.Tooltip(f"max({field}):Q", format=fmt, title="max"),
+                 alt.Tooltip(f"count({field}):Q", title="repeats")],
     )
-    layers: list[Any] = [bars]
+    spread = alt.Chart().mark_rule(strokeWidth=2, opacity=0.6).encode(
+        x=x, y=f"min({field}):Q", y2=f"max({field}):Q", color=_arm_color())
+    layers: list[Any] = [line, spread]
     if threshold is not None:
-        rule = alt.Chart(_data([{"threshold": threshold, "label": threshold_label}])).mark_rule(
-            color="#c62828", strokeDash=[4, 3]
-        ).encode(y="threshold:Q", tooltip=[alt.Tooltip("label:N"), alt.Tooltip("threshold:Q")])
-        layers.append(rule)
-    return _sized(alt.layer(*layers), HEIGHT)
+        layers.append(alt.Chart().transform_aggregate(rows="count()").transform_calculate(
+            what=f"{json.dumps(threshold_label)}", threshold=f"{threshold!r}").mark_rule(color="#c62828").encode(
+            y=alt.Y("threshold:Q"), strokeDash=_dash_legend(threshold_label)))
+    return _by_workload(layers, rows, HEIGHT - 40)
 
 
-def cache_hit_chart(rows: Sequence[Row], max_cold: float) -> alt.LayerChart:
-    """Prefix-cache hit rate of every point, against the highest rate a cold (reset) point may show."""
-    return per_point_chart(rows, "hit_rate", "prefix-cache hit rate", max_cold, "max cold hit rate")
+def cache_hit_chart(rows: Sequence[Row], max_cold: float, level_title: str = "concurrency") -> Any:
+    """Prefix-cache hit rate per arm and level, against the highest rate a cold (reset) point may show."""
+    return per_level_chart(rows, "hit_rate", "prefix-cache hit rate", max_cold, "max cold hit rate",
+                           level_title, percent=True)
 
 
-def littles_law_chart(rows: Sequence[Row], tolerance: float) -> alt.LayerChart:
-    """Little's Law relative error of every point, against the study's tolerance."""
-    return per_point_chart(rows, "error", "Little's Law relative error", tolerance, "tolerance")
+def littles_law_chart(rows: Sequence[Row], tolerance: float, level_title: str = "concurrency") -> Any:
+    """Little's Law relative error per arm and level, against the study's tolerance."""
+    return per_level_chart(rows, "error", "Little's Law relative error", tolerance, "tolerance", level_title,
+                           percent=True)
 
 
 def timeseries_chart(rows: Sequence[Row], title: str) -> alt.FacetChart:
@@ -141,44 +186,51 @@ def timeseries_chart(rows: Sequence[Row], title: str) -> alt.FacetChart:
     return base.facet(row=alt.Row("quantity:N", title=title)).resolve_scale(y="independent")
 
 
-def audit_scatter(rows: Sequence[Row]) -> alt.LayerChart:
-    """Predicted vs measured across studies on log axes: the y = x line, each prediction's band as a
-    wide translucent bar, the measured 95% interval as a thin rule, a dot per hypothesis colored by
-    verdict. Rows: label, claim, verdict, predicted, measured (positive), ci_low, ci_high, band_low,
-    band_high (None for an open end); intervals and bands are clipped to the plot's decades."""
-    values = [v for r in rows for v in (r["predicted"], r["measured"]) if v and v > 0]
-    low, high = (min(values) / 3, max(values) * 3) if values else (0.1, 10.0)
+def audit_chart(rows: Sequence[Row]) -> alt.LayerChart:
+    """Every prediction on one unit-free axis, measured ÷ predicted (log scale), one row per hypothesis:
+    the band (tolerance, range, or a relation's open side) as a wide translucent bar, the 95% interval as
+    a thin rule, the mean as a dot colored by verdict, and a dashed line at 1 (measured = predicted).
+    Rows: label, claim, verdict, unit, predicted, measured, ci_low, ci_high, band_low, band_high (in the
+    metric's unit; None for an open end), all positive where present."""
+    def rel(v: float | None, predicted: float) -> float | None:
+        return None if v is None else v / predicted
+
+    scaled = [{"label": r["label"], "claim": r["claim"], "verdict": r["verdict"], "unit": r["unit"],
+               "predicted": r["predicted"], "measured": r["measured"],
+               "m": r["measured"] / r["predicted"], "ci_low": rel(r["ci_low"], r["predicted"]),
+               "ci_high": rel(r["ci_high"], r["predicted"]), "band_low": rel(r["band_low"], r["predicted"]),
+               "band_high": rel(r["band_high"], r["predicted"])} for r in rows]
+    values = [v for r in scaled for v in (r["m"], r["ci_low"], r["ci_high"], r["band_low"], r["band_high"])
+              if v is not None and v > 0]
+    low, high = min(values + [1.0]) / 1.5, max(values + [1.0]) * 1.5
     low, high = 10 ** math.floor(math.log10(low)), 10 ** math.ceil(math.log10(high))
 
     def clip(v: float | None, open_end: float) -> float:
-        return open_end if v is None else min(max(v, low), high)
+        return open_end if v is None or v <= 0 else min(max(v, low), high)
 
-    rows = [r | {"ci_low": clip(r["ci_low"], low), "ci_high": clip(r["ci_high"], high),
-                 "band_low": clip(r["band_low"], low), "band_high": clip(r["band_high"], high)} for r in rows]
-    scale = alt.Scale(type="log", domain=[low, high])
-    x = alt.X("predicted:Q", title="predicted", scale=scale)
-    diagonal = alt.Chart(_data([{"predicted": low, "y": low}, {"predicted": high, "y": high}])).mark_line(
-        color="#777777", strokeDash=[5, 4]
-    ).encode(x=x, y=alt.Y("y:Q", scale=scale, title="measured"))
-    base = alt.Chart(_data(rows))
-    band = base.mark_rule(strokeWidth=10, opacity=0.25).encode(
-        x=x, y=alt.Y("band_low:Q", scale=scale), y2="band_high:Q",
-        color=alt.Color("verdict:N", scale=_verdict_scale(), legend=None),
-    )
+    scaled = [r | {"ci_low": clip(r["ci_low"], r["m"]), "ci_high": clip(r["ci_high"], r["m"]),
+                   "band_low": clip(r["band_low"], low), "band_high": clip(r["band_high"], high)} for r in scaled]
+    order = [r["label"] for r in scaled]
+    x_scale = alt.Scale(type="log", domain=[low, high])
+    y = alt.Y("label:N", title=None, sort=order, axis=alt.Axis(labelLimit=320))
+    color = alt.Color("verdict:N", scale=_verdict_scale(), title="verdict")
+    base = alt.Chart(_data(scaled))
+    one = alt.Chart(_data([{"one": 1.0, "what": "measured = predicted"}])).mark_rule(color="#777777").encode(
+        x=alt.X("one:Q", scale=x_scale), strokeDash=_dash_legend("measured = predicted"))
+    band = base.mark_bar(height=12, opacity=0.25).encode(
+        x=alt.X("band_low:Q", scale=x_scale, title="measured ÷ predicted (log scale)"), x2="band_high:Q", y=y,
+        color=alt.Color("verdict:N", scale=_verdict_scale(), title="verdict"))
     ci = base.mark_rule(strokeWidth=1.5).encode(
-        x=x, y=alt.Y("ci_low:Q", scale=scale), y2="ci_high:Q",
-        color=alt.Color("verdict:N", scale=_verdict_scale(), legend=None),
-    )
-    dots = base.mark_circle(size=80, opacity=0.9).encode(
-        x=x, y=alt.Y("measured:Q", scale=scale, title="measured"),
-        color=alt.Color("verdict:N", scale=_verdict_scale(), title="verdict"),
-        tooltip=[alt.Tooltip("label:N", title="hypothesis"), alt.Tooltip("claim:N"),
-                 alt.Tooltip("verdict:N"), alt.Tooltip("predicted:Q", format=".4g"),
-                 alt.Tooltip("measured:Q", format=".4g")],
-    )
-    chart = alt.layer(diagonal, band, ci, dots)
-    assert isinstance(chart, alt.LayerChart)  # a FacetChart only when the layers carry facet encodings
-    return chart.properties(width=WIDTH, height=WIDTH)
+        x=alt.X("ci_low:Q", scale=x_scale), x2="ci_high:Q", y=y,
+        color=alt.Color("verdict:N", scale=_verdict_scale(), title="verdict"))
+    dots = base.mark_circle(size=70, opacity=0.95).encode(
+        x=alt.X("m:Q", scale=x_scale), y=y, color=color,
+        tooltip=[alt.Tooltip("label:N", title="hypothesis"), alt.Tooltip("claim:N"), alt.Tooltip("verdict:N"),
+                 alt.Tooltip("predicted:Q", format=".4g"), alt.Tooltip("measured:Q", format=".4g"),
+                 alt.Tooltip("unit:N"), alt.Tooltip("m:Q", format=".3f", title="measured ÷ predicted")])
+    chart = alt.layer(band, ci, one, dots)
+    assert isinstance(chart, alt.LayerChart)
+    return chart.properties(width=WIDTH + 80, height=max(120, 18 * len(scaled)))
 
 
 def _verdict_scale() -> alt.Scale:

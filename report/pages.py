@@ -1,13 +1,12 @@
-"""Page contexts of the site: one frozen dataclass per page, gathered from studies, runs and scores
-before anything is written. Numbers are formatted here; templates only place strings.
+"""Page builders: studies, runs and scores in, page contexts (report.contexts) out, gathered before
+anything is written. Numbers are formatted here, through studyc.format and report.units; templates only
+place strings. Charts come from report.study_charts; rendering is report.site's.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -15,191 +14,35 @@ from compiler.hardware import Hardware
 from compiler.load import LoadedStudy
 from compiler.modelmath import ModelError, ModelShape, describe, load_model
 from compiler.study import Study
-from report import charts
-from report.audit import fmt, fmt_pct
+from report import charts, units
+from report.audit import spec_differs
+from report.contexts import (
+    ArgChange,
+    ArmRow,
+    AuditPage,
+    AuditRow,
+    CalibrationRow,
+    Chart,
+    CheckRow,
+    Fact,
+    HypothesisRow,
+    IndexPage,
+    Link,
+    ModelBlock,
+    SpecCell,
+    StudyPage,
+    StudyRow,
+    VerdictCount,
+    WorkloadRow,
+)
 from report.results import RunData
-from report.scoring import NOT_CALIBRATED, Score, hardware_pair, model_dir, serving_dtypes, verdict_counts
-from report.seed import SeedNote, seed_note
-from runner.records import TelemetrySample
+from report.scoring import Score, Why, hardware_pair, model_dir, serving_dtypes, verdict_counts
+from report.seed import seed_note
+from report.study_charts import study_charts
+from studyc import format as fmt
 
 DOWNLOADS = (("points", "csv"), ("points", "parquet"), ("requests", "csv"), ("requests", "parquet"),
              ("checks", "csv"))
-
-
-@dataclass(frozen=True)
-class Chart:
-    id: str
-    title: str
-    caption: str
-    spec: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Fact:
-    label: str
-    value: str
-
-
-@dataclass(frozen=True)
-class Link:
-    href: str
-    text: str
-
-
-@dataclass(frozen=True)
-class VerdictCount:
-    verdict: str
-    count: int
-
-
-@dataclass(frozen=True)
-class StudyRow:
-    """One study on the index page."""
-
-    id: str
-    title: str
-    href: str
-    counts: tuple[VerdictCount, ...]
-    hardware: str
-    engine: str
-    date: str
-    host: str
-
-
-@dataclass(frozen=True)
-class IndexPage:
-    root: str
-    title: str
-    built: str
-    studies: tuple[StudyRow, ...]
-    totals: tuple[VerdictCount, ...]
-
-
-@dataclass(frozen=True)
-class HypothesisRow:
-    anchor: str
-    id: str
-    claim: str
-    source: str
-    metric: str
-    where: str
-    prediction: str
-    predicted: str
-    predicted_spec: str
-    measured: str
-    interval: str
-    spread: str
-    n: int
-    error: str
-    error_spec: str
-    verdict: str
-    verdict_spec: str
-    checks: str
-    flags: tuple[str, ...]
-    notes: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class ArgChange:
-    sign: str  # "+" added by the arm, "~" changed from the base
-    key: str
-    value: str
-    base: str
-
-
-@dataclass(frozen=True)
-class ArmRow:
-    name: str
-    description: str
-    changes: tuple[ArgChange, ...]
-    extras: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class ModelBlock:
-    folder: str
-    arms: str
-    facts: tuple[Fact, ...]
-    error: str
-
-
-@dataclass(frozen=True)
-class CalibrationRow:
-    quantity: str
-    spec: str
-    measured: str
-    ratio: str
-
-
-@dataclass(frozen=True)
-class CheckRow:
-    point: str
-    name: str
-    severity: str
-    passed: bool
-    value: str
-    threshold: str
-    detail: str
-
-
-@dataclass(frozen=True)
-class StudyPage:
-    root: str
-    title: str
-    study_id: str
-    question: str
-    notes: str
-    source: str
-    study_path: str
-    has_run: bool
-    calibrated: bool
-    counts: tuple[VerdictCount, ...]
-    seed: SeedNote | None  # "Against the seed": None when no hypothesis quotes its seed
-    models: tuple[ModelBlock, ...]
-    base_engine: tuple[Fact, ...]
-    arms: tuple[ArmRow, ...]
-    workloads: tuple[tuple[str, ...], ...]
-    load: tuple[Fact, ...]
-    provenance: tuple[Fact, ...]
-    calibration: tuple[CalibrationRow, ...]
-    hypotheses: tuple[HypothesisRow, ...]
-    charts: tuple[Chart, ...]
-    chart_notes: tuple[str, ...]
-    problems: tuple[CheckRow, ...]
-    checks_total: int
-    checks_passed: int
-    points_total: int
-    downloads: tuple[Link, ...]
-    warnings: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class AuditRow:
-    study: str
-    study_href: str
-    hypothesis: str
-    claim: str
-    metric: str
-    prediction: str
-    predicted_spec: str
-    measured: str
-    interval: str
-    n: int
-    error: str
-    verdict: str
-    verdict_spec: str
-    checks: str
-
-
-@dataclass(frozen=True)
-class AuditPage:
-    root: str
-    title: str
-    built: str
-    rows: tuple[AuditRow, ...]
-    totals: tuple[VerdictCount, ...]
-    chart: Chart | None
-    left_out: tuple[str, ...]
 
 
 # -- helpers -----------------------------------------------------------------------------------------
@@ -241,7 +84,7 @@ def _value(value: Any) -> str:
 
 
 def _num(x: float | None, digits: int = 4) -> str:
-    return "-" if x is None else f"{x:,.{digits}g}"
+    return "-" if x is None else fmt.significant(float(x), digits)
 
 
 # -- index and audit ---------------------------------------------------------------------------------
@@ -274,9 +117,9 @@ def audit_page(studies: Sequence[LoadedStudy], runs: dict[str, RunData], scores:
         for s in scores[sid]:
             rows.append(AuditRow(
                 study=sid, study_href=f"{study_href(sid)}#h-{s.hypothesis}", hypothesis=s.hypothesis,
-                claim=s.claim, metric=s.metric, prediction=_prediction(s), predicted_spec=fmt(s.predicted_spec, s.unit),
-                measured=fmt(s.measured, s.unit), interval=_interval(s), n=s.n, error=fmt_pct(s.error),
-                verdict=s.verdict, verdict_spec=s.verdict_spec, checks=", ".join(s.checks),
+                claim=s.claim, metric=s.metric, where=_where(s), prediction=units.prediction(s, sides=False),
+                measured=units.mean(s), interval=units.interval(s), n=s.n, off_band=units.off_band(s),
+                verdict=s.verdict, spec=_spec_cell(s), checks=", ".join(s.checks),
             ))
             point = _scatter_row(s)
             if point is not None:
@@ -285,39 +128,37 @@ def audit_page(studies: Sequence[LoadedStudy], runs: dict[str, RunData], scores:
                 left_out.append(f"{sid}/{s.hypothesis}: not positive, cannot sit on log axes")
     chart = None
     if points:
-        chart = Chart("audit", "Predicted vs measured", "Dots: measured mean, colored by verdict; thin rules: "
-                      "95% interval; wide bars: the prediction's tolerance band or range (one-sided for "
-                      "relations); dashed: y = x.", charts.spec(charts.audit_scatter(points)))
+        chart = Chart("audit", "Measured ÷ predicted", "Every prediction on one unit-free axis: the measured mean "
+                      "divided by the predicted value (log scale), so ratios, seconds and fractions compare. "
+                      "Dots: the mean, colored by verdict; thin rules: its 95% interval; wide bars: the "
+                      "tolerance band or range (open to the edge for a relation); dashed: measured = predicted.",
+                      charts.spec(charts.audit_chart(points)))
     return AuditPage(root="", title="Audit: every prediction", built=built_text(list(runs.values())),
-                     rows=tuple(rows), totals=counts_of([s for v in scores.values() for s in v]), chart=chart,
-                     left_out=tuple(left_out))
+                     rows=tuple(rows), show_spec=any(r.spec is not None for r in rows),
+                     totals=counts_of([s for v in scores.values() for s in v]), chart=chart, left_out=tuple(left_out))
 
 
 def _scatter_row(s: Score) -> dict[str, Any] | None:
     if s.predicted is None or s.measured is None or s.predicted <= 0 or s.measured <= 0:
         return None
     return {
-        "label": f"{s.study_id}/{s.hypothesis}", "claim": s.claim, "verdict": s.verdict,
+        "label": f"{s.study_id}/{s.hypothesis}", "claim": s.claim, "verdict": s.verdict, "unit": s.display_unit,
         "predicted": s.predicted, "measured": s.measured, "ci_low": s.ci_low, "ci_high": s.ci_high,
         "band_low": s.band_low, "band_high": s.band_high,
     }
 
 
-def _prediction(s: Score) -> str:
-    if s.predicted is None:
-        return "(not evaluated)"
-    u = s.unit
-    if s.kind == "range":
-        return f"in [{fmt(s.band_low, u)}, {fmt(s.band_high, u)}]"
-    if s.kind == "relation":
-        return f"{s.relation} {fmt(s.predicted, u)}"
-    return f"{fmt(s.predicted, u)} ± {100 * (s.tolerance or 0):g}%"
+def _where(s: Score) -> str:
+    if s.ratio:
+        return units.ratio_sides(s.targets)
+    return " ÷ ".join(s.targets) if s.targets else "-"
 
 
-def _interval(s: Score) -> str:
-    if s.ci_low is None:
-        return "-"
-    return f"[{fmt(s.ci_low, s.unit)}, {fmt(s.ci_high, s.unit)}]"
+def _spec_cell(s: Score) -> SpecCell | None:
+    """The spec-sheet score, only where it differs from the measured-ceiling one."""
+    if not spec_differs(s):
+        return None
+    return SpecCell(units.prediction(s, spec=True, sides=False), units.off_band(s, spec=True), s.verdict_spec)
 
 
 # -- study page ----------------------------------------------------------------------------------------
@@ -355,7 +196,8 @@ def study_page(loaded: LoadedStudy, data: RunData | None, scores: Sequence[Score
         models=_models(loaded, data), base_engine=tuple(Fact(f"--{k.replace('_', '-')}", _value(v))
                                                         for k, v in sorted(study.engine.items())),
         arms=_arms(study), workloads=_workloads(study), load=_load(study), provenance=_provenance(loaded, data),
-        calibration=_calibration(study, data), hypotheses=hyps, charts=tuple(chart_list),
+        calibration=_calibration(study, data), hypotheses=hyps, show_spec=any(h.spec is not None for h in hyps),
+        charts=tuple(chart_list),
         chart_notes=tuple(chart_notes), problems=tuple(problems), checks_total=checks_total,
         checks_passed=checks_passed, points_total=len(data.points) if data else 0,
         downloads=tuple(Link(f"data/{t}.{f}", f"{t}.{f}") for t, f in DOWNLOADS) if data else (),
@@ -365,15 +207,12 @@ def study_page(loaded: LoadedStudy, data: RunData | None, scores: Sequence[Score
 
 def _hypothesis_row(study: Study, s: Score) -> HypothesisRow:
     hyp = next(h for h in study.hypothesis if h.id == s.hypothesis)
-    where = " ÷ ".join(s.targets) if s.targets else "-"
-    spread = "-" if s.spread_low is None else f"{fmt(s.spread_low, s.unit)} – {fmt(s.spread_high, s.unit)}"
     return HypothesisRow(
         anchor=f"h-{s.hypothesis}", id=s.hypothesis, claim=s.claim, source=hyp.source, metric=s.metric,
-        where=where, prediction=_prediction(s), predicted=fmt(s.predicted, s.unit),
-        predicted_spec=fmt(s.predicted_spec, s.unit), measured=fmt(s.measured, s.unit), interval=_interval(s),
-        spread=spread, n=s.n, error=fmt_pct(s.error), error_spec=fmt_pct(s.error_spec), verdict=s.verdict,
-        verdict_spec=s.verdict_spec, checks=", ".join(s.checks), flags=s.flags,
-        notes=tuple(n for n in s.notes if n != NOT_CALIBRATED),  # said once, above the table
+        where=_where(s), prediction=units.prediction(s, sides=False), measured=units.mean(s),
+        spread=units.spread(s), interval=units.interval(s), n=s.n, off_band=units.off_band(s), verdict=s.verdict,
+        spec=_spec_cell(s), checks=", ".join(s.checks), flags=s.flags,
+        notes=tuple(r.text for r in s.reasons if r.why is not Why.NOT_CALIBRATED),  # said once, above the table
     )
 
 
@@ -442,8 +281,8 @@ def _arms(study: Study) -> tuple[ArmRow, ...]:
     return tuple(rows)
 
 
-def _workloads(study: Study) -> tuple[tuple[str, ...], ...]:
-    return tuple((name, f"{w.input_len:,}", f"{w.output_len:,}", f"{w.prefix_len:,}", str(w.seed))
+def _workloads(study: Study) -> tuple[WorkloadRow, ...]:
+    return tuple(WorkloadRow(name, f"{w.input_len:,}", f"{w.output_len:,}", f"{w.prefix_len:,}", str(w.seed))
                  for name, w in sorted(study.workloads.items()))
 
 
@@ -483,12 +322,12 @@ def _provenance(loaded: LoadedStudy, data: RunData | None) -> tuple[Fact, ...]:
         Fact("studyc", f"{run.studyc_version or '-'} (git {str(run.git_sha or '-')[:10]})"),
         Fact("engine command", str(run.engine_command or "-")),
         Fact("load generator ceiling", "-" if not run.client_ceiling_chunks_per_s
-             else f"{run.client_ceiling_chunks_per_s:,.0f} chunks/s"),
+             else fmt.with_unit(fmt.significant(run.client_ceiling_chunks_per_s), "chunks/s")),
     ]
     for s in sorted(servers, key=lambda s: s.server_id):
         facts.append(Fact(f"server {s.server_id}",
-                          f"{s.status or '-'}; start {_num(s.startup_s, 3)} s; "
-                          f"KV capacity {_num(s.kv_capacity_tokens, 9)} tokens"))
+                          f"{s.status or '-'}; start {fmt.quantity(s.startup_s, 's', measured=False)}; "
+                          f"KV capacity {fmt.quantity(s.kv_capacity_tokens, 'tokens', measured=False)}"))
     return tuple(facts)
 
 
@@ -506,9 +345,9 @@ def _calibration(study: Study, data: RunData | None) -> tuple[CalibrationRow, ..
 
     def row(label: str, spec_v: float, measured: float | None, unit: str, scale: float) -> CalibrationRow:
         return CalibrationRow(
-            f"{label} ({unit})", f"{spec_v / scale:,.4g} ({spec.name}, {spec.source})",
-            missing if not (calibrated and measured) else f"{measured / scale:,.4g}",
-            "-" if not (calibrated and measured) else f"{measured / spec_v:.1%} of spec",
+            f"{label} ({unit})", f"{fmt.significant(spec_v / scale)} ({spec.name}, {spec.source})",
+            missing if not (calibrated and measured) else fmt.significant(measured / scale),
+            "-" if not (calibrated and measured) else f"{fmt.percent(measured / spec_v)} of spec",
         )
 
     return (row("memory bandwidth", spec.bandwidth_Bps, run.bandwidth_Bps if run else None, "GB/s", 1e9),
@@ -523,141 +362,3 @@ def _checks(data: RunData | None) -> tuple[list[CheckRow], int, int]:
             for c in data.checks]
     problems = sorted((r for r in rows if not r.passed), key=lambda r: (r.point, r.name))
     return problems, len(rows), sum(1 for r in rows if r.passed)
-
-
-# -- charts --------------------------------------------------------------------------------------------
-
-
-def _series(study: Study, arm: str, workload: str) -> str:
-    return arm if len(study.workloads) == 1 else f"{arm} · {workload}"
-
-
-def study_charts(loaded: LoadedStudy, data: RunData) -> tuple[list[Chart], list[str]]:
-    study = loaded.study
-    level_title = "concurrency" if study.load.concurrency else "rate (req/s)"
-    ok = [p for p in data.points if p.status == "ok"]
-    out: list[Chart] = []
-    notes: list[str] = []
-
-    tput = [{"series": _series(study, p.arm, p.workload), "level": p.level, "repeat": p.repeat,
-             "value": p.metric("output_throughput")} for p in ok if p.metric("output_throughput") is not None]
-    if tput:
-        out.append(Chart("throughput", "Output throughput", f"Output tokens/s vs {level_title}; line: mean over "
-                         "repeats, rule: min-max spread, dots: repeats.",
-                         charts.spec(charts.throughput_chart(tput, level_title))))
-    else:
-        notes.append("no output throughput measured")
-    for stem, what in (("ttft", "TTFT"), ("itl", "ITL")):
-        rows = [{"series": _series(study, p.arm, p.workload), "level": p.level, "stat": stat,
-                 "value_ms": 1e3 * v}
-                for p in ok for stat in ("p50", "p95") if (v := p.metric(f"{stem}_{stat}_s")) is not None]
-        if rows:
-            out.append(Chart(stem, f"{what} p50 and p95", f"{what} percentiles vs {level_title}; mean over "
-                             "repeats with the min-max spread.",
-                             charts.spec(charts.latency_chart(rows, what, level_title))))
-        else:
-            notes.append(f"no {what} measured")
-    roof, why = _roofline(loaded, data)
-    if roof is not None:
-        out.append(roof)
-    else:
-        notes.append(f"roofline not drawn: {why}")
-    order = {p.point_id: i for i, p in enumerate(data.points)}
-    short = {p.point_id: p.point_id.removeprefix(f"{study.study.id}/") for p in data.points}
-    hits = [{"point": short[p.point_id], "order": order[p.point_id], "series": _series(study, p.arm, p.workload),
-             "hit_rate": p.metric("prefix_hit_rate")} for p in ok if p.metric("prefix_hit_rate") is not None]
-    if hits:
-        out.append(Chart("cache", "Prefix-cache hit rate per point", "Hit rate over each point's measured "
-                         "requests (counter deltas); dashed: the most a cold point may show.",
-                         charts.spec(charts.cache_hit_chart(hits, study.checks.max_cold_hit_rate))))
-    else:
-        notes.append("no prefix-cache hit rates recorded")
-    little = [{"point": short[p.point_id], "order": order[p.point_id], "series": _series(study, p.arm, p.workload),
-               "error": p.metric("littles_law_error")} for p in ok if p.metric("littles_law_error") is not None]
-    if little:
-        out.append(Chart("littles-law", "Little's Law error per point", "|L − λW| / L per point; dashed: the "
-                         "study's tolerance. Above it, the measurement window does not describe a steady state.",
-                         charts.spec(charts.littles_law_chart(little, study.checks.littles_law_tolerance))))
-    else:
-        notes.append("no Little's Law errors recorded")
-    gpu = _series_rows(data.telemetry, "nvml", (("sm_clock_mhz", "SM clock (MHz)"), ("power_w", "power (W)"),
-                                                 ("mem_clock_mhz", "memory clock (MHz)"), ("temp_c", "temperature (°C)")))
-    if gpu:
-        out.append(Chart("clocks", "Clocks and power over time", "NVML samples during the measured points.",
-                         charts.spec(charts.timeseries_chart(gpu, "GPU"))))
-    else:
-        notes.append("no NVML telemetry (no GPU visible to the runner): clocks and power not charted")
-    engine = _series_rows(data.telemetry, "metrics", (("running", "requests running"),
-                                                      ("waiting", "requests waiting"),
-                                                      ("kv_cache_usage", "KV-cache usage")))
-    if engine:
-        out.append(Chart("engine", "Engine state over time", "vLLM /metrics scraped during the measured points.",
-                         charts.spec(charts.timeseries_chart(engine, "vLLM"))))
-    return out, notes
-
-
-def _series_rows(telemetry: Sequence[TelemetrySample], source: str,
-                 fields: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
-    rows = []
-    for t in telemetry:
-        if t.source != source or t.t_s is None:
-            continue
-        for key, label in fields:
-            v = getattr(t, key)
-            if v is not None and math.isfinite(float(v)):
-                rows.append({"t_s": round(float(t.t_s), 3), "quantity": label, "value": float(v)})
-    rows.sort(key=lambda r: (r["quantity"], r["t_s"]))
-    return rows
-
-
-def _roofline(loaded: LoadedStudy, data: RunData) -> tuple[Chart | None, str]:
-    study = loaded.study
-    cal, spec, calibrated = hardware_pair(study, data.run)
-    if spec is None or cal is None:
-        return None, f"unknown hardware {study.study.hardware!r}"
-    shapes: dict[str, tuple[ModelShape, str, str]] = {}
-    for arm in study.arms:
-        folder = model_dir(loaded, arm)
-        if folder is None:
-            return None, f"arm {arm} names no local config.json"
-        try:
-            shape = load_model(folder)
-        except ModelError as exc:
-            return None, str(exc)
-        shapes[arm] = (shape, *serving_dtypes(study, arm, shape))
-    points: list[dict[str, Any]] = []
-    for p in data.points:
-        tput = p.metric("output_throughput")
-        if p.status != "ok" or not tput or p.arm not in shapes or p.workload not in study.workloads:
-            continue
-        shape, dtype, kv = shapes[p.arm]
-        w = study.workloads[p.workload]
-        batch = max(1.0, p.metric("mean_in_flight") or p.level)
-        context = w.input_len + w.output_len / 2
-        flops = shape.decode_flops(batch, context)
-        intensity = flops / shape.decode_step_bytes(batch, context, dtype, kv)
-        attained = flops / batch * tput
-        ceiling = min(cal.flops_bf16, cal.bandwidth_Bps * intensity)
-        points.append({"series": _series(study, p.arm, p.workload), "level": p.level, "intensity": intensity,
-                       "flops_per_s": attained, "fraction": attained / ceiling})
-    if not points:
-        return None, "no output throughput measured"
-    cards = [(f"spec sheet ({spec.name}, {spec.source})", spec)]
-    if calibrated:
-        cards.append(("calibrated (measured this run)", cal))
-    lo = min(min(p["intensity"] for p in points) / 4, min(c.ridge for _, c in cards) / 8)
-    hi = max(max(p["intensity"] for p in points) * 4, max(c.ridge for _, c in cards) * 8)
-    steps = 48
-    ceilings = []
-    for label, card in cards:
-        for i in range(steps + 1):
-            x = lo * (hi / lo) ** (i / steps)
-            ceilings.append({"ceiling": label, "intensity": x,
-                             "flops_per_s": min(card.flops_bf16, card.bandwidth_Bps * x)})
-    caption = ("Each measured point's decode step placed by the model math: intensity = FLOPs / bytes read "
-               "(weights + KV at the mean batch in flight and mid-output context); attained = FLOPs per token "
-               "× output tokens/s. Lines: min(peak FLOP/s, bandwidth × intensity).")
-    if not calibrated:
-        caption += " The run was not calibrated: only the spec-sheet ceiling is shown."
-    return Chart("roofline", "Roofline placement", caption, charts.spec(charts.roofline_chart(points, ceilings))), ""
-

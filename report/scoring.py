@@ -1,8 +1,13 @@
 """Hypotheses x a run -> scores: predicted value, measured value with its spread and 95% interval,
-relative error and a verdict. Pure (reads model configs only); shared by `studyc audit` and the site.
+the distance from the band, a verdict and the structured reasons behind it. Pure (reads model configs
+only); shared by `studyc audit` and the site.
 
 Predictions are resolved twice: against the run's calibrated ceilings (the verdict) and against the
 spec sheet (how far the vendor number would have misled).
+
+A ratio of two measurements is summarized on the log scale: the geometric mean of the per-repeat
+ratios and the exponentiated t interval of their logs, so its interval is never negative and is as
+wide above the mean as below it in relative terms.
 """
 
 from __future__ import annotations
@@ -11,7 +16,8 @@ import itertools
 import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Literal
 
 from compiler.expr import ExprError, parse
@@ -24,8 +30,8 @@ from compiler.select import Target, sides
 from compiler.study import Hypothesis, Study
 from report.results import RunData
 from runner.records import CheckResult, PointRecord, RunRecord
+from studyc import format as fmt
 
-NOT_CALIBRATED = "run not calibrated: predicted against the spec sheet"
 Verdict = Literal["confirmed", "refuted", "inconclusive", "invalid", "not run"]
 VERDICTS: tuple[Verdict, ...] = ("confirmed", "refuted", "inconclusive", "invalid", "not run")
 
@@ -78,6 +84,38 @@ def summarize(values: Sequence[float]) -> Stats:
     return Stats(n, mean, min(values), max(values), mean - half, mean + half)
 
 
+def summarize_log(values: Sequence[float]) -> Stats:
+    """Statistics of positive ratios on the log scale: the geometric mean and the exponentiated 95% t
+    interval of the mean log; the spread stays the plain min-max."""
+    if not values or min(values) <= 0:
+        raise ValueError("ratios must be positive to be summarized on the log scale")
+    logs = summarize([math.log(v) for v in values])
+    return Stats(logs.n, math.exp(logs.mean), min(values), max(values), math.exp(logs.ci_low),
+                 math.exp(logs.ci_high))
+
+
+def off_band(band_low: float | None, band_high: float | None, mean: float) -> float | None:
+    """Signed relative distance from the measured mean to the band, 0 inside it: below the low edge
+    (mean - low) / |low|, above the high edge (mean - high) / |high|. An open end (a relation) is never
+    crossed. None when the edge crossed is 0 (no relative distance)."""
+    for edge, outside in ((band_low, band_low is not None and mean < band_low),
+                          (band_high, band_high is not None and mean > band_high)):
+        if outside:
+            assert edge is not None
+            return None if edge == 0 else (mean - edge) / abs(edge)
+    return 0.0
+
+
+def straddled(kind: str, relation: str | None, band_low: float | None, band_high: float | None,
+              low: float, high: float) -> tuple[float, ...]:
+    """The band edges (or the relation's threshold) lying inside the interval [low, high]: what makes a
+    verdict inconclusive."""
+    edges: tuple[float | None, ...] = (band_low, band_high)
+    if kind == "relation":
+        edges = (band_low if relation in (">", ">=") else band_high,)
+    return tuple(e for e in edges if e is not None and low <= e <= high and low < high)
+
+
 def judge(
     kind: str, relation: str | None, band_low: float | None, band_high: float | None, low: float, high: float
 ) -> Verdict:
@@ -113,6 +151,67 @@ class Resolved:
     band_high: float | None
 
 
+class Why(StrEnum):
+    """What a reason is about."""
+
+    SELECTOR = "selector"  # the hypothesis' points could not be selected
+    PREDICTION = "prediction"  # the prediction could not be evaluated
+    NOT_CALIBRATED = "not calibrated"  # the run measured no ceilings: predicted against the spec sheet
+    NO_POINTS = "no points"  # the run has no point for the selector
+    NOT_MEASURED = "not measured"  # the points lack the metric
+    POINT_STATUS = "point status"  # a point did not finish
+    FAILED_CHECK = "failed check"  # a point failed a fail-level check
+    SERVER_FAILED = "server failed"  # a server the metric is read from failed
+    UNPAIRED = "unpaired repeats"  # repeats without a partner on the other side of a ratio
+    ZERO_DENOMINATOR = "zero denominator"  # repeats whose ratio has a zero denominator
+    NOT_POSITIVE = "ratio not positive"  # a ratio <= 0: summarized on the linear scale
+    STRADDLES = "straddles edge"  # the 95% interval contains a band edge: inconclusive
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One structured reason behind a score: which point failed which check, what was not measured,
+    which edge the interval straddles."""
+
+    why: Why
+    point: str = ""  # point or server id
+    checks: tuple[str, ...] = ()  # failed fail-level checks (FAILED_CHECK)
+    edge: float | None = None  # the band edge (STRADDLES), in the metric's unit
+    unit: str = ""  # display unit of `edge`
+    count: int = 0  # how many repeats (UNPAIRED, ZERO_DENOMINATOR)
+    detail: str = ""  # free text from below (an exception, a status, an error)
+
+    @property
+    def text(self) -> str:
+        w = self.why
+        if w is Why.FAILED_CHECK:
+            return f"{self.point}: failed check {', '.join(self.checks) or '(marked invalid)'}"
+        if w is Why.POINT_STATUS:
+            return f"{self.point}: status {self.detail}"
+        if w is Why.SERVER_FAILED:
+            return f"{self.point}: server failed ({self.detail or 'no detail'})"
+        if w is Why.STRADDLES:
+            edge = fmt.quantity(self.edge, self.unit, measured=False)
+            return f"the 95% interval straddles the band edge {edge}: more repeats could decide"
+        if w is Why.NOT_CALIBRATED:
+            return "run not calibrated: predicted against the spec sheet"
+        if w is Why.NO_POINTS:
+            return "no measured points for this selector in the run"
+        if w is Why.NOT_MEASURED:
+            return f"metric {self.detail} was not measured on these points"
+        if w is Why.UNPAIRED:
+            return f"{self.count} repeat(s) without a partner on the other side of the ratio were left out"
+        if w is Why.ZERO_DENOMINATOR:
+            return f"{self.count} repeat(s) with a zero denominator were left out"
+        if w is Why.NOT_POSITIVE:
+            return "a ratio is not positive: its interval is on the linear scale"
+        return f"{w.value}: {self.detail}"
+
+    @property
+    def invalidates(self) -> bool:
+        return self.why in (Why.FAILED_CHECK, Why.POINT_STATUS, Why.SERVER_FAILED)
+
+
 @dataclass(frozen=True)
 class Score:
     study_id: str
@@ -138,48 +237,32 @@ class Score:
     ci_high: float | None
     spread_low: float | None
     spread_high: float | None
-    error: float | None
+    error: float | None  # value predictions: (mean - predicted) / |predicted|; None for ranges, relations
     error_spec: float | None
+    off_band: float | None  # relative distance from the mean to the band, 0 inside (`off_band`)
+    off_band_spec: float | None
     verdict: Verdict
     verdict_spec: Verdict
     run_id: str | None
     calibrated: bool
     checks: tuple[str, ...] = ()
     flags: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
+    reasons: tuple[Reason, ...] = ()
     point_ids: tuple[str, ...] = field(default=(), repr=False)
 
     @property
-    def prediction_text(self) -> str:
-        return describe_prediction(self.kind, self.relation, self.predicted, self.band_low, self.band_high,
-                                   self.tolerance, self.ratio)
+    def notes(self) -> tuple[str, ...]:
+        """The reasons as sentences."""
+        return tuple(r.text for r in self.reasons)
 
-    def as_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["study"] = out.pop("study_id")
-        out["values"] = list(self.values)
-        for key in ("targets", "checks", "flags", "notes", "point_ids"):
-            out[key] = list(out[key])
-        out["prediction"] = self.prediction_text
-        return out
+    def has(self, why: Why) -> bool:
+        return any(r.why is why for r in self.reasons)
 
-
-def describe_prediction(
-    kind: str, relation: str | None, predicted: float | None, low: float | None, high: float | None,
-    tolerance: float | None, ratio: bool,
-) -> str:
-    what = "ratio " if ratio else ""
-    if predicted is None:
-        return f"{what}(not evaluated)"
-    if kind == "range":
-        return f"{what}in [{_g(low)}, {_g(high)}]"
-    if kind == "relation":
-        return f"{what}{relation} {_g(predicted)}"
-    return f"{what}{_g(predicted)} ± {100 * (tolerance if tolerance is not None else 0.05):g}%"
-
-
-def _g(x: float | None) -> str:
-    return "-" if x is None else f"{x:.4g}"
+    @property
+    def display_unit(self) -> str:
+        """The unit its numbers are shown in: x, %, ms or the metric's own (studyc.format)."""
+        metric = METRICS.get(self.metric)
+        return fmt.display_unit(metric.unit if metric else self.unit, ratio=self.ratio)
 
 
 # -- prediction --------------------------------------------------------------------------------------
@@ -280,7 +363,7 @@ class _Side:
     values: dict[int, float] = field(default_factory=dict)  # repeat (or server index) -> value
     rows: int = 0
     point_ids: list[str] = field(default_factory=list)
-    invalid: list[str] = field(default_factory=list)
+    invalid: list[Reason] = field(default_factory=list)
     checks: set[str] = field(default_factory=set)
     flags: dict[str, list[str]] = field(default_factory=dict)  # what is flagged -> point ids
 
@@ -300,10 +383,11 @@ def _point_side(data: RunData, target: Target, metric: str, failed_checks: dict[
         warn_names = sorted({c.name for c in fails if c.severity != "fail"})
         side.checks.update(fail_names + warn_names)
         if row.status != "ok":
-            side.invalid.append(f"{row.point_id}: status {row.status}" + (
-                f" ({row.error})" if row.error else ""))
+            error = row.error
+            side.invalid.append(Reason(Why.POINT_STATUS, point=row.point_id,
+                                       detail=f"{row.status}" + (f" ({error})" if error else "")))
         elif fail_names or not row.valid:
-            side.invalid.append(f"{row.point_id}: failed check {', '.join(fail_names) or '(marked invalid)'}")
+            side.invalid.append(Reason(Why.FAILED_CHECK, point=row.point_id, checks=tuple(fail_names)))
         if row.cache_policy == "keep":
             side.flags.setdefault("prefix cache kept between points (cache = keep)", []).append(row.point_id)
         for name in warn_names:
@@ -322,7 +406,8 @@ def _server_side(data: RunData, target: Target, metric: str) -> _Side:
         side.rows += 1
         side.point_ids.append(server.server_id)
         if server.status == "failed":
-            side.invalid.append(f"{server.server_id}: server failed ({server.error or 'no detail'})")
+            side.invalid.append(Reason(Why.SERVER_FAILED, point=server.server_id,
+                                       detail=str(server.error or "")))
         value = server.metric(metric)
         if value is not None and math.isfinite(float(value)):
             side.values[index] = float(value)
@@ -345,17 +430,18 @@ def _score(
 ) -> Score:
     study = loaded.study
     metric = METRICS.get(hyp.metric)
-    notes: list[str] = []
+    notes: list[Reason] = []
+    unit = fmt.display_unit(metric.unit if metric else "", ratio=hyp.predict.ratio is not None)
     try:
         top, bottom = sides(study, hyp)
     except ValueError as exc:
         top, bottom = None, None
-        notes.append(f"selector: {exc}")
+        notes.append(Reason(Why.SELECTOR, detail=str(exc)))
     targets = tuple(t.label for t in (top, bottom) if t is not None)
     run = data.run if data else None
     hw_cal, hw_spec, calibrated = hardware_pair(study, run)
     if data is not None and not calibrated:
-        notes.append(NOT_CALIBRATED)
+        notes.append(Reason(Why.NOT_CALIBRATED))
 
     resolved: list[Resolved | None] = []
     for hw in (hw_cal, hw_spec):
@@ -363,8 +449,8 @@ def _score(
             resolved.append(resolve_prediction(loaded, hyp, top.arm if top else "", hw, models))
         except (ExprError, ModelError, HardwareError, ValueError) as exc:
             resolved.append(None)
-            if f"prediction: {exc}" not in notes:
-                notes.append(f"prediction: {exc}")
+            if Reason(Why.PREDICTION, detail=str(exc)) not in notes:
+                notes.append(Reason(Why.PREDICTION, detail=str(exc)))
     cal, spec = resolved
 
     side_list: list[_Side] = []
@@ -385,28 +471,37 @@ def _score(
             flagged.setdefault(what, []).extend(ids)
     flags = [f"{what} on {', '.join(sorted(ids))}" for what, ids in sorted(flagged.items())]
     invalid = [i for s in side_list for i in s.invalid]
-    stats = summarize(values) if values else None
+    stats = None
+    if values and len(side_list) == 2 and min(values) > 0:
+        stats = summarize_log(values)
+    elif values:
+        if len(side_list) == 2:
+            notes.append(Reason(Why.NOT_POSITIVE))
+        stats = summarize(values)
 
     verdict: Verdict
     verdict_spec: Verdict
     if data is None or not side_list or any(s.rows == 0 for s in side_list):
         verdict = verdict_spec = "not run"
         if data is not None:
-            notes.append("no measured points for this selector in the run")
+            notes.append(Reason(Why.NO_POINTS))
     elif invalid:
         verdict = verdict_spec = "invalid"
         notes.extend(invalid)
     elif stats is None:
         verdict = verdict_spec = "not run"
-        notes.append(f"metric {hyp.metric} was not measured on these points")
+        notes.append(Reason(Why.NOT_MEASURED, detail=hyp.metric))
     else:
-        verdict = _verdict(hyp, cal, stats, notes)
-        verdict_spec = _verdict(hyp, spec, stats, [])
+        verdict = _verdict(hyp, cal, stats, notes, unit)
+        verdict_spec = _verdict(hyp, spec, stats, [], unit)
 
     def rel_error(r: Resolved | None) -> float | None:
-        if stats is None or r is None or r.predicted is None or r.predicted == 0:
+        if stats is None or r is None or r.predicted is None or r.predicted == 0 or hyp.predict.kind != "value":
             return None
         return (stats.mean - r.predicted) / abs(r.predicted)
+
+    def distance(r: Resolved | None) -> float | None:
+        return None if stats is None or r is None else off_band(r.band_low, r.band_high, stats.mean)
 
     return Score(
         study_id=study.study.id, hypothesis=hyp.id, claim=hyp.claim, metric=hyp.metric,
@@ -420,14 +515,15 @@ def _score(
         values=tuple(values), n=stats.n if stats else 0, measured=stats.mean if stats else None,
         ci_low=stats.ci_low if stats else None, ci_high=stats.ci_high if stats else None,
         spread_low=stats.low if stats else None, spread_high=stats.high if stats else None,
-        error=rel_error(cal), error_spec=rel_error(spec), verdict=verdict, verdict_spec=verdict_spec,
+        error=rel_error(cal), error_spec=rel_error(spec), off_band=distance(cal), off_band_spec=distance(spec),
+        verdict=verdict, verdict_spec=verdict_spec,
         run_id=data.run_id if data else None, calibrated=calibrated, checks=tuple(checks),
-        flags=tuple(flags), notes=tuple(notes),
+        flags=tuple(flags), reasons=tuple(notes),
         point_ids=tuple(p for s in side_list for p in s.point_ids),
     )
 
 
-def _combine(side_list: list[_Side], notes: list[str]) -> list[float]:
+def _combine(side_list: list[_Side], notes: list[Reason]) -> list[float]:
     """Per-repeat measured values: the metric itself, or numerator / denominator of matching repeats."""
     if not side_list:
         return []
@@ -438,18 +534,22 @@ def _combine(side_list: list[_Side], notes: list[str]) -> list[float]:
     out = [top.values[k] / bottom.values[k] for k in keys if bottom.values[k] != 0]
     unmatched = (set(top.values) | set(bottom.values)) - set(keys)
     if unmatched:
-        notes.append(f"{len(unmatched)} repeat(s) without a partner on the other side of the ratio were left out")
+        notes.append(Reason(Why.UNPAIRED, count=len(unmatched)))
     if len(out) < len(keys):
-        notes.append("repeat(s) with a zero denominator were left out")
+        notes.append(Reason(Why.ZERO_DENOMINATOR, count=len(keys) - len(out)))
     return out
 
 
-def _verdict(hyp: Hypothesis, resolved: Resolved | None, stats: Stats, notes: list[str]) -> Verdict:
+def _verdict(hyp: Hypothesis, resolved: Resolved | None, stats: Stats, notes: list[Reason], unit: str) -> Verdict:
     if resolved is None:
-        notes.append("the prediction could not be evaluated: no verdict")
+        notes.append(Reason(Why.PREDICTION, detail="could not be evaluated: no verdict"))
         return "inconclusive"
-    return judge(hyp.predict.kind, hyp.predict.relation, resolved.band_low, resolved.band_high,
-                 stats.ci_low, stats.ci_high)
+    p = hyp.predict
+    verdict = judge(p.kind, p.relation, resolved.band_low, resolved.band_high, stats.ci_low, stats.ci_high)
+    if verdict == "inconclusive":
+        notes.extend(Reason(Why.STRADDLES, edge=e, unit=unit) for e in
+                     straddled(p.kind, p.relation, resolved.band_low, resolved.band_high, stats.ci_low, stats.ci_high))
+    return verdict
 
 
 def verdict_counts(scores: Sequence[Score]) -> dict[str, int]:

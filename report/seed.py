@@ -22,8 +22,9 @@ from compiler.predict_env import build_env
 from compiler.select import sides
 from compiler.study import Hypothesis
 from report import units
-from report.scoring import Score, Verdict, hardware_pair, model_dir, serving_dtypes
+from report.scoring import Score, Verdict, Why, hardware_pair, model_dir, serving_dtypes
 from runner.records import RunRecord
+from studyc import format as fmt
 
 # What a verdict means for the seed's claim, in plain words.
 HELD: dict[str, str] = {
@@ -51,11 +52,11 @@ class Fraction:
     def text(self) -> str:
         ci = ""
         if self.ci_low is not None and self.ci_high is not None and self.ci_low != self.ci_high:
-            ci = f" (95% CI {100 * self.ci_low:.1f}–{100 * self.ci_high:.1f}%)"
+            ci = f" (95% CI {fmt.span(self.ci_low, self.ci_high, '%')})"
         bandwidth = f"{self.bandwidth_Bps / 1e9:,.0f} GB/s"
         at = f"the measured {bandwidth}" if self.ceiling == "calibrated" else f"the {self.card} sheet's {bandwidth}"
-        roof = units.quantity(self.roofline_tok_s, "tok/s")
-        return f"{100 * self.fraction:.1f}%{ci} of the {self.ceiling} ceiling ({roof} at {at})"
+        roof = fmt.quantity(self.roofline_tok_s, "tok/s")
+        return f"{fmt.quantity(self.fraction, '%')}{ci} of the {self.ceiling} ceiling ({roof} at {at})"
 
 
 @dataclass(frozen=True)
@@ -166,10 +167,10 @@ def _line(loaded: LoadedStudy, hyp: Hypothesis, s: Score, run: RunRecord | None,
 
 def _reason(s: Score, run: RunRecord | None) -> str:
     if s.verdict == "invalid":
-        failed = sorted({n.split("failed check ", 1)[1] for n in s.notes if "failed check " in n})
-        points = sum(1 for n in s.notes if "failed check " in n or ": status " in n or "server failed" in n)
+        bad = [r for r in s.reasons if r.invalidates]
+        failed = sorted({c for r in bad if r.why is Why.FAILED_CHECK for c in r.checks})
         what = f"the {', '.join(failed)} check" if failed else "a check or did not finish"
-        return f"{points} of its points failed {what}" if points else "a point it rests on failed a check"
+        return f"{len(bad)} of its points failed {what}" if bad else "a point it rests on failed a check"
     if s.verdict == "not run":
         return "no run in the results database(s)" if run is None else "not measured in this run"
     return ""

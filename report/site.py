@@ -19,7 +19,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
 from compiler.load import LoadedStudy, load_studies
-from report import pages
+from report import contexts, pages
 from report.results import RunData, latest_runs
 from report.scoring import Score, score_study
 from runner.store import Store
@@ -70,9 +70,9 @@ def default_studies(dbs: Sequence[Path], studies_dir: Path) -> list[Path]:
 
 @dataclass(frozen=True)
 class Gathered:
-    index: pages.IndexPage
-    audit: pages.AuditPage
-    studies: tuple[tuple[pages.StudyPage, RunData | None], ...]
+    index: contexts.IndexPage
+    audit: contexts.AuditPage
+    studies: tuple[tuple[contexts.StudyPage, RunData | None], ...]
     warnings: tuple[str, ...]
 
 

@@ -6,6 +6,7 @@ charts drew an <svg>.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import shutil
@@ -31,6 +32,72 @@ CHARTS_JS = """(() => Array.from(document.querySelectorAll('div.chart')).map(el 
   id: el.id, drawn: el.getAttribute('data-drawn'), svg: el.querySelector('svg') !== null,
   marks: el.querySelectorAll('svg .mark-symbol path, svg .mark-line path, svg .mark-rect path, svg .mark-rule line').length
 })))()"""
+
+
+# Layout of a page at the current viewport, as a performance engineer reads it: where the verdict cells
+# are, which tables are wider than the block that holds them, and how numbers sit under their headers.
+# A number cell is a table.list cell whose text is one quantity ("1,024", "0.978x", "98.4%",
+# "6.63 ms", "189.3 tok/s", "[0.9x, 1.1x]", "187.5–191.0 tok/s"), whatever its class says.
+LAYOUT_JS = r"""(() => {
+  const W = window.innerWidth;
+  const NUM = /^[\[(]?[-+\u2212]?\d[\d,]*(\.\d+)?(\s?(x|%|ms|s|tok\/s|GB\/s|TFLOP\/s|B|kB|MB|GB))?([,\u2013]\s?[-+\u2212]?\d[\d,]*(\.\d+)?(\s?(x|%|ms|s|tok\/s|GB\/s|TFLOP\/s|B|kB|MB|GB))?)?[\])]?(\s?(x|%|ms|s|tok\/s|GB\/s))?$/;
+  const clipRight = el => {  // the right edge of what is visible of el: viewport and clipping ancestors
+    let right = W;
+    for (let a = el.parentElement; a; a = a.parentElement) {
+      const ox = getComputedStyle(a).overflowX;
+      if (ox !== "visible") right = Math.min(right, a.getBoundingClientRect().right);
+    }
+    return right;
+  };
+  const verdicts = Array.from(document.querySelectorAll("table td .verdict")).map(v => {
+    const td = v.closest("td"), r = td.getBoundingClientRect();
+    return {text: v.textContent.trim(), left: r.left, right: r.right, visible_right: clipRight(td),
+            row: td.parentElement.rowIndex};
+  });
+  const tables = Array.from(document.querySelectorAll("main table")).map(t => {
+    const box = t.parentElement;
+    return {cls: t.className, width: t.getBoundingClientRect().width, container: box.clientWidth,
+            scroll: t.scrollWidth, container_class: box.className};
+  });
+  const numbers = [];
+  document.querySelectorAll("main table.list").forEach(t => {
+    const head = t.tHead ? t.tHead.rows[0] : null;
+    Array.from(t.tBodies).forEach(b => Array.from(b.rows).forEach(tr => Array.from(tr.cells).forEach(td => {
+      const text = td.innerText.trim().split("\n")[0].trim();
+      if (!NUM.test(text) || td.colSpan > 1) return;
+      const th = head && head.cells.length === tr.cells.length ? head.cells[td.cellIndex] : null;
+      const align = c => getComputedStyle(c).textAlign;
+      numbers.push({table: t.className, text: text, align: align(td),
+                    header: th ? th.innerText.trim() : null, header_align: th ? align(th) : null});
+    })));
+  });
+  return {width: W, page_width: document.documentElement.scrollWidth, verdicts: verdicts, tables: tables,
+          numbers: numbers};
+})()"""
+
+
+def layout_problems(layout: dict[str, Any]) -> list[str]:
+    """What is wrong with a page's layout at its viewport width, one line each; [] when nothing is."""
+    out = []
+    width = layout["width"]
+    if layout["page_width"] > width + 1:
+        out.append(f"page scrolls sideways: {layout['page_width']} px wide in a {width} px viewport")
+    for v in layout["verdicts"]:
+        right = min(width, v["visible_right"])
+        if v["left"] < 0 or v["right"] > right + 1:
+            out.append(f"verdict cell {v['text']!r} (row {v['row']}) spans {v['left']:.0f}-{v['right']:.0f} px, "
+                       f"visible only to {right:.0f} px")
+    for t in layout["tables"]:
+        if max(t["width"], t["scroll"]) > t["container"] + 1:
+            out.append(f"table.{t['cls'] or '(none)'} is {max(t['width'], t['scroll']):.0f} px wide in a "
+                       f"{t['container']} px container ({t['container_class'] or 'no class'})")
+    for n in layout["numbers"]:
+        if n["align"] not in ("right", "end"):
+            out.append(f"number {n['text']!r} in table.{n['table']} is aligned {n['align']}")
+        if n["header"] is not None and n["header_align"] not in ("right", "end"):
+            out.append(f"header {n['header']!r} over number {n['text']!r} in table.{n['table']} is aligned "
+                       f"{n['header_align']}")
+    return out
 
 
 def chromium_missing() -> str | None:
@@ -145,6 +212,41 @@ class Browser:
             finally:
                 async with http.get(f"http://127.0.0.1:{self.port}/json/close/{target['id']}") as resp:
                     await resp.read()
+
+    async def _layout(self, url: str, width: int, height: int, screenshot: Path | None) -> dict[str, Any]:
+        async with aiohttp.ClientSession() as http:
+            async with http.put(f"http://127.0.0.1:{self.port}/json/new?about:blank") as resp:
+                target = await resp.json(content_type=None)
+            try:
+                async with http.ws_connect(target["webSocketDebuggerUrl"], max_msg_size=0) as ws:
+                    cdp = Cdp(ws)
+                    await cdp.call("Page.enable")
+                    await cdp.call("Emulation.setDeviceMetricsOverride", width=width, height=height,
+                                   deviceScaleFactor=1, mobile=False)
+                    await cdp.call("Page.navigate", url=url)
+                    await cdp.wait_event("Page.loadEventFired", 60)
+                    deadline = time.monotonic() + 60
+                    while time.monotonic() < deadline:  # charts change the layout as they draw
+                        charts = await cdp.evaluate(CHARTS_JS) or []
+                        if all(c["drawn"] for c in charts):
+                            break
+                        await asyncio.sleep(0.1)
+                    layout: dict[str, Any] = await cdp.evaluate(LAYOUT_JS)
+                    if screenshot is not None:
+                        shot = await cdp.call("Page.captureScreenshot", format="png", captureBeyondViewport=True,
+                                              clip={"x": 0, "y": 0, "width": width, "scale": 1,
+                                                    "height": await cdp.evaluate(
+                                                        "document.documentElement.scrollHeight")})
+                        screenshot.write_bytes(base64.b64decode(shot["data"]))
+                    return layout
+            finally:
+                async with http.get(f"http://127.0.0.1:{self.port}/json/close/{target['id']}") as resp:
+                    await resp.read()
+
+    def layout(self, path: Path, width: int, height: int = 900, screenshot: Path | None = None) -> dict[str, Any]:
+        """The page's layout at a `width` px viewport (see LAYOUT_JS); with `screenshot`, the whole page
+        as a PNG there."""
+        return asyncio.run(self._layout(path.resolve().as_uri(), width, height, screenshot))
 
     def load(self, path: Path, timeout: float = 60.0, chart_timeout: float | None = None) -> PageReport:
         """Open a file; wait up to `timeout` for its load event, then up to `chart_timeout` (default the

@@ -9,7 +9,17 @@ import pytest
 
 from compiler.load import load_study
 from report.results import latest_runs
-from report.scoring import Score, judge, score_study, summarize, t_quantile_975
+from report.scoring import (
+    Score,
+    Why,
+    judge,
+    off_band,
+    score_study,
+    straddled,
+    summarize,
+    summarize_log,
+    t_quantile_975,
+)
 from tests.report.helpers import P, make_db, write_study
 
 HYPOTHESES = '''
@@ -205,3 +215,76 @@ def test_t_quantiles_and_summary() -> None:
     assert (one.n, one.mean, one.ci_low, one.ci_high) == (1, 3.0, 3.0, 3.0)
     two = summarize([1.0, 3.0])
     assert two.ci_high - two.mean == pytest.approx(12.7062 * math.sqrt(2) / math.sqrt(2))
+
+
+def test_ratio_interval_on_the_log_scale_never_negative() -> None:
+    """Two repeats of a ratio: the linear t interval (12.7 x sd) goes below zero, the log one cannot."""
+    values = [0.6, 1.4]
+    linear = summarize(values)
+    assert linear.ci_low < 0
+    logs = summarize_log(values)
+    assert logs.ci_low > 0
+    assert logs.mean == pytest.approx(math.sqrt(0.6 * 1.4))  # the geometric mean
+    half = t_quantile_975(1) * abs(math.log(1.4) - math.log(0.6)) / math.sqrt(2) / math.sqrt(2)
+    assert logs.ci_low == pytest.approx(math.exp(math.log(logs.mean) - half))
+    assert logs.ci_high == pytest.approx(math.exp(math.log(logs.mean) + half))
+    assert (logs.low, logs.high) == (0.6, 1.4)
+    with pytest.raises(ValueError):
+        summarize_log([1.0, 0.0])
+
+
+def test_ratio_scores_use_the_log_interval(scored: dict[str, Score]) -> None:
+    s = scored["batching"]
+    assert s.measured == pytest.approx(math.prod(s.values) ** (1 / 3))
+    assert 0 < s.ci_low < s.measured < s.ci_high
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "mean", "want"),
+    [(95, 105, 100, 0.0), (95, 105, 105, 0.0), (95, 105, 110, 110 / 105 - 1), (95, 105, 90, 90 / 95 - 1),
+     (2.0, None, 5.0, 0.0), (2.0, None, 1.0, -0.5), (None, 0.01, 0.0, 0.0), (None, 0.01, 0.02, 1.0),
+     (0.0, None, -1.0, None)],
+)
+def test_off_band_is_the_distance_to_the_band(low: float | None, high: float | None, mean: float,
+                                              want: float | None) -> None:
+    got = off_band(low, high, mean)
+    assert got == (None if want is None else pytest.approx(want))
+
+
+def test_a_relation_that_holds_is_inside_not_minus_100_percent(tmp_path: Path) -> None:
+    hyp = '''
+[[hypothesis]]
+id = "cold"
+claim = "hit rate under 1%"
+metric = "prefix_hit_rate"
+where = { arm = "a", concurrency = 1 }
+predict = { relation = "<", value = 0.01 }
+'''
+    study = load_study(write_study(tmp_path, hyp))
+    db = make_db(tmp_path / "r.duckdb", [P("a", 1, r, {"prefix_hit_rate": 0.0}) for r in range(2)])
+    s = score_study(study, latest_runs([db])["toy"])[0]
+    assert s.verdict == "confirmed" and s.off_band == 0.0 and s.error is None
+
+
+def test_reasons_are_structured(scored: dict[str, Score]) -> None:
+    broken = scored["broken"]
+    failed = [r for r in broken.reasons if r.why is Why.FAILED_CHECK]
+    assert [(r.point, r.checks) for r in failed] == [("toy/b/w/c4/r1", ("littles_law",))]
+    assert all(r.invalidates for r in failed)
+    noisy = scored["noisy"]
+    straddles = [r for r in noisy.reasons if r.why is Why.STRADDLES]
+    assert [r.edge for r in straddles] == pytest.approx([95.0, 105.0])
+    assert "straddles the band edge 95 tok/s" in straddles[0].text
+    assert not any(r.why is Why.STRADDLES for r in scored["tight"].reasons)
+    assert scored["tight"].has(Why.NOT_CALIBRATED)
+
+
+@pytest.mark.parametrize(
+    ("kind", "relation", "low", "high", "ci", "want"),
+    [("value", None, 95, 105, (94, 104), (95,)), ("value", None, 95, 105, (90, 110), (95, 105)),
+     ("relation", ">", 2.0, None, (1.9, 2.5), (2.0,)), ("relation", "<", None, 1.0, (0.5, 0.9), ()),
+     ("value", None, 95, 105, (100, 100), ())],
+)
+def test_straddled_edges(kind: str, relation: str | None, low: float | None, high: float | None,
+                         ci: tuple[float, float], want: tuple[float, ...]) -> None:
+    assert straddled(kind, relation, low, high, *ci) == want

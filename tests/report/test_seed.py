@@ -235,7 +235,7 @@ def test_audit_markdown_prints_a_row_per_hypothesis(tmp_path: Path) -> None:
     assert broken.endswith("| 3 | invalid |")
     assert cells["power is measured"].endswith("| > 1 W | not measured | 0 | not run |")
     assert "| a/w/4 ÷ a/w/1: > 2x | 4.000x (95% CI" not in cells["c4 gives more than twice c1"]
-    assert "| 4 ÷ 1: > 2x | 4.000x (95% CI 3.851–4.149x) | 3 | confirmed |" in cells["c4 gives more than twice c1"]
+    assert "| 4 ÷ 1: > 2x | 3.999x (95% CI 3.853–4.151x) | 3 | confirmed |" in cells["c4 gives more than twice c1"]
     assert "| - |" in cells["c4 gives more than twice c1"]  # no source quoted
     assert "`toy` run run-1 (CPU (no GPU), vLLM 0.0-test)" in result.output
 

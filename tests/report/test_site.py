@@ -13,10 +13,10 @@ from urllib.parse import unquote, urlsplit
 import pytest
 from click.testing import CliRunner
 
-from report.site import build_site
+from report.site import build_site, default_studies
 from studyc.cli import main
 from tests.fixtures_run import QUICKSTART
-from tests.report.browser import chromium, chromium_missing
+from tests.report.browser import chromium, chromium_missing, layout_problems
 
 EVIL = '<script>alert(1)</script>'
 
@@ -252,3 +252,75 @@ def test_cli_audit_json_and_merge(quickstart_db: Path, tmp_path: Path) -> None:
 
     missing = runner.invoke(main, ["audit", str(QUICKSTART), "--db", str(tmp_path / "nope.duckdb")])
     assert missing.exit_code == 1 and "no such results database" in missing.output
+
+
+# -- the site as a performance engineer reads it: layout at 1280 and 1920 px ---------------------------
+
+COMMITTED_DB = QUICKSTART.parent.parent / "results" / "h200.duckdb"
+WIDTHS = (1280, 1920)
+
+
+@pytest.fixture(scope="module")
+def h200_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The committed H200 results rebuilt into a temporary site (a copy of the database, so opening it
+    writable may migrate it without touching the committed file)."""
+    import shutil
+
+    from runner.store import Store
+
+    tmp = tmp_path_factory.mktemp("h200")
+    db = tmp / "h200.duckdb"
+    shutil.copyfile(COMMITTED_DB, db)
+    with Store(db):
+        pass
+    out = tmp / "site"
+    build_site([db], out, study_paths=default_studies([db], QUICKSTART.parent))
+    return out
+
+
+@pytest.mark.chromium
+@pytest.mark.parametrize("width", WIDTHS)
+def test_tables_fit_verdicts_visible_numbers_right_aligned(h200_site: Path, width: int,
+                                                            tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Index, audit and the 48-point fp8-kv page: no table wider than its container, the page never
+    scrolls sideways, every verdict cell inside the viewport, every number right-aligned under a
+    right-aligned header. Screenshots of each page are kept in the test's temporary folder."""
+    why = chromium_missing()
+    if why:
+        pytest.skip(why)
+    shots = tmp_path_factory.mktemp(f"screens-{width}")
+    pages = {"index": h200_site / "index.html", "audit": h200_site / "audit.html",
+             "fp8-kv": h200_site / "studies/fp8-kv/index.html"}
+    headers: set[str] = set()
+    with chromium() as browser:
+        for name, path in pages.items():
+            layout = browser.layout(path, width, screenshot=shots / f"{name}-{width}.png")
+            assert layout_problems(layout) == [], (name, width)
+            assert (shots / f"{name}-{width}.png").stat().st_size > 10_000
+            if name != "index":
+                assert layout["verdicts"] and layout["numbers"], name  # the checks saw what they check
+            if name == "fp8-kv":
+                headers = {str(n["header"]) for n in layout["numbers"]}
+    assert {"Input tokens", "Output tokens", "Off band", "n"} <= headers
+
+
+@pytest.mark.chromium
+def test_layout_checks_fail_on_the_old_layout(tmp_path: Path) -> None:
+    """The layout checks can fail: the old page layout (a wide table scrolling inside its box with the
+    verdict last, left-aligned headers over right-aligned numbers) trips each of them."""
+    why = chromium_missing()
+    if why:
+        pytest.skip(why)
+    cells = "".join(f"<td>a long claim text number {i} that goes on</td>" for i in range(12))
+    old = tmp_path / "old.html"
+    old.write_text(
+        '<!doctype html><html><body><main><div style="overflow-x:auto">'
+        '<table class="list"><thead><tr><th>Workload</th><th>Input tokens</th>' + "<th>x</th>" * 12
+        + '<th>Verdict</th></tr></thead><tbody><tr><td>decode</td><td style="text-align:right">1,024</td>'
+        + cells.replace("<td>", '<td style="white-space:nowrap">')
+        + '<td><span class="verdict">refuted</span></td></tr></tbody></table></div></main></body></html>')
+    with chromium() as browser:
+        problems = layout_problems(browser.layout(old, 1280))
+    assert any(p.startswith("verdict cell 'refuted'") for p in problems), problems
+    assert any(p.startswith("table.list is") for p in problems), problems
+    assert any(p.startswith("header 'Input tokens' over number '1,024'") for p in problems), problems

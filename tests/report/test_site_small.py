@@ -93,3 +93,45 @@ def test_calibrated_gpu_run_shows_ceilings_and_clocks(tmp_path: Path) -> None:
     assert report.errors == []
     drawn = {c["id"] for c in report.charts if c["drawn"] == "true" and c["svg"]}
     assert {"chart-clocks", "chart-roofline", "chart-throughput"} <= drawn
+
+
+def _spec(page: str, chart: str) -> dict[str, object]:
+    import re
+
+    found = re.search(rf'<script type="application/json" id="spec-{chart}">(.*?)</script>', page, re.DOTALL)
+    assert found, chart
+    return dict(json.loads(found[1]))
+
+
+def test_many_points_are_one_panel_per_workload_and_an_all_zero_chart_is_a_line(tmp_path: Path) -> None:
+    hyp = '[[hypothesis]]\nid = "h"\nclaim = "c"\nmetric = "output_throughput"\n' \
+          'where = { arm = "a", workload = "v", concurrency = 1 }\npredict = { relation = ">", value = 1.0 }\n'
+    study = write_study(tmp_path, hyp)
+    study.write_text(study.read_text().replace("[workloads.w]", "[workloads.v]\ninput_len = 512\noutput_len = 8\n\n"
+                                               "[workloads.w]"))
+    points = [P(arm, level, r, {"output_throughput": 100.0 * level + r, "ttft_p50_s": 0.1, "ttft_p95_s": 0.2,
+                                "prefix_hit_rate": 0.0, "littles_law_error": 0.01 * r}, workload=w)
+              for arm in ("a", "b") for w in ("v", "w") for level in (1, 4) for r in range(3)]
+    db = make_db(tmp_path / "r.duckdb", points)
+    build_site([db], tmp_path / "site", study_paths=[study])
+    page = (tmp_path / "site/studies/toy/index.html").read_text()
+    for chart in ("throughput", "ttft", "littles-law"):
+        spec = _spec(page, chart)
+        assert spec["facet"] == {"column": {"field": "workload", "sort": ["v", "w"], "title": "workload",
+                                            "type": "nominal"}}, chart
+    assert 'data-spec="spec-cache"' not in page
+    assert '<p class="chart-summary" id="chart-cache"><strong>Prefix-cache hit rate:</strong> 0% on all 24 points' in page
+
+
+def test_one_workload_is_one_plot_and_every_dash_is_in_a_legend(tmp_path: Path) -> None:
+    study = write_study(tmp_path, HYPOTHESES)
+    points = [P(p.arm, p.level, p.repeat, p.metrics | {"ttft_p95_s": 0.3, "littles_law_error": 0.01})
+              for p in _points()]
+    db = make_db(tmp_path / "r.duckdb", points)
+    build_site([db], tmp_path / "site", study_paths=[study])
+    page = (tmp_path / "site/studies/toy/index.html").read_text()
+    assert "facet" not in _spec(page, "throughput")
+    ttft = json.dumps(_spec(page, "ttft"))
+    assert '"strokeDash": {"field": "stat"' in ttft and '"title": "percentile"' in ttft
+    little = json.dumps(_spec(page, "littles-law"))
+    assert '"domain": ["tolerance"]' in little and '"legend": {' in little

@@ -1,0 +1,207 @@
+"""Page contexts: plain frozen dataclasses of what each page shows, every number already text (formatted
+by studyc.format). Built by report.pages, rendered by report.site through the Jinja templates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from report.seed import SeedNote
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A chart, or, when `summary` is set, the one line of text that replaces a chart with nothing to
+    show (every value zero)."""
+
+    id: str
+    title: str
+    caption: str
+    spec: dict[str, Any] | None
+    summary: str = ""
+
+
+@dataclass(frozen=True)
+class Fact:
+    label: str
+    value: str
+
+
+@dataclass(frozen=True)
+class Link:
+    href: str
+    text: str
+
+
+@dataclass(frozen=True)
+class VerdictCount:
+    verdict: str
+    count: int
+
+
+@dataclass(frozen=True)
+class StudyRow:
+    """One study on the index page."""
+
+    id: str
+    title: str
+    href: str
+    counts: tuple[VerdictCount, ...]
+    hardware: str
+    engine: str
+    date: str
+    host: str
+
+
+@dataclass(frozen=True)
+class IndexPage:
+    root: str
+    title: str
+    built: str
+    studies: tuple[StudyRow, ...]
+    totals: tuple[VerdictCount, ...]
+
+
+@dataclass(frozen=True)
+class SpecCell:
+    """The same measurement scored against the spec sheet, shown only where it differs."""
+
+    prediction: str
+    off_band: str
+    verdict: str
+
+
+@dataclass(frozen=True)
+class HypothesisRow:
+    anchor: str
+    id: str
+    claim: str
+    source: str
+    metric: str
+    where: str  # the points, or "fp8 ÷ bf16" for a ratio
+    prediction: str
+    measured: str
+    spread: str
+    interval: str
+    n: int
+    off_band: str
+    verdict: str
+    spec: SpecCell | None
+    checks: str
+    flags: tuple[str, ...]
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ArgChange:
+    sign: str  # "+" added by the arm, "~" changed from the base
+    key: str
+    value: str
+    base: str
+
+
+@dataclass(frozen=True)
+class ArmRow:
+    name: str
+    description: str
+    changes: tuple[ArgChange, ...]
+    extras: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ModelBlock:
+    folder: str
+    arms: str
+    facts: tuple[Fact, ...]
+    error: str
+
+
+@dataclass(frozen=True)
+class WorkloadRow:
+    name: str
+    input_len: str
+    output_len: str
+    prefix_len: str
+    seed: str
+
+
+@dataclass(frozen=True)
+class CalibrationRow:
+    quantity: str
+    spec: str
+    measured: str
+    ratio: str
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    point: str
+    name: str
+    severity: str
+    passed: bool
+    value: str
+    threshold: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class StudyPage:
+    root: str
+    title: str
+    study_id: str
+    question: str
+    notes: str
+    source: str
+    study_path: str
+    has_run: bool
+    calibrated: bool
+    counts: tuple[VerdictCount, ...]
+    seed: SeedNote | None  # "Against the seed": None when no hypothesis quotes its seed
+    models: tuple[ModelBlock, ...]
+    base_engine: tuple[Fact, ...]
+    arms: tuple[ArmRow, ...]
+    workloads: tuple[WorkloadRow, ...]
+    load: tuple[Fact, ...]
+    provenance: tuple[Fact, ...]
+    calibration: tuple[CalibrationRow, ...]
+    hypotheses: tuple[HypothesisRow, ...]
+    show_spec: bool  # some hypothesis scores differently against the spec sheet
+    charts: tuple[Chart, ...]
+    chart_notes: tuple[str, ...]
+    problems: tuple[CheckRow, ...]
+    checks_total: int
+    checks_passed: int
+    points_total: int
+    downloads: tuple[Link, ...]
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    study: str
+    study_href: str
+    hypothesis: str
+    claim: str
+    metric: str
+    where: str
+    prediction: str
+    measured: str
+    interval: str
+    n: int
+    off_band: str
+    verdict: str
+    spec: SpecCell | None
+    checks: str
+
+
+@dataclass(frozen=True)
+class AuditPage:
+    root: str
+    title: str
+    built: str
+    rows: tuple[AuditRow, ...]
+    show_spec: bool
+    totals: tuple[VerdictCount, ...]
+    chart: Chart | None
+    left_out: tuple[str, ...]

@@ -1,0 +1,157 @@
+"""The charts of a study page: the run's points turned into chart rows (report.charts draws them).
+Repeats are kept as rows; the charts aggregate them to a mean with its min-max spread per arm, workload
+and level. A quantity that is 0 on every point is one line of text, not a chart.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from compiler.load import LoadedStudy
+from compiler.modelmath import ModelError, ModelShape, load_model
+from report import charts
+from report.contexts import Chart
+from report.results import RunData
+from report.roofline import ceiling, decode_placement
+from report.scoring import hardware_pair, model_dir, serving_dtypes
+from runner.records import TelemetrySample
+from studyc import format as fmt
+
+
+def _point_rows(data: RunData, metric: str, key: str, scale: float = 1.0) -> list[dict[str, Any]]:
+    return [{"arm": p.arm, "workload": p.workload, "level": p.level, "repeat": p.repeat, key: scale * v}
+            for p in data.points if p.status == "ok" and (v := p.metric(metric)) is not None]
+
+
+def study_charts(loaded: LoadedStudy, data: RunData) -> tuple[list[Chart], list[str]]:
+    study = loaded.study
+    level_title = "concurrency" if study.load.concurrency else "rate (req/s)"
+    ok = [p for p in data.points if p.status == "ok"]
+    out: list[Chart] = []
+    notes: list[str] = []
+    panels = " One panel per workload." if len(study.workloads) > 1 else ""
+
+    tput = _point_rows(data, "output_throughput", "value")
+    if tput:
+        out.append(Chart("throughput", "Output throughput", f"Output tokens/s vs {level_title}; line: mean over "
+                         f"repeats, vertical rule: min-max over repeats, dots: repeats.{panels}",
+                         charts.spec(charts.throughput_chart(tput, level_title))))
+    else:
+        notes.append("no output throughput measured")
+    for stem, what in (("ttft", "TTFT"), ("itl", "ITL")):
+        rows = [{"arm": p.arm, "workload": p.workload, "level": p.level, "stat": stat, "value_ms": 1e3 * v}
+                for p in ok for stat in ("p50", "p95") if (v := p.metric(f"{stem}_{stat}_s")) is not None]
+        if rows:
+            out.append(Chart(stem, f"{what} p50 and p95", f"{what} percentiles vs {level_title} (solid: p50, "
+                             f"dashed: p95); mean over repeats with the min-max spread.{panels}",
+                             charts.spec(charts.latency_chart(rows, what, level_title))))
+        else:
+            notes.append(f"no {what} measured")
+    roof, why = _roofline(loaded, data)
+    if roof is not None:
+        out.append(roof)
+    else:
+        notes.append(f"roofline not drawn: {why}")
+
+    hits = _point_rows(data, "prefix_hit_rate", "hit_rate")
+    cold = study.checks.max_cold_hit_rate
+    if not hits:
+        notes.append("no prefix-cache hit rates recorded")
+    elif charts.all_zero(hits, "hit_rate"):
+        out.append(Chart("cache", "Prefix-cache hit rate", "", None,
+                         summary=f"0% on all {len(hits)} points (a cold point may show up to {fmt.percent(cold)})."))
+    else:
+        out.append(Chart("cache", "Prefix-cache hit rate", f"Hit rate over each point's measured requests "
+                         f"(counter deltas) vs {level_title}: mean over repeats, rule: min-max; dashed: the most "
+                         f"a cold point may show.{panels}",
+                         charts.spec(charts.cache_hit_chart(hits, cold, level_title))))
+    little = _point_rows(data, "littles_law_error", "error")
+    tol = study.checks.littles_law_tolerance
+    if not little:
+        notes.append("no Little's Law errors recorded")
+    elif charts.all_zero(little, "error"):
+        out.append(Chart("littles-law", "Little's Law error", "", None,
+                         summary=f"0% on all {len(little)} points (tolerance {fmt.percent(tol)})."))
+    else:
+        out.append(Chart("littles-law", "Little's Law error", f"|L − λW| / L vs {level_title}: mean over repeats, "
+                         "rule: min-max; dashed: the study's tolerance. Above it, the measurement window does "
+                         f"not describe a steady state.{panels}",
+                         charts.spec(charts.littles_law_chart(little, tol, level_title))))
+    gpu = _series_rows(data.telemetry, "nvml", (("sm_clock_mhz", "SM clock (MHz)"), ("power_w", "power (W)"),
+                                                 ("mem_clock_mhz", "memory clock (MHz)"), ("temp_c", "temperature (°C)")))
+    if gpu:
+        out.append(Chart("clocks", "Clocks and power over time", "NVML samples during the measured points.",
+                         charts.spec(charts.timeseries_chart(gpu, "GPU"))))
+    else:
+        notes.append("no NVML telemetry (no GPU visible to the runner): clocks and power not charted")
+    engine = _series_rows(data.telemetry, "metrics", (("running", "requests running"),
+                                                      ("waiting", "requests waiting"),
+                                                      ("kv_cache_usage", "KV-cache usage")))
+    if engine:
+        out.append(Chart("engine", "Engine state over time", "vLLM /metrics scraped during the measured points.",
+                         charts.spec(charts.timeseries_chart(engine, "vLLM"))))
+    return out, notes
+
+
+def _series_rows(telemetry: Sequence[TelemetrySample], source: str,
+                 fields: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+    rows = []
+    for t in telemetry:
+        if t.source != source or t.t_s is None:
+            continue
+        for key, label in fields:
+            v = getattr(t, key)
+            if v is not None and math.isfinite(float(v)):
+                rows.append({"t_s": round(float(t.t_s), 3), "quantity": label, "value": float(v)})
+    rows.sort(key=lambda r: (r["quantity"], r["t_s"]))
+    return rows
+
+
+def _series(loaded: LoadedStudy, arm: str, workload: str) -> str:
+    return arm if len(loaded.study.workloads) == 1 else f"{arm} · {workload}"
+
+
+def _roofline(loaded: LoadedStudy, data: RunData) -> tuple[Chart | None, str]:
+    study = loaded.study
+    cal, spec, calibrated = hardware_pair(study, data.run)
+    if spec is None or cal is None:
+        return None, f"unknown hardware {study.study.hardware!r}"
+    shapes: dict[str, tuple[ModelShape, str, str]] = {}
+    for arm in study.arms:
+        folder = model_dir(loaded, arm)
+        if folder is None:
+            return None, f"arm {arm} names no local config.json"
+        try:
+            shape = load_model(folder)
+        except ModelError as exc:
+            return None, str(exc)
+        shapes[arm] = (shape, *serving_dtypes(study, arm, shape))
+    points: list[dict[str, Any]] = []
+    for p in data.points:
+        tput = p.metric("output_throughput")
+        if p.status != "ok" or not tput or p.arm not in shapes or p.workload not in study.workloads:
+            continue
+        shape, dtype, kv = shapes[p.arm]
+        w = study.workloads[p.workload]
+        batch = max(1.0, p.metric("mean_in_flight") or p.level)
+        placed = decode_placement(shape, dtype, kv, cal, batch, w.input_len + w.output_len / 2, tput)
+        points.append({"series": _series(loaded, p.arm, p.workload), "level": p.level,
+                       "intensity": placed.intensity, "flops_per_s": placed.flops_per_s, "fraction": placed.fraction})
+    if not points:
+        return None, "no output throughput measured"
+    cards = [(f"spec sheet ({spec.name}, {spec.source})", spec)]
+    if calibrated:
+        cards.append(("calibrated (measured this run)", cal))
+    lo = min(min(p["intensity"] for p in points) / 4, min(c.ridge for _, c in cards) / 8)
+    hi = max(max(p["intensity"] for p in points) * 4, max(c.ridge for _, c in cards) * 8)
+    steps = 48
+    ceilings = [{"ceiling": label, "intensity": x, "flops_per_s": ceiling(card, x)}
+                for label, card in cards for x in (lo * (hi / lo) ** (i / steps) for i in range(steps + 1))]
+    caption = ("Each measured point's decode step placed by the model math: intensity = FLOPs / bytes read "
+               "(weights + KV at the mean batch in flight and mid-output context); attained = FLOPs per token "
+               "× output tokens/s. Lines: min(peak FLOP/s, bandwidth × intensity), one dash style per ceiling.")
+    if not calibrated:
+        caption += " The run was not calibrated: only the spec-sheet ceiling is shown."
+    return Chart("roofline", "Roofline placement", caption, charts.spec(charts.roofline_chart(points, ceilings))), ""

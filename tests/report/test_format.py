@@ -1,0 +1,45 @@
+"""The one formatter: numbers, units, durations and predictions."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from studyc import format as fmt
+
+
+@pytest.mark.parametrize(("x", "want"), [(1.0, "1"), (0.5, "0.5"), (1.9405, "1.94"), (220.66, "220.7"),
+                                         (1714.2, "1,714"), (790272.0, "790,272"), (1.5e-5, "0.00001500"),
+                                         (-0.25, "-0.25"), (math.inf, "-")])
+def test_significant(x: float, want: str) -> None:
+    assert fmt.significant(x) == want
+
+
+def test_ratio_percent_and_duration() -> None:
+    assert fmt.ratio(0.97819) == "0.978x" and fmt.ratio(None) == "-"
+    assert fmt.percent(0.984) == "98.4%" and fmt.percent(0.0) == "0.0%"
+    assert fmt.percent(0.0531, signed=True) == "+5.3%" and fmt.percent(-0.022, signed=True) == "-2.2%"
+    assert fmt.percent(-0.00001, signed=True) == "0.0%"  # never "-0.0%"
+    assert fmt.duration(5) == "0m05s" and fmt.duration(183) == "3m03s" and fmt.duration(3723) == "1h02m03s"
+
+
+def test_display_units_and_quantities() -> None:
+    assert fmt.display_unit("tok/s", ratio=True) == "x"
+    assert fmt.display_unit("ratio") == "%" and fmt.display_unit("s") == "ms" and fmt.display_unit("tok/s") == "tok/s"
+    assert fmt.quantity(0.006632, "ms") == "6.632 ms"
+    assert fmt.quantity(0.984, "%") == "98.4%" and fmt.quantity(0.9782, "x") == "0.978x"
+    assert fmt.quantity(189.3, "tok/s") == "189.3 tok/s" and fmt.quantity(None, "x") == "-"
+    assert fmt.span(187.5, 191.04, "tok/s", ref=189.3) == "187.5–191.0 tok/s"
+    assert fmt.span(0.974, 0.983, "x") == "0.974–0.983x"
+
+
+def test_one_renderer_of_a_prediction() -> None:
+    assert fmt.prediction("value", unit="tok/s", value=220.66, tolerance=0.06) == "220.7 tok/s ± 6%"
+    assert fmt.prediction("value", unit="x", value=1.0, tolerance=0.02, sides="fp8 ÷ bf16") == "fp8 ÷ bf16: 1x ± 2%"
+    assert fmt.prediction("range", unit="x", low=1.04, high=1.06) == "in 1.04x–1.06x"
+    assert fmt.prediction("relation", unit="ms", relation="<", value=1.0) == "< 1,000 ms"
+    assert fmt.prediction("value", unit="%", value=0.98, tolerance=0.05) == "98% ± 5% (relative)"
+    # a plan shows expressions before they are evaluated
+    assert fmt.prediction("relation", unit="tok/s", relation=">", value="0.5 * roofline.x") == "> (0.5 * roofline.x)"
+    assert fmt.prediction("value", unit="tok/s") == "(not evaluated)"
