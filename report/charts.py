@@ -213,16 +213,16 @@ def audit_chart(rows: Sequence[Row]) -> alt.LayerChart:
     order = [r["label"] for r in scaled]
     x_scale = alt.Scale(type="log", domain=[low, high])
     y = alt.Y("label:N", title=None, sort=order, axis=alt.Axis(labelLimit=320))
-    color = alt.Color("verdict:N", scale=_verdict_scale(), title="verdict")
+    color = alt.Color("verdict:N", scale=_verdict_scale(), title="verdict", legend=alt.Legend(symbolOpacity=1))
     base = alt.Chart(_data(scaled))
     one = alt.Chart(_data([{"one": 1.0, "what": "measured = predicted"}])).mark_rule(color="#777777").encode(
         x=alt.X("one:Q", scale=x_scale), strokeDash=_dash_legend("measured = predicted"))
     band = base.mark_bar(height=12, opacity=0.25).encode(
         x=alt.X("band_low:Q", scale=x_scale, title="measured ÷ predicted (log scale)"), x2="band_high:Q", y=y,
-        color=alt.Color("verdict:N", scale=_verdict_scale(), title="verdict"))
+        color=color)
     ci = base.mark_rule(strokeWidth=1.5).encode(
         x=alt.X("ci_low:Q", scale=x_scale), x2="ci_high:Q", y=y,
-        color=alt.Color("verdict:N", scale=_verdict_scale(), title="verdict"))
+        color=color)
     dots = base.mark_circle(size=70, opacity=0.95).encode(
         x=alt.X("m:Q", scale=x_scale), y=y, color=color,
         tooltip=[alt.Tooltip("label:N", title="hypothesis"), alt.Tooltip("claim:N"), alt.Tooltip("verdict:N"),

@@ -315,12 +315,17 @@ def test_layout_checks_fail_on_the_old_layout(tmp_path: Path) -> None:
     old = tmp_path / "old.html"
     old.write_text(
         '<!doctype html><html><body><main><div style="overflow-x:auto">'
-        '<table class="list"><thead><tr><th>Workload</th><th>Input tokens</th>' + "<th>x</th>" * 12
-        + '<th>Verdict</th></tr></thead><tbody><tr><td>decode</td><td style="text-align:right">1,024</td>'
+        '<table class="list"><thead><tr><th>Workload</th><th>Input tokens</th><th>Output tokens</th>'
+        + "<th>x</th>" * 12 + '<th>Verdict</th></tr></thead><tbody><tr><td>decode</td>'
+        '<td style="text-align:right">1,024</td><td style="text-align:right">0.978x</td>'
         + cells.replace("<td>", '<td style="white-space:nowrap">')
-        + '<td><span class="verdict">refuted</span></td></tr></tbody></table></div></main></body></html>')
+        + '<td><span class="verdict">refuted</span></td></tr></tbody></table></div>'
+        '<table class="list"><thead><tr><th style="text-align:right">n</th></tr></thead>'
+        '<tbody><tr><td>12.5 ms</td></tr></tbody></table></main></body></html>')
     with chromium() as browser:
         problems = layout_problems(browser.layout(old, 1280))
     assert any(p.startswith("verdict cell 'refuted'") for p in problems), problems
     assert any(p.startswith("table.list is") for p in problems), problems
     assert any(p.startswith("header 'Input tokens' over number '1,024'") for p in problems), problems
+    assert any(p.startswith("header 'Output tokens' over number '0.978x'") for p in problems), problems
+    assert "number '12.5 ms' in table.list is aligned start" in problems, problems
