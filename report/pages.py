@@ -66,15 +66,6 @@ def study_href(study_id: str) -> str:
     return f"studies/{study_id}/index.html"
 
 
-def _bytes(x: float | None) -> str:
-    if x is None:
-        return "-"
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(x) >= size:
-            return f"{x / size:.4g} {unit}"
-    return f"{x:.4g} B"
-
-
 def _value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -244,10 +235,10 @@ def _model_facts(shape: ModelShape, dtype: str, kv: str, spec: Hardware, cal: Ha
     facts = [
         Fact("model", f"{d['name']} ({d['family']})"),
         Fact("parameters", f"{d['params']:,} (active per token {d['active_params']:,})"),
-        Fact("weights", f"{_bytes(d['weight_bytes'])} at {d['dtype']}"),
+        Fact("weights", f"{fmt.si(d['weight_bytes'], 'B')} at {d['dtype']}"),
         Fact("KV cache per token", f"{d['kv_bytes_per_token']:,} B at kv dtype {d['kv_dtype']}"),
-        Fact("bytes read per decode step (batch 1)", _bytes(d["decode_weight_bytes"])),
-        Fact("FLOPs per decode step (batch 1)", f"{d['decode_flops']:.4g}"),
+        Fact("bytes read per decode step (batch 1)", fmt.si(d["decode_weight_bytes"], "B")),
+        Fact("FLOPs per decode step (batch 1)", fmt.si(d["decode_flops"], "FLOP")),
         Fact(f"batch-1 decode roofline, {spec.name} {spec.source}",
              f"{d['decode_tokens_per_s_roofline']:,.1f} tok/s ({d['bound']} bound)"),
     ]

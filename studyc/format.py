@@ -52,6 +52,16 @@ def fixed(x: float, ref: float, digits: int = 4) -> str:
     return f"{x:,.{decimals}f}"
 
 
+def si(x: float | None, unit: str, digits: int = 4) -> str:
+    """A large quantity with an SI prefix: "16.38 GB", "15.14 GFLOP", "950 B"."""
+    if x is None or not math.isfinite(x):
+        return NOTHING
+    for prefix, size in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= size:
+            return f"{significant(x / size, digits)} {prefix}{unit}"
+    return f"{significant(x, digits)} {unit}"
+
+
 def ratio(x: float | None, decimals: int = 3) -> str:
     """A measured ratio: "0.978x"."""
     return NOTHING if x is None or not math.isfinite(x) else f"{x:.{decimals}f}x"

@@ -43,3 +43,8 @@ def test_one_renderer_of_a_prediction() -> None:
     # a plan shows expressions before they are evaluated
     assert fmt.prediction("relation", unit="tok/s", relation=">", value="0.5 * roofline.x") == "> (0.5 * roofline.x)"
     assert fmt.prediction("value", unit="tok/s") == "(not evaluated)"
+
+
+def test_si_prefixes() -> None:
+    assert fmt.si(16.38e9, "B") == "16.38 GB" and fmt.si(1.514e10, "FLOP") == "15.14 GFLOP"
+    assert fmt.si(950, "B") == "950 B" and fmt.si(None, "B") == "-"
