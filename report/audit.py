@@ -79,7 +79,7 @@ def print_table(result: Audit) -> None:
         table = Table(title=f"{study_id}: predicted vs measured" + (f" (run {run_id})" if run_id else " (no run)"),
                       title_justify="left")
         table.add_column("hypothesis", no_wrap=True)
-        table.add_column("metric", overflow="fold")
+        table.add_column("metric", no_wrap=True)
         table.add_column("predicted", justify="right")
         if show_spec:
             table.add_column("on spec sheet", justify="right")

@@ -69,10 +69,14 @@ def _arm_color() -> alt.Color:
     return alt.Color("arm:N", title="arm")
 
 
+# A legend entry drawn as a short line in its dash style (a point mark would hide the dashes).
+_STROKE_LEGEND = alt.Legend(symbolType="stroke", symbolStrokeColor="#333333", symbolStrokeWidth=2, symbolSize=400)
+
+
 def _dash_legend(label: str) -> alt.StrokeDash:
     """The dash style of a reference line whose rows carry `what` = label: named in the legend."""
     return alt.StrokeDash("what:N", title=None, scale=alt.Scale(domain=[label], range=[[5, 4]]),
-                          legend=alt.Legend(symbolType="stroke", symbolStrokeColor="#333333", symbolStrokeWidth=2, symbolSize=400))
+                          legend=_STROKE_LEGEND)
 
 
 def throughput_chart(rows: Sequence[Row], level_title: str = "concurrency") -> Any:
@@ -95,15 +99,17 @@ def latency_chart(rows: Sequence[Row], what: str, level_title: str = "concurrenc
     x = _level_axis(rows, level_title)
     dash = alt.StrokeDash("stat:N", title="percentile",
                           scale=alt.Scale(domain=["p50", "p95"], range=[[1, 0], [6, 3]]),
-                          legend=alt.Legend(symbolType="stroke", symbolStrokeColor="#333333", symbolStrokeWidth=2, symbolSize=400))
-    line = alt.Chart().mark_line(point=True).encode(
-        x=x, y=alt.Y("mean(value_ms):Q", title=f"{what} (ms)"), color=_arm_color(), strokeDash=dash,
+                          legend=_STROKE_LEGEND)
+    y = alt.Y("mean(value_ms):Q", title=f"{what} (ms)")
+    line = alt.Chart().mark_line().encode(x=x, y=y, color=_arm_color(), strokeDash=dash)
+    dots = alt.Chart().mark_circle(size=30).encode(
+        x=x, y=y, color=_arm_color(), detail="stat:N",
         tooltip=[alt.Tooltip("arm:N"), alt.Tooltip("workload:N"), alt.Tooltip("stat:N"), alt.Tooltip("level:Q"),
                  alt.Tooltip("mean(value_ms):Q", format=",.2f", title="mean ms")],
     )
     spread = alt.Chart().mark_rule(strokeWidth=2, opacity=0.6).encode(
         x=x, y="min(value_ms):Q", y2="max(value_ms):Q", color=_arm_color(), detail="stat:N")
-    return _by_workload([line, spread], rows)
+    return _by_workload([line, dots, spread], rows)
 
 
 def roofline_chart(points: Sequence[Row], ceilings: Sequence[Row]) -> alt.LayerChart:
@@ -118,7 +124,7 @@ def roofline_chart(points: Sequence[Row], ceilings: Sequence[Row]) -> alt.LayerC
         x=x, y=y, color=alt.value("#555555"),
         strokeDash=alt.StrokeDash("ceiling:N", title="ceiling", sort=labels,
                                   scale=alt.Scale(domain=labels, range=[[1, 0], [6, 3]][: len(labels)]),
-                                  legend=alt.Legend(symbolType="stroke", symbolStrokeWidth=2, symbolSize=400)),
+                                  legend=_STROKE_LEGEND),
     )
     dots = alt.Chart(_data([r | {"tflops": r["flops_per_s"] / 1e12} for r in points])).mark_point(
         filled=True, size=70

@@ -147,6 +147,7 @@ def test_study_page_content(site: Path) -> None:
             "chart-littles-law"} <= charts
 
 
+@pytest.mark.chromium
 def test_chromium_loads_every_page_without_errors_and_draws_every_chart(site: Path) -> None:
     why = chromium_missing()
     if why:
@@ -160,6 +161,7 @@ def test_chromium_loads_every_page_without_errors_and_draws_every_chart(site: Pa
                 assert len(report.charts) >= 6
 
 
+@pytest.mark.chromium
 def test_chromium_client_sees_console_errors(tmp_path: Path) -> None:
     """The check above can fail: a console error, a throw and a missing script are all reported."""
     why = chromium_missing()
@@ -177,6 +179,7 @@ def test_chromium_client_sees_console_errors(tmp_path: Path) -> None:
     assert report.charts == [{"id": "", "drawn": None, "svg": False, "marks": 0}]
 
 
+@pytest.mark.chromium
 def test_study_text_is_escaped(evil_site: Path) -> None:
     for path in html_files(evil_site):
         raw = path.read_text(encoding="utf-8")

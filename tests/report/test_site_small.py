@@ -74,6 +74,7 @@ def test_vendored_vega_matches_altair() -> None:
     assert check.returncode == 0, check.stdout
 
 
+@pytest.mark.chromium
 def test_calibrated_gpu_run_shows_ceilings_and_clocks(tmp_path: Path) -> None:
     study = write_study(tmp_path, HYPOTHESES)
     nvml = [{"source": "nvml", "t_s": 0.5 * i, "sm_clock_mhz": 1980.0 - i, "power_w": 300.0 + i} for i in range(6)]
