@@ -1,8 +1,8 @@
-"""A plan as a readable table: servers, points, cache actions, request counts, estimated time."""
+"""A plan as a readable table: blocks, launches (servers, GPUs), points, cache actions, estimated time."""
 
 from __future__ import annotations
 
-from compiler.plan import HypothesisSide, HypothesisStep, Plan
+from compiler.plan import HypothesisSide, HypothesisStep, Launch, Plan
 
 
 def _duration(seconds: float) -> str:
@@ -11,38 +11,77 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
 
 
+def summary(plan: Plan) -> list[str]:
+    """Design and cost lines: launches, blocks, server starts, GPUs per launch, the estimate."""
+    design = plan.design
+    required = [s for s in plan.launches if s.required]
+    blocks = [b for b in design.blocks if b.required]
+    points = sum(len(s.points) for s in required)
+    starts = sum(s.replicas for s in required)
+    start_s = sum(s.estimated_start_s for s in required)
+    gpus = sorted({s.gpus for s in plan.launches})
+    per_launch = "/".join(str(g) for g in gpus)
+    lines = [
+        f"  {len(blocks)} block(s) of {len(design.launches)} arm(s), {len(required)} launch(es), "
+        f"{design.repeats} repeat(s) per launch, {points} point(s); block order seed {design.seed} "
+        f"(from {design.seed_from})",
+        f"  {starts} server start(s) ~{_duration(start_s)}, GPUs per launch {per_launch}"
+        + (f" of {design.gpus} available" if design.gpus is not None else ""),
+        f"  estimated {_duration(plan.estimated_s)} one launch at a time on {plan.hardware}"
+        f" (server starts {100 * start_s / plan.estimated_s:.0f}%)" if plan.estimated_s else "",
+    ]
+    if design.budget is not None:
+        extra = [b for b in design.blocks if not b.required]
+        minutes = f", at most {design.budget.minutes:g} min" if design.budget.minutes is not None else ""
+        lines.append(
+            f"  sequential: up to {len(extra)} more block(s) while a hypothesis is undecided "
+            f"(budget {design.budget.blocks} blocks{minutes}; all blocks {_duration(plan.estimated_max_s)})"
+        )
+    return [line for line in lines if line]
+
+
 def format_plan(plan: Plan) -> str:
     lines = [
         f"plan {plan.study_id}: {plan.title}",
         f"  study file {plan.study_path} (sha256 {plan.study_sha256[:12]}), schema v{plan.schema_version}",
-        f"  {len(plan.servers)} server(s), {len(plan.points)} point(s), "
-        f"estimated {_duration(plan.estimated_s)} on {plan.hardware}",
+        *summary(plan),
         f"  estimate: {plan.estimate_basis}",
         "",
     ]
-    for server in plan.servers:
-        lines.append(f"server {server.id}  [{server.fingerprint}]  start ~{_duration(server.estimated_start_s)}")
-        env = " ".join(f"{k}={v}" for k, v in sorted(server.env.items()))
-        lines.append(f"  vllm {' '.join(server.argv)}" + (f"  (env {env})" if env else ""))
-        header = f"  {'point':<44} {'cache':<6} {'requests':>8} {'warmup':>6} {'in/out':>11} {'est':>8}"
-        lines.append(header)
-        for p in server.points:
-            cache = "reset" if p.cache == "reset" else "keep"
-            shape = f"{p.input_len}/{p.output_len}"
-            lines.append(
-                f"  {p.id:<44} {cache:<6} {p.requests:>8} {p.warmup:>6} {shape:>11} {_duration(p.estimated_s):>8}"
-            )
-        lines.append("")
+    block = 0
+    for launch in plan.launches:
+        if launch.block != block:
+            block = launch.block
+            kind = "" if launch.required else "  (sequential: only while undecided)"
+            lines.append(f"block {block}{kind}")
+        lines += _launch_lines(launch)
     for hyp in plan.hypotheses:
         lines.append(f"hypothesis {hyp.id}: {hyp.metric} {_sides(hyp)}")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _launch_lines(launch: Launch) -> list[str]:
+    servers = f"{launch.replicas} servers ({launch.balance}), " if launch.replicas > 1 else ""
+    lines = [f"launch {launch.id}  [{launch.fingerprint}]  {servers}{launch.gpus} GPU(s), "
+             f"start ~{_duration(launch.estimated_start_s)}"]
+    env = " ".join(f"{k}={v}" for k, v in sorted(launch.env.items()))
+    lines.append(f"  vllm {' '.join(launch.argv)}" + (f"  (env {env})" if env else ""))
+    lines.append(f"  {'point':<44} {'cache':<6} {'requests':>8} {'warmup':>6} {'in/out':>11} {'est':>8}")
+    for p in launch.points:
+        shape = f"{p.input_len}/{p.output_len}"
+        mark = "  not exchangeable: first send on a kept cache" if not p.exchangeable else ""
+        lines.append(f"  {p.id:<44} {p.cache:<6} {p.requests:>8} {p.warmup:>6} {shape:>11} "
+                     f"{_duration(p.estimated_s):>8}{mark}")
+    lines.append("")
+    return lines
 
 
 def _sides(hyp: HypothesisStep) -> str:
     def count(side: HypothesisSide) -> str:
         if hyp.level == "server":
             return f"{len(side.servers)} server(s)"
-        return f"{len(side.points)} point(s)"
+        on = f" on {len(side.launches)} launches" if len(side.launches) > 1 else ""
+        return f"{len(side.points)} point(s){on}"
 
     if hyp.denominator is None:
         return f"on {count(hyp.numerator)}"
@@ -52,16 +91,16 @@ def _sides(hyp: HypothesisStep) -> str:
 def markdown_plan(plan: Plan) -> str:
     """The plan as GitHub markdown: one row per point, then the hypotheses and their points."""
     lines = [
-        f"**{plan.study_id}**: {plan.title} ({len(plan.servers)} server(s), {len(plan.points)} point(s), "
+        f"**{plan.study_id}**: {plan.title} ({plan.server_starts} server start(s), {len(plan.points)} point(s), "
         f"estimated {_duration(plan.estimated_s)} on {plan.hardware})",
         "",
-        "| server | point | cache | requests | warmup | in/out | est |",
-        "|---|---|---|---:|---:|---:|---:|",
+        "| launch | point | cache | requests | warmup | in/out | est | block | GPUs |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for server in plan.servers:
-        for p in server.points:
-            lines.append(f"| {server.id} | {p.id} | {p.cache} | {p.requests} | {p.warmup} | "
-                         f"{p.input_len}/{p.output_len} | {_duration(p.estimated_s)} |")
+    for launch in plan.launches:
+        for p in launch.points:
+            lines.append(f"| {launch.id} | {p.id} | {p.cache} | {p.requests} | {p.warmup} | "
+                         f"{p.input_len}/{p.output_len} | {_duration(p.estimated_s)} | {launch.block} | {launch.gpus} |")
     if plan.hypotheses:
         lines += ["", "| hypothesis | metric | measured on |", "|---|---|---|"]
         lines += [f"| {h.id} | {h.metric} | {_sides(h)} |" for h in plan.hypotheses]

@@ -10,7 +10,13 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SLUG = r"^[a-z0-9][a-z0-9_-]*$"
-RESERVED_ARM_KEYS = ("description", "env", "cache", "replicas", "model")
+RESERVED_ARM_KEYS = ("description", "env", "cache", "replicas", "balance", "launches", "model")
+# Launches per arm and repeats per launch. On an H200 two launches of one configuration differed by
+# 0.6% while repeats on one launch spread ~0.1%: launches carry the variance, repeats barely shrink it.
+# A paired ratio over n blocks then has a 95% half-width of about t(n-1) * 0.65% / sqrt(n):
+# 1.6% at n = 3 (t = 4.30), 0.8% at n = 5 (t = 2.78); only the latter leaves room to decide a +-2% band.
+DEFAULT_LAUNCHES = 5
+DEFAULT_REPEATS = 2
 
 
 class Strict(BaseModel):
@@ -61,7 +67,20 @@ class Arm(Strict):
     cache: Literal["reset", "keep"] | None = Field(
         default=None, description="Overrides load.cache for this arm (to study warm-cache effects)."
     )
-    replicas: int = Field(default=1, ge=1, le=64, description="Independent servers of this arm (data parallel).")
+    replicas: int = Field(
+        default=1, ge=1, le=64, strict=True,
+        description="Independent servers per launch of this arm, behind the client's balancer; each needs "
+        "tensor_parallel_size x pipeline_parallel_size x data_parallel_size GPUs.",
+    )
+    balance: Literal["least_outstanding", "round_robin"] = Field(
+        default="least_outstanding",
+        description="How the client spreads requests over replicas: to the one with the fewest requests in "
+        "flight (ties to the lowest index), or in turn.",
+    )
+    launches: int | None = Field(
+        default=None, ge=1, le=100, strict=True,
+        description="Server instances of this arm (overrides load.launches; refused with design.budget).",
+    )
     model: str | None = Field(default=None, description="Another model folder for this arm (relative path).")
     args: dict[str, Any] = Field(
         default_factory=dict, description="`vllm serve` options of this arm, named like the CLI options."
@@ -115,7 +134,15 @@ class Load(Strict):
         default=64, description="Measured requests per point: one number, or one per ladder level."
     )
     warmup: int = Field(default=8, ge=0, description="Warmup requests before each point (no shared prefix).")
-    repeats: int = Field(default=3, ge=1, le=100, description="Repeats of every point, interleaved.")
+    launches: int = Field(
+        default=DEFAULT_LAUNCHES, ge=1, le=100, strict=True,
+        description="Server instances per arm: the level intervals are computed at. Arms are interleaved "
+        "across launches in randomised blocks (block b holds launch b of every arm).",
+    )
+    repeats: int = Field(
+        default=DEFAULT_REPEATS, ge=1, le=100, strict=True,
+        description="Repeats of every point inside one launch, interleaved.",
+    )
     cache: Literal["reset", "keep"] = Field(
         default="reset", description="`reset`: flush + verify the prefix cache before every point; `keep`: don't."
     )
@@ -129,6 +156,16 @@ class Load(Strict):
         description="Closed loop with requests <= concurrency is one wave, not a steady state: validation "
         "warns unless this is true (measure a single burst on purpose).",
     )
+
+    @field_validator("repeats", mode="before")
+    @classmethod
+    def _no_auto_repeats(cls, value: Any) -> Any:
+        if value == "auto":
+            raise ValueError(
+                "repeats counts repeats inside one launch; to add blocks of launches until every hypothesis "
+                "is decided give [design] budget = { blocks = N, minutes = M }"
+            )
+        return value
 
     @model_validator(mode="after")
     def _one_ladder(self) -> Load:
@@ -159,6 +196,33 @@ class Checks(Strict):
     )
     client_ceiling_fraction: float = Field(
         default=0.5, gt=0, le=1, description="Flag points whose chunk rate exceeds this share of the client ceiling."
+    )
+
+
+class Budget(Strict):
+    """The most a sequential study may spend: blocks (every arm once each) and wall minutes."""
+
+    blocks: int = Field(ge=2, le=100, strict=True, description="Most blocks in all, the first load.launches included.")
+    minutes: float | None = Field(
+        default=None, gt=0, description="Wall minutes after which no further block is started."
+    )
+
+
+class Design(Strict):
+    """How launches are ordered and how far a sequential study may go."""
+
+    seed: int | None = Field(
+        default=None, ge=0, strict=True,
+        description="Seed of the block orders; default: derived from study.id, so plans are reproducible.",
+    )
+    budget: Budget | None = Field(
+        default=None,
+        description="Sequential decisions: the runner adds blocks past load.launches, up to the budget, until "
+        "every hypothesis is decided.",
+    )
+    gpus: int | None = Field(
+        default=None, ge=1, le=4096, strict=True,
+        description="GPUs the study may use at once; every launch must fit in them.",
     )
 
 
@@ -233,6 +297,7 @@ class Study(Strict):
     workloads: dict[str, Workload] = Field(min_length=1, description="Request shapes, by name.")
     load: Load = Field(description="How load is applied at every point.")
     checks: Checks = Field(default_factory=Checks, description="Validity thresholds.")
+    design: Design = Field(default_factory=Design, description="Block order seed, sequential budget, GPUs.")
     hypothesis: list[Hypothesis] = Field(default_factory=list, description="Predictions to score.")
 
     @field_validator("arms", "workloads")

@@ -43,7 +43,7 @@ def test_plan_is_pure_and_stable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 
 def test_an_arm_with_its_own_model_serves_it_under_its_own_name() -> None:
     plan = compile_study(load_study("studies/decode_roofline.toml"))
-    big, small = plan.servers
+    big, small = sorted(plan.launches, key=lambda s: s.arm != "qwen3-8b")
     assert big.served_model_name == "Qwen/Qwen3-8B"
     assert small.argv[1].endswith("models/qwen3-0.6b")
     assert small.served_model_name == "qwen3-0.6b"
@@ -82,13 +82,15 @@ def test_plan_json_lists_hypotheses_with_their_points() -> None:
     assert first["numerator"]["points"] and first["denominator"]["points"]
 
 
-def test_servers_outer_repeats_interleaved() -> None:
+def test_launches_outer_repeats_interleaved() -> None:
     plan = compile_study(load_study("studies/fp8_kv.toml"))
-    assert [s.id for s in plan.servers] == ["fp8-kv/bf16", "fp8-kv/fp8"]
-    ids = [p.id for p in plan.servers[0].points]
+    # One launch per arm: one block, in the seed's order; ids as before launches existed.
+    assert sorted(s.id for s in plan.launches) == ["fp8-kv/bf16", "fp8-kv/fp8"]
+    bf16 = next(s for s in plan.launches if s.arm == "bf16")
+    ids = [p.id for p in bf16.points]
     assert ids[:3] == ["fp8-kv/bf16/decode/c1/r1", "fp8-kv/bf16/decode/c8/r1", "fp8-kv/bf16/decode/c32/r1"]
     # every point of repeat 1 before any of repeat 2
-    repeats = [p.repeat for p in plan.servers[0].points]
+    repeats = [p.repeat for p in bf16.points]
     assert repeats == sorted(repeats)
     assert len(ids) == len(set(ids)) == 2 * 4 * 3
     # fingerprints differ between repeats and arms but the prompts are the same seeded set
@@ -98,7 +100,7 @@ def test_servers_outer_repeats_interleaved() -> None:
 
 def test_argv_resolved() -> None:
     plan = compile_study(load_study("studies/fp8_kv.toml"))
-    fp8 = plan.servers[1]
+    fp8 = next(s for s in plan.launches if s.arm == "fp8")
     assert fp8.argv[:2] == ("serve", str(ROOT / "models/qwen3-8b"))
     assert "--kv-cache-dtype" in fp8.argv and fp8.argv[fp8.argv.index("--kv-cache-dtype") + 1] == "fp8"
     assert "--enable-prefix-caching" in fp8.argv
@@ -116,8 +118,8 @@ def test_plan_table_mentions_every_point() -> None:
     result = CliRunner().invoke(main, ["plan", "studies/quickstart.toml"])
     assert result.exit_code == 0
     plan = json.loads(CliRunner().invoke(main, ["plan", "studies/quickstart.toml", "--json"]).stdout)
-    for server in plan["servers"]:
-        for point in server["points"]:
+    for launch in plan["launches"]:
+        for point in launch["points"]:
             assert point["id"] in result.output
     assert "estimated" in result.output
 
