@@ -172,7 +172,9 @@ def _reason(s: Score, run: RunRecord | None) -> str:
         what = f"the {', '.join(failed)} check" if failed else "a check or did not finish"
         return f"{len(bad)} of its points failed {what}" if bad else "a point it rests on failed a check"
     if s.verdict == "not run":
-        return "no run in the results database(s)" if run is None else "not measured in this run"
+        if run is None:
+            return "no run in the results database(s)"
+        return "the run has no point for it" if s.has(Why.NO_POINTS) else "not measured in this run"
     return ""
 
 

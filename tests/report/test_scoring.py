@@ -288,3 +288,15 @@ def test_reasons_are_structured(scored: dict[str, Score]) -> None:
 def test_straddled_edges(kind: str, relation: str | None, low: float | None, high: float | None,
                          ci: tuple[float, float], want: tuple[float, ...]) -> None:
     assert straddled(kind, relation, low, high, *ci) == want
+
+
+def test_audit_json_carries_structured_reasons(scored: dict[str, Score]) -> None:
+    import json
+
+    from report.audit import json_row
+
+    row = json.loads(json.dumps(json_row(scored["broken"])))
+    failed = [r for r in row["reasons"] if r["why"] == "failed check"]
+    assert failed == [{"why": "failed check", "point": "toy/b/w/c4/r1", "checks": ["littles_law"], "edge": None,
+                       "unit": "", "count": 0, "detail": "", "text": "toy/b/w/c4/r1: failed check littles_law"}]
+    assert row["prediction"] == "< 1,000 ms" and row["off_band"] == 0.0 and row["verdict"] == "invalid"
