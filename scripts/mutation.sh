@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Mutation score of the pure-logic modules (model math, parsing, statistics, judging, scoring).
+#
+#   scripts/mutation.sh                 every module below, one after another
+#   scripts/mutation.sh modelmath sse   only those
+#
+# Each module is mutated alone (mutmut 3, `pip install -e '.[mutation]'`) in a scratch copy of
+# the working tree under $MUTATION_DIR (default /tmp/studyc-mutation), against its fast tests
+# only (never the vllm or chromium ones). The repo itself is never written. At the end a table
+# gives killed / total per module; surviving mutants are listed in $MUTATION_DIR/<name>.survivors,
+# to read with `cd $MUTATION_DIR/<name> && mutmut show <mutant>`.
+# Not part of CI: a full run takes tens of minutes on two cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+MUTMUT="$REPO/.venv/bin/mutmut"
+WORK="${MUTATION_DIR:-/tmp/studyc-mutation}"
+CHILDREN="${MUTATION_CHILDREN:-2}"
+
+# name | module | fast tests (space separated)
+MODULES=(
+  "modelmath|compiler/modelmath.py|tests/compiler/test_modelmath.py tests/compiler/test_modelmath_edges.py"
+  "expr|compiler/expr.py|tests/compiler/test_expr.py tests/compiler/test_expr_edges.py"
+  "sse|runner/sse.py|tests/runner/test_sse.py tests/runner/test_sse_edges.py"
+  "metrics|runner/metrics.py|tests/runner/test_metrics.py tests/runner/test_metrics_parse.py"
+  "stats|runner/stats.py|tests/runner/test_stats.py tests/runner/test_stats_edges.py"
+  "checks|runner/checks.py|tests/runner/test_checks.py tests/runner/test_checks_edges.py"
+  "judge|runner/judge.py|tests/runner/test_judge.py tests/runner/test_judge_edges.py"
+  "scoring|report/scoring.py|tests/report/test_scoring.py tests/report/test_scoring_edges.py"
+)
+
+[ -x "$MUTMUT" ] || { echo "mutmut missing: .venv/bin/pip install -e '.[mutation]'" >&2; exit 2; }
+mkdir -p "$WORK"
+
+run_one() {
+  local name=$1 module=$2 tests=$3 dir="$WORK/$1" t present=()
+  for t in $tests; do [ -f "$REPO/$t" ] && present+=("$t"); done
+  rm -rf "$dir" && mkdir -p "$dir"
+  # The working tree as git sees it (tracked and untracked, not ignored), plus local tokenizers.
+  (git ls-files -co --exclude-standard -z; find models -name 'tokenizer*.json' -print0 2>/dev/null) |
+    tar --null -T - -cf - 2>/dev/null | tar -xf - -C "$dir"
+  {
+    echo "[mutmut]"
+    echo "source_paths ="
+    printf '    %s\n' compiler runner report studyc site_templates
+    echo "only_mutate = $module"
+    echo "also_copy ="
+    printf '    %s\n' studies models results benchmarks
+    echo "pytest_add_cli_args_test_selection ="
+    printf '    %s\n' "${present[@]}"
+    echo "pytest_add_cli_args ="
+    printf '    %s\n' -m "not vllm and not chromium" -p no:cacheprovider
+  } >"$dir/setup.cfg"
+  echo "== $name: $module against ${present[*]}"
+  (cd "$dir" && nice -n 10 "$MUTMUT" run --max-children "$CHILDREN" >"$dir.log" 2>&1) || {
+    echo "mutmut failed for $name; see $dir.log" >&2
+    tail -20 "$dir.log" >&2
+    return 1
+  }
+  (cd "$dir" && "$MUTMUT" results --all true) >"$dir.results"
+  grep -v ': killed$' "$dir.results" | sed 's/^ *//' >"$dir.survivors" || true
+}
+
+summary() {
+  printf '%-10s %7s %6s %8s %8s %7s %6s\n' module killed total survived no_tests timeout score
+  local name f
+  for name in "$@"; do
+    f="$WORK/$name.results"
+    [ -f "$f" ] || continue
+    awk -v name="$name" '
+      { s = $0; sub(/^[^:]*: /, "", s); n[s]++; total++ }
+      END {
+        k = n["killed"] + 0
+        printf "%-10s %7d %6d %8d %8d %7d %5.1f%%\n", name, k, total, n["survived"] + 0,
+          n["no tests"] + 0, n["timeout"] + 0, total ? 100 * k / total : 0
+      }' "$f"
+  done
+}
+
+selected=()
+for entry in "${MODULES[@]}"; do
+  IFS='|' read -r name module tests <<<"$entry"
+  if [ $# -eq 0 ] || [[ " $* " == *" $name "* ]]; then
+    run_one "$name" "$module" "$tests"
+    selected+=("$name")
+  fi
+done
+summary "${selected[@]}" | tee "$WORK/summary.txt"
