@@ -25,16 +25,20 @@ def cross_check(loaded: Any) -> list[Finding]:
         *_check_hardware(study),
         *_check_models(study, loaded.directory),
         *_check_engine_keys(study),
+        *_check_design(study),
         *_check_hypotheses(study),
     ]
 
 
 def study_warnings(study: Study) -> list[Finding]:
     """Things that are allowed but probably not meant; printed by validate and plan, never fatal."""
+    found: list[Finding] = [
+        (f"arms.{name}.balance", "balance has no effect on an arm with one replica")
+        for name, arm in study.arms.items() if arm.replicas == 1 and "balance" in arm.model_fields_set
+    ]
     load = study.load
     if load.concurrency is None or load.burst:
-        return []
-    found: list[Finding] = []
+        return found
     for index, level in enumerate(load.concurrency):
         requests = load.requests_at(index)
         if requests <= level:
@@ -75,6 +79,59 @@ def _check_engine_keys(study: Study) -> Iterator[Finding]:
                 problem = value_problem(name, value)
                 if problem:
                     yield path, f"`--{name}` {problem}"
+
+
+PARALLEL = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
+
+
+def _check_design(study: Study) -> Iterator[Finding]:
+    """Parallel sizes are positive integers; every launch fits design.gpus; a budget can be spent."""
+    from compiler.plan import parallel_gpus
+
+    tables: list[tuple[str, dict[str, Any]]] = [("engine", study.engine)]
+    tables += [(f"arms.{name}", arm.args) for name, arm in study.arms.items()]
+    bad = False
+    for prefix, table in tables:
+        for key, value in table.items():
+            if key.replace("-", "_") not in PARALLEL:
+                continue
+            if value_problem(option_name(key), value) is not None:
+                bad = True  # reported by the engine option check
+                continue
+            number = value if isinstance(value, int) and not isinstance(value, bool) else None
+            if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+                number = int(value)
+            if number is None or number < 1:
+                bad = True
+                yield f"{prefix}.{key}", f"should be a positive integer (GPUs per server), not {value!r}"
+    gpus = study.design.gpus
+    if gpus is not None and not bad:
+        for name, arm in study.arms.items():
+            per_server = parallel_gpus({**study.engine, **arm.args})
+            need = arm.replicas * per_server
+            if need > gpus:
+                yield f"arms.{name}.replicas", (
+                    f"a launch of this arm needs {need} GPUs ({arm.replicas} replica(s) x {per_server} per server), "
+                    f"more than design.gpus = {gpus}"
+                )
+    budget = study.design.budget
+    if budget is None:
+        return
+    own = [name for name, arm in study.arms.items() if arm.launches is not None]
+    for name in own:
+        yield f"arms.{name}.launches", (
+            "per-arm launches and design.budget don't mix: the budget adds blocks of every arm; "
+            "set load.launches instead"
+        )
+    if study.load.launches < 2:
+        yield "load.launches", (
+            "a sequential design needs at least 2 launches per arm before its first decision "
+            "(one launch gives no interval)"
+        )
+    elif budget.blocks < study.load.launches:
+        yield "design.budget.blocks", (
+            f"{budget.blocks} blocks is fewer than load.launches = {study.load.launches} required blocks"
+        )
 
 
 def _check_hardware(study: Study) -> Iterator[Finding]:
