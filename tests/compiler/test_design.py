@@ -239,3 +239,31 @@ def test_plans_stored_as_v1_read_back_as_one_block_of_single_launches() -> None:
     assert {p.id: p.fingerprint for p in plan.points} == {p.id: p.fingerprint for p in now.points}
     capacity = next(h for h in plan.hypotheses if h.metric == "kv_capacity_tokens")
     assert capacity.numerator.launches == capacity.numerator.servers == ("fp8-kv/fp8",)
+
+
+def test_replica_studies_plan_their_gpus() -> None:
+    small = compile_study(load_study(ROOT / "studies/replicas_1v2.toml"))
+    gpus = {s.arm: (s.replicas, s.gpus_per_server, s.gpus) for s in small.launches}
+    assert gpus == {"one": (1, 1, 1), "two": (2, 1, 2), "dp2": (1, 2, 2)}
+    assert small.design.gpus == 2 and small.design.max_launch_gpus == 2
+    big = compile_study(load_study(ROOT / "studies/replicas_4v8.toml"))
+    gpus = {s.arm: (s.replicas, s.gpus) for s in big.launches}
+    assert gpus == {"r4-default": (4, 4), "r4-mns64": (4, 4), "r8-default": (8, 8)}
+    assert big.design.max_launch_gpus == 8 and big.server_starts == 3 * (4 + 4 + 8)
+    knee = next(h for h in big.hypotheses if h.id == "knee-ttft-explodes")
+    assert knee.denominator is not None and knee.numerator.concurrency == 1000 and knee.denominator.concurrency == 400
+
+
+def test_plan_table_shows_blocks_launches_gpus_and_the_estimate() -> None:
+    from click.testing import CliRunner
+
+    from studyc.cli import main
+
+    result = CliRunner().invoke(main, ["plan", str(ROOT / "studies/replicas_1v2.toml")])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "3 block(s) of 3 arm(s), 9 launch(es), 2 repeat(s) per launch, 18 point(s)" in out
+    assert "12 server start(s) ~18m00s, GPUs per launch 1/2 of 2 available" in out
+    assert "sequential: up to 3 more block(s)" in out and "block 4  (sequential: only while undecided)" in out
+    assert "launch replicas-1v2/two/L1" in out and "2 servers (least_outstanding), 2 GPU(s)" in out
+    assert "estimated 19m28s one launch at a time on h200 (server starts 92%)" in out
