@@ -138,7 +138,10 @@ def build_site(
     gathered = gather(load_studies(paths), dbs)
     if strict and gathered.warnings:
         raise SiteError("--strict: the site has warnings:\n  " + "\n  ".join(gathered.warnings))
-    return SiteResult(out=out, pages=write(gathered, out), warnings=list(gathered.warnings))
+    from report.ledger_page import write_page
+
+    written = write(gathered, out)
+    return SiteResult(out=out, pages=[*written, write_page(dbs, out, environment())], warnings=list(gathered.warnings))
 
 
 def run_site(dbs: Sequence[Path], out: Path, strict: bool, study_paths: Sequence[Path]) -> SiteResult:

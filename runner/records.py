@@ -251,6 +251,12 @@ class PointRecord:
     phases_json: str | None = None
     server_warnings: tuple[str, ...] = ()  # the server log's WARNING lines while the point ran
     reset_attempts: int | None = None
+    # The step-time model's prediction for the point, fitted before the run from the other runs in
+    # the same database on the host's GPU (report.ledger); NULL where none could be made, and why.
+    predicted_output_throughput: float | None = None
+    predicted_tpot_s: float | None = None
+    predicted_ttft_s: float | None = None
+    prediction_note: str | None = None
 
     def metric(self, name: str) -> float | None:
         return self.summary.metric(name)

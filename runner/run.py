@@ -6,6 +6,7 @@ later be spread over GPUs or dispatched elsewhere without reshaping this loop.
 
 from __future__ import annotations
 
+import json
 import platform
 import re
 import socket
@@ -27,6 +28,7 @@ from studyc.errors import EngineError, StudycError
 from studyc.settings import parse_cpus
 
 if TYPE_CHECKING:
+    from report.ledger import PointPrediction
     from studyc.settings import Settings
 
 
@@ -111,6 +113,7 @@ def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) 
         run_id, done = _open_run(store, plan, options, progress)
         report = RunReport(run_id=run_id)
         run = _run(store, run_id)
+        predictions = _predictions(store, plan, run, progress)
         ctx = PointContext(
             thresholds=plan.checks,
             client_ceiling_chunks_per_s=run.client_ceiling_chunks_per_s,
@@ -128,7 +131,7 @@ def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) 
                     continue
                 try:
                     for outcome in run_server_step(step, points, ctx, store, run_id, options, progress):
-                        _commit(store, run_id, step, outcome)
+                        _commit(store, run_id, step, outcome, predictions.get(outcome.point.id))
                         _account(report, outcome)
                         progress.point_done(outcome)
                         if outcome.status != "ok" and not options.keep_going:
@@ -292,10 +295,35 @@ def _fill_run_versions(store: Store, run_id: str, info: Any) -> None:
         store.save_run(filled)
 
 
-def point_record(run_id: str, server_id: str, outcome: PointOutcome) -> PointRecord:
+def _predictions(store: Store, plan: Plan, run: RunRecord, progress: Progress) -> dict[str, PointPrediction]:
+    """The step-time model's prediction for every point, fitted from the other runs in this database on
+    the host's GPU (this run's own points never fit it). Where it cannot predict, each point says why."""
+    from report.ledger import PointPrediction, predict_points, store_points
+
+    points = [p for p in store_points(store) if p.run_id != run.run_id]
+    if not run.gpu_name:
+        note = "no GPU on this host (NVML found none): the step-time model is fitted per GPU"
+        return {p.id: PointPrediction(dict.fromkeys(("output_throughput", "tpot_s", "ttft_s")), note)
+                for p in plan.points}
+    progress.message(f"fitting the step-time model from {len({p.run_id for p in points})} run(s)")
+    try:
+        return predict_points(json.loads(plan.to_json()), points, hardware=run.gpu_name)
+    except ValueError as exc:
+        note = f"the step-time model could not be fitted: {exc}"
+        return {p.id: PointPrediction(dict.fromkeys(("output_throughput", "tpot_s", "ttft_s")), note)
+                for p in plan.points}
+
+
+def point_record(
+    run_id: str, server_id: str, outcome: PointOutcome, predicted: PointPrediction | None = None
+) -> PointRecord:
     p = outcome.point
     judged = outcome.judgement
+    values = predicted.values if predicted else {}
+    note = predicted.note if predicted else "no prediction: open-loop points are not replayed by the step-time model"
     return PointRecord(
+        predicted_output_throughput=values.get("output_throughput"), predicted_tpot_s=values.get("tpot_s"),
+        predicted_ttft_s=values.get("ttft_s"), prediction_note=note or None,
         run_id=run_id, point_id=p.id, server_id=server_id, arm=p.arm, workload=p.workload,
         concurrency=p.concurrency, rate_rps=p.rate_rps, level=p.level, repeat=p.repeat,
         fingerprint=p.fingerprint, status=outcome.status, error=outcome.error, cache_policy=p.cache,
@@ -306,9 +334,12 @@ def point_record(run_id: str, server_id: str, outcome: PointOutcome) -> PointRec
     )
 
 
-def _commit(store: Store, run_id: str, step: ServerStep, outcome: PointOutcome) -> None:
+def _commit(
+    store: Store, run_id: str, step: ServerStep, outcome: PointOutcome, predicted: PointPrediction | None = None
+) -> None:
     checks = outcome.judgement.checks if outcome.judgement else ()
-    store.commit_point(point_record(run_id, step.id, outcome), outcome.records, checks, outcome.telemetry)
+    store.commit_point(point_record(run_id, step.id, outcome, predicted), outcome.records, checks,
+                       outcome.telemetry)
 
 
 def _account(report: RunReport, outcome: PointOutcome) -> None:

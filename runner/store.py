@@ -399,6 +399,18 @@ class Store:
         """Every request of a point with its token times, warmup first, in order (to recompute statistics)."""
         return list(self._read(REQUESTS, "run_id = ? AND point_id = ?", [run_id, point_id], "warmup DESC, idx"))
 
+    def send_times(self, run_id: str) -> dict[str, list[tuple[float, float | None]]]:
+        """Per point, (sent_s, first_token_s) of its measured requests that succeeded, in send order
+        (what the step-time model reads of a burst's arrival)."""
+        rows = self.con.execute(
+            "SELECT point_id, sent_s, first_token_s FROM requests WHERE run_id = ? AND NOT warmup AND ok "
+            "ORDER BY point_id, sent_s, idx", [run_id]
+        ).fetchall()
+        out: dict[str, list[tuple[float, float | None]]] = {}
+        for point_id, sent, first in rows:
+            out.setdefault(point_id, []).append((float(sent), None if first is None else float(first)))
+        return out
+
     def counts(self, run_id: str) -> dict[str, int]:
         out = {}
         for table in TABLES:
