@@ -7,9 +7,12 @@ them with `build_env`, once with spec-sheet hardware and once with the calibrate
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from compiler.hardware import Hardware
 from compiler.modelmath import ModelShape
+from compiler.stepmodel import Card, Coefficients, EngineShape
+from compiler.stepmodel import decode_step_s as calibrated_step_s
 
 _VALUES: frozenset[str] = frozenset(
     {
@@ -32,8 +35,22 @@ _FUNCTIONS: frozenset[str] = frozenset(
         "model.decode_flops",  # (batch, context)
         "roofline.decode_step_s",  # (batch, context): the slower of memory time and compute time
         "roofline.decode_tokens_per_s",  # (batch, context): batch / decode_step_s
+        # The calibrated step-time model (compiler.stepmodel), coefficients fitted from stored runs on
+        # the run's GPU; an error where none were fitted (never the roofline in their place).
+        "model.calibrated.decode_step_s",  # (batch, context)
+        "model.calibrated.decode_tokens_per_s",  # (batch, context)
     }
 )
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    """The step-time model's data for one run: coefficients fitted for its GPU, vLLM version, model
+    family and engine options, and the run's calibrated card. `missing` says why there are none."""
+
+    coefficients: Coefficients | None
+    card: Card | None
+    missing: str = ""
 
 
 def env_names() -> frozenset[str]:
@@ -47,10 +64,24 @@ def env_functions() -> frozenset[str]:
 
 
 def build_env(
-    shape: ModelShape, hw: Hardware, *, dtype: str = "bf16", kv_dtype: str = "auto"
+    shape: ModelShape, hw: Hardware, *, dtype: str = "bf16", kv_dtype: str = "auto",
+    calibrated: Calibrated | None = None, engine: EngineShape | None = None,
 ) -> dict[str, float | Callable[..., float]]:
     """Numbers and functions for `Expr.evaluate`. Functions take batch and context as positional
-    or keyword arguments; the roofline uses both `hw.bandwidth` and `hw.flops`."""
+    or keyword arguments; the roofline uses both `hw.bandwidth` and `hw.flops`. `calibrated` carries
+    the fitted step-time model (the caller fits it; the compiler reads no database); without it the
+    `model.calibrated.*` functions raise, saying why."""
+
+    def calibrated_decode_step_s(batch: float, context: float) -> float:
+        if calibrated is None or calibrated.coefficients is None or calibrated.card is None:
+            why = calibrated.missing if calibrated is not None and calibrated.missing else (
+                "no step-time model coefficients were given for this run's GPU")
+            raise ValueError(f"model.calibrated: {why}")
+        shape_engine = engine or EngineShape(dtype=dtype, kv_cache_dtype=kv_dtype)
+        return calibrated_step_s(shape, shape_engine, calibrated.card, calibrated.coefficients, int(batch), context)
+
+    def calibrated_decode_tokens_per_s(batch: float, context: float) -> float:
+        return int(batch) / calibrated_decode_step_s(batch, context)
 
     def expected_experts(batch: float) -> float:
         experts = shape.expected_experts(batch)
@@ -89,5 +120,7 @@ def build_env(
         "model.decode_flops": decode_flops,
         "roofline.decode_step_s": decode_step_s,
         "roofline.decode_tokens_per_s": decode_tokens_per_s,
+        "model.calibrated.decode_step_s": calibrated_decode_step_s,
+        "model.calibrated.decode_tokens_per_s": calibrated_decode_tokens_per_s,
     }
     return env

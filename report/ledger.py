@@ -1,8 +1,7 @@
 """The step-time model's ledger: fit its coefficients from stored runs, validate it leave-one-study-out,
 and tabulate its error by study, GPU, vLLM version and metric.
 
-Reads the results database directly with duckdb for now; this read belongs in `runner.store` (the one
-module that owns DuckDB) once its typed read API settles.
+Reads the results database through `runner.store` only.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compiler.modelmath import ModelShape, load_model
 from compiler.stepmodel import (
@@ -29,6 +28,9 @@ from compiler.stepmodel import (
     fit,
     predict,
 )
+
+if TYPE_CHECKING:
+    from runner.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
 METRICS = ("output_throughput", "tpot_s", "ttft_s")
@@ -118,7 +120,7 @@ def plan_loads(plan: dict[str, Any], root: Path = REPO) -> dict[str, tuple[Engin
     """Every closed-loop point of a plan (as stored JSON): its engine, model shape and load."""
     out: dict[str, tuple[EngineShape, ModelShape, Load]] = {}
     shapes: dict[str, ModelShape] = {}
-    for server in plan["servers"]:
+    for server in plan.get("launches", plan.get("servers", [])):  # schema v2 launches, v1 servers
         engine = EngineShape.from_argv(server["argv"], server.get("kv_cache_dtype", "auto"))
         model_dir = server["model_dir"]
         if model_dir not in shapes:
@@ -133,63 +135,47 @@ def plan_loads(plan: dict[str, Any], root: Path = REPO) -> dict[str, tuple[Engin
 
 
 def read_points(db: str | Path, root: Path = REPO) -> list[StoredPoint]:
-    """Every valid, complete point of every calibrated run in `db`, replayed."""
-    import duckdb  # to move into runner.store with its typed reads
+    """Every valid, complete point of every calibrated run in `db`, with what replays it."""
+    from runner.store import Store
 
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        runs = con.execute(
-            "SELECT run_id, study_id, plan_json, vllm_version, gpu_name, bandwidth_Bps, flops_bf16 FROM runs "
-            "WHERE calibrated AND bandwidth_Bps > 0 AND flops_bf16 > 0 ORDER BY run_id"
-        ).fetchall()
-        rows = con.execute(
-            "SELECT run_id, point_id, arm, workload, tpot_mean_s, ttft_mean_s, window_s, output_throughput "
-            "FROM points WHERE status = 'ok' AND valid ORDER BY run_id, point_id"
-        ).fetchall()
-        bursts = _bursts(con)
-    finally:
-        con.close()
-    by_run: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
-    for r in rows:
-        by_run[r[0]].append(r)
+    with Store(db, read_only=True) as store:
+        return store_points(store, root)
+
+
+def store_points(store: Store, root: Path = REPO) -> list[StoredPoint]:
+    """`read_points` from an open store (the runner's, while it writes the same file)."""
     out: list[StoredPoint] = []
-    for run_id, study, plan_json, vllm, gpu, bandwidth, flops in runs:
-        plan = json.loads(plan_json)
-        loads = plan_loads(plan, root)
-        card = Card(float(bandwidth), float(flops))
-        for _, point_id, arm, workload, tpot, ttft, window, throughput in by_run[run_id]:
-            if point_id not in loads:
+    for run in store.runs():
+        if not (run.calibrated and run.plan_json and (run.bandwidth_Bps or 0) > 0 and (run.flops_bf16 or 0) > 0):
+            continue
+        assert run.bandwidth_Bps is not None and run.flops_bf16 is not None
+        loads = plan_loads(json.loads(run.plan_json), root)
+        card = Card(float(run.bandwidth_Bps), float(run.flops_bf16))
+        sends = store.send_times(run.run_id)
+        for point in store.points(run.run_id):
+            if point.status != "ok" or not point.valid or point.point_id not in loads:
                 continue
-            engine, shape, load = loads[point_id]
-            key = ModelKey(_gpu_label(gpu), str(vllm), shape.family, engine.enforce_eager, engine.kv_cache_dtype)
-            measured = {"output_throughput": throughput, "tpot_s": tpot, "ttft_s": ttft, "window_s": window,
-                        "burst_s": bursts.get((run_id, point_id), {}).get(min(load.concurrency, load.requests))}
-            out.append(StoredPoint(study, run_id, point_id, arm, workload, load.concurrency, key, shape.name,
-                                   shape, load, engine, card, measured))
+            engine, shape, load = loads[point.point_id]
+            key = ModelKey(_gpu_label(run.gpu_name), str(run.vllm_version), shape.family, engine.enforce_eager,
+                           engine.kv_cache_dtype)
+            s = point.summary
+            measured = {"output_throughput": s.output_throughput, "tpot_s": s.tpot_mean_s,
+                        "ttft_s": s.ttft_mean_s, "window_s": s.window_s,
+                        "burst_s": _burst(sends.get(point.point_id, []), min(load.concurrency, load.requests))}
+            out.append(StoredPoint(run.study_id, run.run_id, point.point_id, point.arm, point.workload,
+                                   load.concurrency, key, shape.name, shape, load, engine, card, measured))
     return out
 
 
-def _bursts(con: Any) -> dict[tuple[str, str], dict[int, float]]:
-    """Per point, the opening burst's last first token from the first measured send, for the burst
-    sizes present: {(run_id, point_id): {slots: seconds}}. Only the first `slots` requests sent are
-    the burst; later ones were sent as slots freed."""
-    rows = con.execute(
-        "SELECT r.run_id, r.point_id, p.concurrency, r.sent_s, r.first_token_s FROM requests r "
-        "JOIN points p USING (run_id, point_id) WHERE NOT r.warmup AND r.ok AND p.concurrency > 1 "
-        "ORDER BY r.run_id, r.point_id, r.sent_s"
-    ).fetchall()
-    sends: dict[tuple[str, str], list[tuple[float, float | None]]] = defaultdict(list)
-    slots: dict[tuple[str, str], int] = {}
-    for run_id, point_id, concurrency, sent, first in rows:
-        sends[(run_id, point_id)].append((sent, first))
-        slots[(run_id, point_id)] = int(concurrency)
-    out: dict[tuple[str, str], dict[int, float]] = {}
-    for key, reqs in sends.items():
-        burst = reqs[: slots[key]]
-        firsts = [f for _, f in burst if f is not None]
-        if len(burst) == slots[key] and len(firsts) == len(burst):
-            out[key] = {len(burst): max(firsts) - burst[0][0]}
-    return out
+def _burst(sends: Sequence[tuple[float, float | None]], slots: int) -> float | None:
+    """The opening burst's last first token from the first measured send. Only the first `slots`
+    requests sent are the burst (later ones were sent as slots freed); none for a single slot or
+    where a burst request failed or has no first token."""
+    burst = sends[:slots]
+    firsts = [f for _, f in burst if f is not None]
+    if slots < 2 or len(burst) < slots or len(firsts) < slots:
+        return None
+    return max(firsts) - burst[0][0]
 
 
 # ---- fitting and validation -------------------------------------------------------------------
@@ -294,33 +280,126 @@ def _match_gpu(hardware: str, gpus: Iterable[str]) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class PointPrediction:
+    """The model's prediction for one plan point: METRICS (None where it cannot predict) and, then, why."""
+
+    values: dict[str, float | None]
+    note: str = ""
+
+
+def predict_points(
+    plan: dict[str, Any], points: Sequence[StoredPoint], hardware: str | None = None, root: Path = REPO
+) -> dict[str, PointPrediction]:
+    """A prediction for every closed-loop point of a plan (stored JSON, i.e. `json.loads(Plan.to_json())`),
+    fitted from `points` on `hardware` (a GPU name; the plan's `hardware` by default) with the newest
+    vLLM version stored for it. Points no fit covers get None values and the reason."""
+    want = hardware or plan["hardware"]
+    gpu = _match_gpu(want, {p.key.gpu for p in points})
+    on_gpu = [p for p in points if p.key.gpu == gpu]
+    vllm = max((p.key.vllm_version for p in on_gpu), default=None, key=_version_tuple)
+    loads = plan_loads(plan, root)
+    if gpu is None or vllm is None:
+        note = f"no calibrated run on {want} in the database"
+        return {pid: PointPrediction(dict.fromkeys(METRICS), note) for pid in loads}
+    used = [p for p in on_gpu if p.key.vllm_version == vllm]
+    fitted = fit_keys(p for p in used if any(p.key == key_of(gpu, vllm, s, e) for _, (e, s, _) in loads.items()))
+    card = Card(statistics.median(p.card.bandwidth_Bps for p in used),
+                statistics.median(p.card.flops_per_s for p in used))
+    out: dict[str, PointPrediction] = {}
+    for pid, (engine, shape, load) in loads.items():
+        key = key_of(gpu, vllm, shape, engine)
+        coef = fitted.get(key)
+        if coef is None:
+            out[pid] = PointPrediction(dict.fromkeys(METRICS), f"no stored run measured {key.label()}")
+            continue
+        pr = predict(shape, load, engine, card, coef)
+        out[pid] = PointPrediction({"output_throughput": pr.output_throughput, "tpot_s": pr.tpot_s,
+                                    "ttft_s": pr.ttft_s})
+    return out
+
+
+def key_of(gpu: str, vllm: str, shape: ModelShape, engine: EngineShape) -> ModelKey:
+    return ModelKey(gpu, vllm, shape.family, engine.enforce_eager, engine.kv_cache_dtype)
+
+
 def predict_plan(
     plan: dict[str, Any], db: str | Path, root: Path = REPO, exclude_runs: Iterable[str] = ()
 ) -> dict[str, dict[str, float | None]]:
-    """`predicted = {output_throughput, tpot_s, ttft_s}` for every point of a plan (stored JSON, i.e.
-    `json.loads(Plan.to_json())`), fitted from every run in `db` (but `exclude_runs`) on the plan's
-    hardware with its newest vLLM version. Points whose key no run covers get None values."""
+    """`predicted = {output_throughput, tpot_s, ttft_s}` for every point of a plan, fitted from every run
+    in `db` (but `exclude_runs`) on the plan's hardware (see `predict_points`)."""
     skip = set(exclude_runs)
     points = [p for p in read_points(db, root) if p.run_id not in skip]
-    gpu = _match_gpu(plan["hardware"], {p.key.gpu for p in points})
-    on_gpu = [p for p in points if p.key.gpu == gpu]
-    vllm = max((p.key.vllm_version for p in on_gpu), default=None, key=_version_tuple)
-    fitted = fit_keys(p for p in on_gpu if p.key.vllm_version == vllm)
-    cards = [p.card for p in on_gpu if p.key.vllm_version == vllm]
-    out: dict[str, dict[str, float | None]] = {}
-    empty: dict[str, float | None] = dict.fromkeys(METRICS)
-    if gpu is None or vllm is None or not cards:
-        return {pid: dict(empty) for pid in plan_loads(plan, root)}
-    card = Card(statistics.median(c.bandwidth_Bps for c in cards), statistics.median(c.flops_per_s for c in cards))
-    for pid, (engine, shape, load) in plan_loads(plan, root).items():
-        coef = fitted.get(ModelKey(gpu, vllm, shape.family, engine.enforce_eager, engine.kv_cache_dtype))
-        if coef is None:
-            out[pid] = dict(empty)
-            continue
-        pr = predict(shape, load, engine, card, coef)
-        out[pid] = {"output_throughput": pr.output_throughput, "tpot_s": pr.tpot_s, "ttft_s": pr.ttft_s}
-    return out
+    return {pid: pp.values for pid, pp in predict_points(plan, points, root=root).items()}
+
+
+def fitted_runs(points: Sequence[StoredPoint]) -> int:
+    return len({p.run_id for p in points})
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", version))
+
+
+# ---- text for the command line -------------------------------------------------------------------
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1e3:.2f}"
+
+
+def prediction_rows(predicted: dict[str, PointPrediction]) -> list[tuple[str, str, str, str, str]]:
+    """(point, tok/s, TPOT ms, TTFT ms, note) for each predicted point, as text."""
+    rows = []
+    for pid, pp in predicted.items():
+        v = pp.values
+        tput = "-" if v["output_throughput"] is None else f"{v['output_throughput']:.0f}"
+        rows.append((pid, tput, _ms(v["tpot_s"]), _ms(v["ttft_s"]), pp.note))
+    return rows
+
+
+def model_rows(points: Sequence[StoredPoint]) -> list[dict[str, Any]]:
+    """The fitted coefficients of every key the points cover, with the points and runs behind them."""
+    from compiler.stepmodel import coefficients_dict
+
+    rows = []
+    for key, coef in fit_keys(points).items():
+        used = [p for p in points if p.key == key]
+        rows.append({"gpu": key.gpu, "vllm_version": key.vllm_version, "family": key.family,
+                     "enforce_eager": key.enforce_eager, "kv_cache_dtype": key.kv_cache_dtype,
+                     "points": len(used), "runs": len({p.run_id for p in used}),
+                     "coefficients": {k: float(f"{v:.4g}") for k, v in coefficients_dict(coef).items()}})
+    return rows
+
+
+def format_models(rows: Sequence[dict[str, Any]], markdown: bool = False) -> str:
+    units = {"step_s": ("step ms", 1e3), "seq_s": ("seq us", 1e6), "mem": ("mem", 1.0), "flop": ("flop", 1.0),
+             "request_s": ("request ms", 1e3), "admit_s": ("admit ms", 1e3), "overlap": ("overlap p", 1.0)}
+    head = ["key", "points", *(label for label, _ in units.values())]
+    body = []
+    for r in rows:
+        mode = "eager" if r["enforce_eager"] else "graphs"
+        label = f"{r['gpu']} / vLLM {r['vllm_version']} / {r['family']} / {mode} / kv {r['kv_cache_dtype']}"
+        body.append([label, str(r["points"]),
+                     *(f"{r['coefficients'][k] * scale:.3g}" for k, (_, scale) in units.items())])
+    return _table(head, body, markdown)
+
+
+def format_ledger(rows: Sequence[dict[str, Any]], gaps: Sequence[dict[str, Any]], markdown: bool = False) -> str:
+    head = ["study", "gpu", "vLLM", "metric", "n", "median |error| %", "worst point", "error %", "why"]
+    body = [[r["study"], r["gpu"], r["vllm_version"], r["metric"], str(r["n"]), f"{r['median_abs_pct_error']:.2f}",
+             r["worst_point"]["point_id"], f"{r['worst_point']['error_pct']:+.1f}", r["worst_point"]["why"]]
+            for r in rows]
+    text = _table(head, body, markdown)
+    if gaps:
+        text += "\nnot validated (never in the medians):\n"
+        text += "".join(f"  {g['study']}: {g['n']} point(s): {g['reason']}\n" for g in gaps)
+    return text
+
+
+def _table(head: Sequence[str], body: Sequence[Sequence[str]], markdown: bool) -> str:
+    if markdown:
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(row) + " |" for row in body]
+        return "\n".join(lines) + "\n"
+    widths = [max(len(str(r[i])) for r in [head, *body]) for i in range(len(head))]
+    return "".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n"
+                   for r in [head, *body])

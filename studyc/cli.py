@@ -62,9 +62,13 @@ def _pick_format(fmt: str | None, **aliases: bool) -> str:
 
 @main.command()
 @click.argument("study", type=click.Path(path_type=Path))
+@click.option("--db", type=click.Path(path_type=Path), default=None,
+              help="Results database: predict every point with the step-time model fitted from its runs.")
 @_format_option(("--json", "json"), ("--markdown", "markdown"))
-def plan(study: Path, fmt: str | None, **aliases: bool) -> None:
-    """Compile a study and print its execution plan (the JSON lists each hypothesis' point ids)."""
+def plan(study: Path, db: Path | None, fmt: str | None, **aliases: bool) -> None:
+    """Compile a study and print its execution plan (the JSON lists each hypothesis' point ids).
+
+    With --db, each point gets the step-time model's prediction (in JSON: `predicted`)."""
     from compiler.load import load_study
     from compiler.plan import compile_study
     from compiler.plan_table import format_plan, markdown_plan
@@ -73,12 +77,44 @@ def plan(study: Path, fmt: str | None, **aliases: bool) -> None:
     _warn(loaded)
     compiled = compile_study(loaded)
     shown = _pick_format(fmt, **aliases)
+    predicted = _plan_predictions(compiled, db) if db is not None else None
     if shown == "json":
-        click.echo(compiled.to_json())
+        if predicted is None:
+            click.echo(compiled.to_json())
+            return
+        data = json.loads(compiled.to_json())
+        for server in data.get("launches", data.get("servers", [])):
+            for point in server["points"]:
+                point["predicted"] = predicted[point["id"]].values if point["id"] in predicted else None
+        click.echo(json.dumps(data, indent=2))
     elif shown == "markdown":
         click.echo(markdown_plan(compiled))
+        if predicted is not None:
+            from report.ledger import prediction_rows
+
+            click.echo("\n| point | predicted output tok/s | TPOT ms | TTFT ms | note |\n|---|---:|---:|---:|---|")
+            for row in prediction_rows(predicted):
+                click.echo("| " + " | ".join(row) + " |")
     else:
         click.echo(format_plan(compiled), nl=False)
+        if predicted is not None:
+            from report.ledger import prediction_rows
+
+            rows = [("point", "predicted tok/s", "TPOT ms", "TTFT ms", "note"), *prediction_rows(predicted)]
+            widths = [max(len(r[i]) for r in rows) for i in range(4)]
+            click.echo("\nstep-time model predictions:")
+            for r in rows:
+                cells = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r[:4], widths, strict=True))]
+                click.echo("  ".join(cells) + ("  " + r[4] if r[4] else ""))
+
+
+def _plan_predictions(compiled: Any, db: Path) -> dict[str, Any]:
+    from report.ledger import predict_points, read_points
+
+    points = read_points(db)
+    runs = len({p.run_id for p in points})
+    click.echo(f"fitting the step-time model from {runs} run(s) in {db}", err=True)
+    return predict_points(json.loads(compiled.to_json()), points)
 
 
 @main.command()
@@ -99,19 +135,34 @@ def metrics() -> None:
 
 
 @main.command()
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path", required=False, type=click.Path(path_type=Path))
+@click.option("--db", type=click.Path(path_type=Path), default=None,
+              help="Results database: print the step-time model fitted from its runs (no PATH).")
+@click.option("--ledger", is_flag=True, help="With --db: the model's leave-one-study-out error by study.")
 @click.option("--batch", default=1, show_default=True, type=click.IntRange(min=1), help="Decode batch size.")
 @click.option("--context", default=None, type=click.IntRange(min=0), help="Tokens of context per sequence.")
 @click.option("--kv-dtype", default="auto", show_default=True, type=click.Choice(["auto", "bf16", "fp8"]))
 @click.option("--hardware", default="h200", show_default=True, help="Hardware table entry.")
 @_format_option(("--json", "json"), ("--markdown", "markdown"))
-def model(path: Path, batch: int, context: int | None, kv_dtype: str, hardware: str, fmt: str | None,
-          **aliases: bool) -> None:
-    """Model math from a config.json: parameters, weight and KV bytes, decode roofline."""
+def model(path: Path | None, db: Path | None, ledger: bool, batch: int, context: int | None, kv_dtype: str,
+          hardware: str, fmt: str | None, **aliases: bool) -> None:
+    """Model math from a config.json (PATH): parameters, weight and KV bytes, decode roofline.
+
+    With --db instead: the calibrated step-time model fitted from the database's runs, one row of
+    coefficients per GPU, vLLM version, model family and engine options; with --ledger too, its
+    leave-one-study-out error by study, GPU, vLLM version and metric."""
     from compiler.hardware import HardwareError, get_hardware
     from compiler.modelmath import ModelError, describe, load_model
     from studyc.errors import SpecError
 
+    if (path is None) == (db is None):
+        raise click.UsageError("give a model folder (PATH) or --db DB, not both")
+    if ledger and db is None:
+        raise click.UsageError("--ledger needs --db DB")
+    if db is not None:
+        _print_stepmodel(db, ledger, _pick_format(fmt, **aliases))
+        return
+    assert path is not None
     try:
         facts = describe(load_model(path), batch=batch, context=context, kv_dtype=kv_dtype,
                          hardware=get_hardware(hardware))
@@ -133,6 +184,27 @@ def model(path: Path, batch: int, context: int | None, kv_dtype: str, hardware: 
     width = max(len(k) for k in facts)
     for key, value in facts.items():
         click.echo(f"{key:<{width}}  {cell(value)}")
+
+
+def _print_stepmodel(db: Path, ledger: bool, shown: str) -> None:
+    """`studyc model --db DB [--ledger]`: the fitted coefficients, or the leave-one-study-out ledger."""
+    from report import ledger as book
+
+    points = book.read_points(db)
+    click.echo(f"fitting the step-time model from {len({p.run_id for p in points})} run(s) in {db}", err=True)
+    if ledger:
+        scored = book.leave_one_study_out(points)
+        rows, gaps = book.ledger(scored), book.not_validated(scored)
+        if shown == "json":
+            click.echo(json.dumps(rows, indent=2))
+            return
+        click.echo(book.format_ledger(rows, gaps, markdown=shown == "markdown"), nl=False)
+        return
+    models = book.model_rows(points)
+    if shown == "json":
+        click.echo(json.dumps(models, indent=2))
+        return
+    click.echo(book.format_models(models, markdown=shown == "markdown"), nl=False)
 
 
 @main.command()

@@ -154,3 +154,28 @@ def test_fit_that_does_not_settle_fails(monkeypatch):
     monkeypatch.setattr(stepmodel, "MAX_ITERATIONS", 1)
     with pytest.raises(ValueError, match="did not converge"):
         fit(_synthetic(COEF), prior=0.0)
+
+
+def test_overlap_joins_streaming_and_compute():
+    raw = step_terms(QWEN8B, GRAPHS, [(1, 256, True)] * 128)
+    m = COEF.mem * raw[2] / CARD.bandwidth_Bps
+    f = COEF.flop * raw[3] / CARD.flops_per_s
+
+    def seconds(p):
+        coef = replace(COEF, overlap=p)
+        return sum(t * c for t, c in zip(stepmodel.scale(stepmodel.overlap_terms(raw, CARD, coef), CARD),
+                                         coef.as_terms(), strict=True))
+
+    fixed = COEF.step_s + COEF.seq_s * 128
+    assert seconds(1.0) == pytest.approx(fixed + m + f)  # p = 1: the two add
+    assert seconds(2.0) == pytest.approx(fixed + (m * m + f * f) ** 0.5)  # reweighted features are exact
+    assert fixed + max(m, f) < seconds(8.0) < fixed + 1.1 * max(m, f)  # large p: the slower of the two
+    with pytest.raises(ValueError, match="overlap"):
+        replace(COEF, overlap=0.5)
+
+
+def test_fit_chooses_the_overlap_that_made_the_data():
+    truth = replace(COEF, overlap=4.0)
+    got = fit(_synthetic(truth), prior=0.0, overlaps=(1.0, 4.0))
+    assert got.coefficients.overlap == 4.0
+    assert got.coefficients.mem == pytest.approx(truth.mem, rel=0.05)

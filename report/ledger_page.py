@@ -1,0 +1,64 @@
+"""The site's step-time model page: the model's leave-one-study-out error by study, GPU and vLLM version
+(median absolute percentage error and the worst point), and the points it could not validate."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment
+
+from report import ledger
+
+METRIC_LABELS = {"output_throughput": "output throughput", "tpot_s": "TPOT", "ttft_s": "TTFT"}
+
+
+@dataclass(frozen=True)
+class LedgerTable:
+    gpu: str
+    vllm_version: str
+    rows: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class LedgerPage:
+    title: str
+    built: str
+    runs: int
+    tables: tuple[LedgerTable, ...]
+    not_validated: tuple[dict[str, Any], ...]
+    root: str = ""  # the path from the page to the site's top folder
+
+
+def ledger_page(dbs: Sequence[Path]) -> LedgerPage:
+    """Fit and score the model leave-one-study-out on every calibrated run in the databases."""
+    points = [p for db in dbs for p in ledger.read_points(db)]
+    scored = ledger.leave_one_study_out(points) if points else []
+    rows = ledger.ledger(scored)
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        worst = r["worst_point"]
+        groups.setdefault((r["gpu"], r["vllm_version"]), []).append({
+            **r, "metric_label": METRIC_LABELS.get(r["metric"], r["metric"]),
+            "predicted": _value(r["metric"], worst["predicted"]), "measured": _value(r["metric"], worst["measured"]),
+        })
+    tables = tuple(LedgerTable(gpu, vllm, tuple(rs)) for (gpu, vllm), rs in sorted(groups.items()))
+    return LedgerPage("Step-time model: error by study", datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+                      len({p.run_id for p in points}), tables, tuple(ledger.not_validated(scored)))
+
+
+def _value(metric: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f} tok/s" if metric == "output_throughput" else f"{value * 1e3:.2f} ms"
+
+
+def write_page(dbs: Sequence[Path], out: Path, env: Environment) -> Path:
+    """Write `ledger.html` into the site folder `out`."""
+    path = out / "ledger.html"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(env.get_template("ledger.html").render(page=ledger_page(dbs)), encoding="utf-8")
+    return path
