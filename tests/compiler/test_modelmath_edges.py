@@ -122,7 +122,7 @@ def mla(**extra: Any) -> dict[str, Any]:
                 qk_rope_head_dim=2, v_head_dim=4, **extra)
 
 
-MLA_FIELDS = {"intermediate_size": 32, "kv_lora_rank": 8, "qk_nope_head_dim": 4, "qk_rope_head_dim": 2,
+MLA_FIELDS: dict[str, Any] = {"intermediate_size": 32, "kv_lora_rank": 8, "qk_nope_head_dim": 4, "qk_rope_head_dim": 2,
               "v_head_dim": 4}
 
 
