@@ -179,11 +179,16 @@ class VllmServer:
             *self.argv_tail,
             "--host", HOST,
             "--port", str(self.port),
-            "--api-key", self.api_key,
         ]  # fmt: skip
 
     def _printable_argv(self) -> str:
         return shlex.join("REDACTED" if a == self.api_key else a for a in self.argv)
+
+    def _env(self) -> dict[str, str]:
+        """The engine's environment. The API key goes in VLLM_API_KEY (vLLM 0.26 and 0.32 read it when
+        --api-key is absent), not in argv: vLLM prints its non-default arguments into the log, and
+        argv is visible to every user of the host."""
+        return {**os.environ, **BASE_ENV, **self.extra_env, "VLLM_API_KEY": self.api_key}
 
     def start(self) -> None:
         if self._proc is not None:
@@ -198,7 +203,7 @@ class VllmServer:
         self._log_start = self._log.tell()
         self._log.write(f"# studyc: {self._printable_argv()}\n".encode())
         self._log.flush()
-        env = {**os.environ, **BASE_ENV, **self.extra_env}
+        env = self._env()
         try:
             self._proc = subprocess.Popen(
                 self.argv,

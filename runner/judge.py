@@ -3,8 +3,8 @@
 Used by the point runner right after a point ran and by `studyc recheck` on stored records, so a
 point is judged the same way wherever it is judged. Pure: no I/O.
 
-What the request records cannot tell (the prefix-cache counters and reset, preemptions, KV usage,
-GPU telemetry) comes in as a `ServerSide`: `observe` makes it from the scrapes and samples of a
+What the request records cannot tell (the server's counters at the window's edges, the prefix-cache
+reset, GPU telemetry) comes in as a `ServerSide`: `observe` makes it from the scrapes and samples of a
 live point; `ServerSide.stored` reads it back from a stored point.
 """
 
@@ -18,28 +18,49 @@ from compiler.study import Checks
 from runner import checks as checks_mod
 from runner import metrics
 from runner.cache import CacheState
+from runner.fidelity import check_fidelity
+from runner.reconcile import E2E, reconcile, server_step_s
 from runner.records import CheckResult, PointRecord, PointSummary, RequestRecord, TelemetrySample
-from runner.stats import GpuStats, gpu_stats, halves_gap, peak, summarize
+from runner.stats import (
+    GpuStats,
+    gpu_stats,
+    halves_gap,
+    occupancy,
+    open_loop_allowance,
+    steady_phase,
+    steady_requests,
+    summarize,
+)
 
 
 @dataclass(frozen=True)
 class ServerSide:
-    """What the server and the GPU said about a point's measured window."""
+    """What the server and the GPU said about a point's measured window: the counters at its two
+    edges (None where they were not recorded, as in points stored before they were), the cache
+    state and preemptions read from them, and the GPU statistics of the NVML samples."""
 
     cache: CacheState
     preemptions: float | None = None
-    kv_cache_usage_peak: float | None = None
+    kv_cache_usage_peak: float | None = None  # kept as stored for old points; no longer measured
     gpu: GpuStats = field(default_factory=GpuStats)
+    before: metrics.Snapshot | None = None
+    after: metrics.Snapshot | None = None
 
     @classmethod
     def stored(cls, point: PointRecord) -> ServerSide:
         s = point.summary
+        before = after = None
+        if point.counters_before_json and point.counters_after_json:
+            before = metrics.edge_from_json(point.counters_before_json)
+            after = metrics.edge_from_json(point.counters_after_json)
         return cls(
             cache=CacheState(reset_ok=point.reset_ok, queries=s.prefix_queries, hits=s.prefix_hits),
             preemptions=s.preemptions,
             kv_cache_usage_peak=s.kv_cache_usage_peak,
             gpu=GpuStats(power_mean_w=s.power_mean_w, sm_clock_mean_mhz=s.sm_clock_mean_mhz,
                          mem_clock_mean_mhz=s.mem_clock_mean_mhz, temp_max_c=s.temp_max_c, energy_j=s.energy_j),
+            before=before,
+            after=after,
         )
 
 
@@ -49,8 +70,8 @@ def observe(
     after: metrics.Snapshot,
     telemetry: Sequence[TelemetrySample],
 ) -> ServerSide:
-    """The server side of a live point: counter deltas between the scrapes that bracket the window,
-    the peak KV usage the poller saw, and the GPU statistics of the NVML samples."""
+    """The server side of a live point: counter deltas between the scrapes that bracket the window
+    and the GPU statistics of the NVML samples. Nothing is read from /metrics inside the window."""
     return ServerSide(
         cache=CacheState(
             reset_ok=reset_ok,
@@ -58,8 +79,9 @@ def observe(
             hits=metrics.delta(before, after, metrics.PREFIX_CACHE_HITS),
         ),
         preemptions=metrics.delta(before, after, metrics.PREEMPTIONS),
-        kv_cache_usage_peak=peak(telemetry, "kv_cache_usage"),
         gpu=gpu_stats(telemetry),
+        before=before,
+        after=after,
     )
 
 
@@ -69,6 +91,7 @@ class Judgement:
     checks: tuple[CheckResult, ...]
     valid: bool
     flagged: bool
+    reason: str = "valid"  # checks.verdict_reason
 
 
 def judge(
@@ -79,9 +102,18 @@ def judge(
     thresholds: Checks,
     client_ceiling_chunks_per_s: float | None,
 ) -> Judgement:
-    """Summary and checks of one point. `records` may include warmup requests (they are left out)."""
+    """Summary and checks of one point. `records` may include warmup requests: they are left out of
+    the statistics, and reconciliation checks that they ended before the window opened."""
     measured = [r for r in records if not r.warmup]
-    client = summarize(measured, step.concurrency)
+    burst = checks_mod.is_burst(step)
+    client = summarize(measured, step.concurrency, burst=burst)
+    before, after = server.before, server.after
+    rec, step_s, in_server = None, None, None
+    if before is not None and after is not None:
+        rec = reconcile(before, after, records)
+        step_s = server_step_s(before, after)
+        in_server = occupancy(metrics.delta(before, after, E2E + "_sum"), measured)
+    fidelity = check_fidelity(measured, step_s)
     summary = replace(
         client,
         prefix_queries=server.cache.queries,
@@ -95,11 +127,23 @@ def judge(
         temp_max_c=server.gpu.temp_max_c,
         energy_j=server.gpu.energy_j,
         energy_per_token_j=server.gpu.energy_per_token_j(client.output_tokens),
+        server_in_flight=in_server,
+        itl_bunched_share=fidelity.bunched_share,
     )
-    found = checks_mod.evaluate(
-        step, summary, thresholds=thresholds, cache=server.cache,
-        output_lengths=[r.output_tokens for r in measured if r.ok],
-        halves_gap=halves_gap(measured), client_ceiling_chunks_per_s=client_ceiling_chunks_per_s,
+    if fidelity.status == "fail":  # bunched gaps: ITL percentiles would describe the client
+        summary = replace(summary, itl_p50_s=None, itl_p90_s=None, itl_p95_s=None, itl_p99_s=None)
+    phase = steady_phase(measured, step.concurrency) if step.concurrency and not burst else None
+    steady = steady_requests(measured, phase) if phase is not None else measured
+    evidence = checks_mod.Evidence(
+        cache=server.cache,
+        outputs=[checks_mod.Output(r.output_tokens, r.chunks) for r in measured if r.ok],
+        halves_gap=halves_gap(steady),
+        client_ceiling_chunks_per_s=client_ceiling_chunks_per_s,
+        reconciliation=rec,
+        fidelity=fidelity,
+        open_allowance=open_loop_allowance(measured) if step.concurrency is None else None,
     )
+    found = checks_mod.evaluate(step, summary, thresholds=thresholds, evidence=evidence)
     valid, flagged = checks_mod.verdict(found)
-    return Judgement(summary=summary, checks=tuple(found), valid=valid, flagged=flagged)
+    return Judgement(summary=summary, checks=tuple(found), valid=valid, flagged=flagged,
+                     reason=checks_mod.verdict_reason(found))

@@ -1,4 +1,9 @@
-"""The engine's Prometheus `/metrics`: scraped before, during and after each point.
+"""The engine's Prometheus `/metrics`: scraped at the measured window's edges only.
+
+A point scrapes once after warmup and any cache reset (before its first measured request) and once
+right after its last measured request ended; nothing scrapes inside the window, since a scrape
+costs the server's API process time that shows up in the measured token gaps. `MetricsPoller`
+remains for benchmarks that measure exactly that disturbance (benchmarks/telemetry_disturbance.py).
 
 Text is read with `prometheus_client`'s parser; a Snapshot keeps every raw sample and a
 per-sample-name sum over label sets (one engine: the value itself).
@@ -208,6 +213,35 @@ def prefix_hit_rate(before: Snapshot, after: Snapshot) -> float | None:
     if q is None or h is None or q <= 0:
         return None
     return h / q
+
+
+# What a point keeps of each edge scrape: the counters that reconciliation, the cache check and
+# Little's Law read (histogram sums and counts, not their buckets).
+EDGE_SERIES = (
+    "vllm:request_success_total", PROMPT_TOKENS, GENERATION_TOKENS,
+    "vllm:e2e_request_latency_seconds_sum", "vllm:e2e_request_latency_seconds_count",
+    "vllm:time_to_first_token_seconds_sum", "vllm:time_to_first_token_seconds_count",
+    "vllm:inter_token_latency_seconds_sum", "vllm:inter_token_latency_seconds_count",
+    PREFIX_CACHE_QUERIES, PREFIX_CACHE_HITS, PROMPT_TOKENS_CACHED, PREEMPTIONS,
+)  # fmt: skip
+
+
+def edge_json(snap: Snapshot) -> str:
+    """The edge series of one scrape, with its time, as JSON (`edge_from_json` reads it back)."""
+    rows = [[s.name, dict(s.labels), s.value] for s in snap.samples if s.name in EDGE_SERIES]
+    return json.dumps({"t_s": snap.t_s, "samples": rows}, separators=(",", ":"))
+
+
+def edge_from_json(text: str) -> Snapshot:
+    """A Snapshot of the stored edge series (types are not kept)."""
+    doc = json.loads(text)
+    samples = tuple(Sample(n, MappingProxyType(dict(lb)), float(v)) for n, lb, v in doc["samples"])
+    sums: dict[str, float] = {}
+    for s in samples:
+        if _DISTRIBUTION_LABELS.isdisjoint(s.labels):
+            sums[s.name] = sums.get(s.name, 0.0) + s.value
+    return Snapshot(t_s=float(doc["t_s"]), samples=samples, types=MappingProxyType({}),
+                    sums=MappingProxyType(sums))
 
 
 def snapshot_json(snap: Snapshot) -> str:

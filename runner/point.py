@@ -1,5 +1,10 @@
-"""One point on a running server: warmup, verified cache reset, measured load with telemetry,
-then the judge. Self-contained: a point step and a server address in, an outcome out.
+"""One point on a running server: warmup, verified cache reset, the before-scrape of the server's
+counters, the measured load, the after-scrape, then the judge. Self-contained: a point step and a
+server address in, an outcome out.
+
+Nothing reads /metrics inside the measured window: the counters are scraped at its two edges only.
+NVML is sampled at 10 Hz on its own thread (GPU hosts only); that it does not disturb the measured
+token gaps is what benchmarks/telemetry_disturbance.py measures (`NVML_NOTE`).
 """
 
 from __future__ import annotations
@@ -17,6 +22,10 @@ from runner.judge import Judgement, judge, observe
 from runner.loadgen import RequestSpec, make_prompts, run_load
 from runner.nvml import NvmlSample, NvmlSampler
 from runner.records import RequestRecord, TelemetrySample
+
+NVML_NOTE = ("NVML sampled at 10 Hz on its own thread inside measured windows; that this does not disturb "
+             "the measured token gaps on the GPU is established by benchmarks/telemetry_disturbance.py; "
+             "/metrics is scraped at the window's edges only")
 
 
 @dataclass(frozen=True)
@@ -48,6 +57,8 @@ class PointOutcome:
     reset: cache.ResetOutcome | None = None
     phases: dict[str, float] = field(default_factory=dict)
     server_warnings: tuple[str, ...] = ()
+    counters_before_json: str | None = None  # metrics.edge_json of the scrape that opens the window
+    counters_after_json: str | None = None  # ... and of the one that closes it
 
     @property
     def valid(self) -> bool:
@@ -132,12 +143,10 @@ def run_point(point: PointStep, endpoint: Endpoint, ctx: PointContext) -> PointO
         before = metrics.scrape(endpoint.base_url, endpoint.api_key)
         phase("scrape_before")
         nvml = NvmlSampler(ctx.gpu_index)
-        poller = metrics.MetricsPoller(endpoint.base_url, endpoint.api_key, interval_s=0.25)
-        with nvml, poller:
+        with nvml:
             result = _load(endpoint, point, _requests(point, point.requests, "measured"), ctx.client_cpus)
+            after = metrics.scrape(endpoint.base_url, endpoint.api_key)  # right after the last request ended
         phase("measure")
-        after = metrics.scrape(endpoint.base_url, endpoint.api_key)
-        phase("scrape_after")
     except Exception as exc:  # a dead server or a refused connection fails the point, not the run
         out.status, out.error = "failed", f"{type(exc).__name__}: {exc}"
         out.server_warnings = log_warnings(endpoint.log_path, log_start)
@@ -146,13 +155,10 @@ def run_point(point: PointStep, endpoint: Endpoint, ctx: PointContext) -> PointO
     records = list(result.records)
     out.records = warm + records
     origin = ctx.clock_origin_s
-    out.telemetry = [_nvml_sample(point.id, s, origin) for s in nvml.samples] + [
-        TelemetrySample(point.id, "metrics", s.t_s - origin, kv_cache_usage=s.kv_cache_usage_perc,
-                        running=s.num_requests_running, waiting=s.num_requests_waiting)
-        for s in poller.samples
-    ]
+    out.telemetry = [_nvml_sample(point.id, s, origin) for s in nvml.samples]
+    out.counters_before_json, out.counters_after_json = metrics.edge_json(before), metrics.edge_json(after)
     server = observe(out.reset.ok if out.reset else None, before, after, out.telemetry)
-    out.judgement = judge(point, records, server, thresholds=ctx.thresholds,
+    out.judgement = judge(point, warm + records, server, thresholds=ctx.thresholds,
                           client_ceiling_chunks_per_s=ctx.client_ceiling_chunks_per_s)
     out.server_warnings = log_warnings(endpoint.log_path, log_start)
     if result.timed_out:

@@ -1,8 +1,10 @@
 """Re-judge every point from its stored request records, with today's checks.
 
 Results are the truth: when a check's definition is corrected, old runs are re-judged from their
-own records, never re-measured. What the server said (prefix-cache counters, KV usage, GPU
-telemetry) is kept as stored. Opening the database for writing also migrates an older schema.
+own records, never re-measured. What the server said (the edge counters, prefix-cache counters, GPU
+telemetry) is kept as stored; a point stored without edge counters (schema < 3) cannot be
+reconciled, so its reconciliation is `unverified` and the point is not valid. Opening the database
+for writing also migrates an older schema.
 """
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ def recheck(db: Path) -> RecheckReport:
                 continue
             plan = Plan.model_validate_json(run.plan_json)
             steps = {p.id: p for p in plan.points}
-            stored: dict[str, set[tuple[str, bool]]] = {}
+            stored: dict[str, set[tuple[str, str]]] = {}
             for check in store.checks(run.run_id):
-                stored.setdefault(check.point_id, set()).add((check.name, check.passed))
+                stored.setdefault(check.point_id, set()).add((check.name, str(check.status)))
             for point in store.points(run.run_id):
                 step = steps.get(point.point_id)
                 if step is None or point.status != "ok":
@@ -42,13 +44,14 @@ def recheck(db: Path) -> RecheckReport:
                 judged = judge(step, records, ServerSide.stored(point), thresholds=plan.checks,
                                client_ceiling_chunks_per_s=run.client_ceiling_chunks_per_s)
                 old = stored.get(point.point_id, set())
-                new = {(c.name, c.passed) for c in judged.checks}
+                new = {(c.name, str(c.status)) for c in judged.checks}
                 report.points += 1
                 if old != new:
                     report.changed += 1
                     report.details.append(f"{point.point_id}: {sorted(old - new)} -> {sorted(new - old)}")
                 store.replace_judgement(
-                    replace(point, summary=judged.summary, valid=judged.valid, flagged=judged.flagged),
+                    replace(point, summary=judged.summary, valid=judged.valid, flagged=judged.flagged,
+                            verdict=judged.reason),
                     judged.checks,
                 )
             note = f"checks recomputed from stored records by studyc {__version__}"

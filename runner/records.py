@@ -16,6 +16,7 @@ from typing import Literal
 
 __all__ = [
     "CheckResult",
+    "CheckStatus",
     "PointRecord",
     "PointSummary",
     "RequestRecord",
@@ -108,7 +109,7 @@ class PointSummary:
     e2e_p95_s: float | None = None
     e2e_p99_s: float | None = None
     prefix_hit_rate: float | None = None
-    kv_cache_usage_peak: float | None = None
+    kv_cache_usage_peak: float | None = None  # no longer measured: /metrics is not sampled inside the window
     littles_law_error: float | None = None
     mean_in_flight: float | None = None
     power_mean_w: float | None = None
@@ -117,10 +118,26 @@ class PointSummary:
     prefix_queries: float | None = None
     prefix_hits: float | None = None
     preemptions: float | None = None
-    concurrency_error: float | None = None
     mem_clock_mean_mhz: float | None = None
     energy_j: float | None = None
     temp_max_c: float | None = None
+    # The steady phase (closed loop: from the C-th send to the last send, every slot busy): the
+    # requests that ran wholly inside it. Rates, TPOT, ITL and the Little's Law terms are its own.
+    steady_requests: int | None = None
+    little_lambda_w: float | None = None  # lambda * W from the records, compared with the configured load
+    server_in_flight: float | None = None  # the server's e2e histogram sum over the window / window length
+    client_in_flight: float | None = None  # the client's in-flight average over the same whole window
+    # Open loop: latencies from the scheduled time (send-based ones are ttft_*/e2e_*) and the client's lag.
+    ttft_sched_mean_s: float | None = None
+    ttft_sched_p50_s: float | None = None
+    ttft_sched_p99_s: float | None = None
+    e2e_sched_mean_s: float | None = None
+    e2e_sched_p50_s: float | None = None
+    e2e_sched_p99_s: float | None = None
+    client_lag_mean_s: float | None = None  # sent - scheduled
+    client_lag_p99_s: float | None = None
+    client_lag_max_s: float | None = None
+    itl_bunched_share: float | None = None  # token gaps far below the server's step (runner.fidelity)
 
     def metric(self, name: str) -> float | None:
         """A metric by name, as a float (None where unmeasured); KeyError for a name it lacks."""
@@ -133,10 +150,15 @@ class PointSummary:
 SUMMARY_FIELDS = frozenset(f.name for f in dataclasses.fields(PointSummary))
 
 
+CheckStatus = Literal["pass", "fail", "unverified"]
+
+
 @dataclass(frozen=True)
 class CheckResult:
-    """One validity check of one point: a failed `fail` check makes the point invalid, a failed
-    `warn` check flags it."""
+    """One validity check of one point: a `fail` check that did not pass makes the point invalid, a
+    `warn` check that did not pass flags it. `status` says why it did not pass: `fail` (the check
+    measured a fault) or `unverified` (it could not measure: an input was missing). An unverified
+    check never passes. Left out, `status` follows `passed` (rows stored before it existed)."""
 
     point_id: str
     name: str
@@ -145,6 +167,13 @@ class CheckResult:
     value: float | None
     threshold: float | None
     detail: str
+    status: CheckStatus | None = None
+
+    def __post_init__(self) -> None:
+        if self.status is None:
+            object.__setattr__(self, "status", "pass" if self.passed else "fail")
+        elif (self.status == "pass") != self.passed:
+            raise ValueError(f"check {self.name}: status {self.status!r} with passed={self.passed}")
 
 
 @dataclass(frozen=True)
@@ -251,6 +280,11 @@ class PointRecord:
     phases_json: str | None = None
     server_warnings: tuple[str, ...] = ()  # the server log's WARNING lines while the point ran
     reset_attempts: int | None = None
+    verdict: str | None = None  # "valid", "invalid: <checks>" or "unverified: <checks>"
+    # The server's counters at the measured window's edges (runner.metrics.edge_json), so the
+    # reconciliation can be judged again from the database.
+    counters_before_json: str | None = None
+    counters_after_json: str | None = None
     # The step-time model's prediction for the point, fitted before the run from the other runs in
     # the same database on the host's GPU (report.ledger); NULL where none could be made, and why.
     predicted_output_throughput: float | None = None

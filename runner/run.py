@@ -278,7 +278,10 @@ def _gpu(run: RunRecord, options: RunOptions) -> RunRecord:
     info = gpu_info(options.gpu_index)
     if info is None:
         return replace(run, nvml_available=False)
-    return replace(run, nvml_available=True, gpu_name=info.get("name"), driver_version=info.get("driver_version"))
+    from runner.point import NVML_NOTE
+
+    return replace(run, nvml_available=True, gpu_name=info.get("name"), driver_version=info.get("driver_version"),
+                   notes="; ".join(x for x in (run.notes, NVML_NOTE) if x))
 
 
 def _fill_run_versions(store: Store, run_id: str, info: Any) -> None:
@@ -331,6 +334,8 @@ def point_record(
         summary=judged.summary if judged else PointSummary(), valid=outcome.valid, flagged=outcome.flagged,
         phases_json=as_json(outcome.phases), server_warnings=outcome.server_warnings,
         reset_attempts=outcome.reset.attempts if outcome.reset else None,
+        verdict=judged.reason if judged else None, counters_before_json=outcome.counters_before_json,
+        counters_after_json=outcome.counters_after_json,
     )
 
 

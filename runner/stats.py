@@ -89,80 +89,158 @@ class Window:
 
 
 def window(records: Sequence[Record]) -> Window | None:
+    """The whole measured window: first send to last end."""
     measured = [r for r in records if not r.warmup]
     if not measured:
         return None
     return Window(min(r.sent_s for r in measured), max(r.end_s for r in measured))
 
 
-def summarize(records: Sequence[Record], concurrency: int | None) -> PointSummary:
+def steady_phase(records: Sequence[Record], concurrency: int) -> Window | None:
+    """Closed loop: the phase where every slot is busy, from the C-th send to the last send (the
+    client refills a slot the moment it frees, so in between C requests are in flight; before is
+    the ramp, after is the drain). None for a single wave (no send after the first C)."""
+    sends = sorted(r.sent_s for r in records if not r.warmup)
+    if len(sends) <= concurrency:
+        return None
+    start, end = sends[concurrency - 1], sends[-1]
+    return Window(start, end) if end > start else None
+
+
+def steady_requests(records: Sequence[Record], phase: Window) -> list[Record]:
+    """The completed measured requests that ran wholly inside the phase (no ramp, no drain)."""
+    return [r for r in records if not r.warmup and r.ok and r.sent_s >= phase.start_s and r.end_s <= phase.end_s]
+
+
+def _tokens_in(r: Record, win: Window) -> float:
+    """Output tokens of one request that arrived inside the window (a chunk counts its share of
+    the request's tokens: output_tokens / chunks)."""
+    times = r.token_times_s
+    if not times:
+        return 0.0
+    inside = sum(1 for t in times if win.start_s <= t <= win.end_s)
+    return inside * r.output_tokens / len(times)
+
+
+def summarize(records: Sequence[Record], concurrency: int | None, *, burst: bool = False) -> PointSummary:
     """Throughput, latency distributions and Little's Law terms of one point's measured requests
-    (the server-side fields of the summary are left None: the judge fills them)."""
+    (the server-side fields of the summary are left None: the judge fills them).
+
+    Closed loop (not a burst): rates over the steady phase, latency distributions over the requests
+    that ran wholly inside it; without a steady phase (one wave) over the whole window, and
+    `steady_requests` is 0 so the `steady_state` check fails. Open loop and bursts: the whole window.
+    """
     measured = [r for r in records if not r.warmup]
     ok = [r for r in measured if r.ok]
-    win = window(records)
+    whole = window(records)
     inputs, outputs, chunks = (sum(r.prompt_tokens for r in ok), sum(r.output_tokens for r in ok),
                                sum(r.chunks for r in ok))
     base = PointSummary(requests_ok=len(ok), requests_failed=len(measured) - len(ok), input_tokens=inputs,
                         output_tokens=outputs, chunks=chunks)
-    if win is None:
+    if whole is None:
         return base
+    closed = concurrency is not None
+    phase = steady_phase(measured, concurrency) if closed and not burst and concurrency else None
+    if phase is not None:
+        win, sel = phase, steady_requests(measured, phase)
+        out_tok = sum(_tokens_in(r, win) for r in ok)
+        chunk_n = sum(1 for r in ok for t in r.token_times_s if win.start_s <= t <= win.end_s)
+        done = [r for r in ok if win.start_s < r.end_s <= win.end_s]
+        in_tok = sum(r.prompt_tokens for r in ok
+                     if r.first_token_s is not None and win.start_s < r.first_token_s <= win.end_s)
+    else:
+        win, sel, out_tok, chunk_n, done, in_tok = whole, ok, float(outputs), chunks, ok, inputs
     span = win.duration_s
-    ttft = [r.first_token_s - r.sent_s for r in ok if r.first_token_s is not None]
-    e2e = [r.end_s - r.sent_s for r in ok]
-    tpot = [
-        (r.end_s - r.first_token_s) / (r.output_tokens - 1)
-        for r in ok
-        if r.first_token_s is not None and r.output_tokens > 1
-    ]
-    itl = [b - a for r in ok for a, b in zip(r.token_times_s, r.token_times_s[1:], strict=False)]
-    t = distribution(ttft)
-    i = distribution(itl)
-    p = distribution(tpot)
-    e = distribution(e2e)
+    t = distribution([r.first_token_s - r.sent_s for r in sel if r.first_token_s is not None])
+    e = distribution([r.end_s - r.sent_s for r in sel])
+    p = distribution([(r.end_s - r.first_token_s) / (r.output_tokens - 1)
+                      for r in sel if r.first_token_s is not None and r.output_tokens > 1])
+    i = distribution([b - a for r in sel for a, b in zip(r.token_times_s, r.token_times_s[1:], strict=False)])
+    ts = distribution([r.first_token_s - r.scheduled_s for r in ok if r.first_token_s is not None])
+    es = distribution([r.end_s - r.scheduled_s for r in ok])
+    lag = [r.sent_s - r.scheduled_s for r in measured]
 
-    # Little's Law: L (time-averaged in flight, from every measured request's span) against
-    # lambda * W (completed requests per second times their mean time in the system since scheduled).
     spans = [(r.sent_s, r.end_s) for r in measured]
     in_flight = in_flight_integral(spans, win.start_s, win.end_s) / span
-    lam = len(ok) / span
-    w = mean([r.end_s - r.scheduled_s for r in ok]) or 0.0
+    if closed and (burst or phase is None):  # a burst, or one wave: no phase in which L = C must hold
+        lam_w, expected = None, None
+    else:
+        lam_w, expected = little(measured, ok, sel, done, span, concurrency)
     return replace(
         base,
         window_s=span,
-        output_throughput=outputs / span,
-        total_throughput=(outputs + inputs) / span,
-        request_throughput=len(ok) / span,
-        goodput=len(ok) / span,
-        chunk_throughput=chunks / span,
+        output_throughput=out_tok / span,
+        total_throughput=(out_tok + in_tok) / span,
+        request_throughput=len(done) / span,
+        goodput=len(done) / span,
+        chunk_throughput=chunk_n / span,
         ttft_mean_s=t[0], ttft_p50_s=t[1], ttft_p90_s=t[2], ttft_p95_s=t[3], ttft_p99_s=t[4],
         itl_mean_s=i[0], itl_p50_s=i[1], itl_p90_s=i[2], itl_p95_s=i[3], itl_p99_s=i[4],
         tpot_mean_s=p[0], tpot_p50_s=p[1], tpot_p90_s=p[2], tpot_p95_s=p[3], tpot_p99_s=p[4],
         e2e_mean_s=e[0], e2e_p50_s=e[1], e2e_p90_s=e[2], e2e_p95_s=e[3], e2e_p99_s=e[4],
+        ttft_sched_mean_s=ts[0], ttft_sched_p50_s=ts[1], ttft_sched_p99_s=ts[4],
+        e2e_sched_mean_s=es[0], e2e_sched_p50_s=es[1], e2e_sched_p99_s=es[4],
+        client_lag_mean_s=mean(lag), client_lag_p99_s=percentile(lag, 99), client_lag_max_s=max(lag, default=None),
         mean_in_flight=in_flight,
-        littles_law_error=abs(in_flight - lam * w) / in_flight if in_flight > 0 else None,
-        concurrency_error=concurrency_error(measured, concurrency) if concurrency is not None else None,
+        steady_requests=len(sel) if phase is not None else (0 if closed and not burst else None),
+        little_lambda_w=lam_w,
+        littles_law_error=abs(lam_w - expected) / expected if lam_w is not None and expected else None,
+        client_in_flight=in_flight_integral(spans, whole.start_s, whole.end_s) / whole.duration_s,
     )
 
 
-def concurrency_error(measured: Sequence[Record], concurrency: int) -> float | None:
-    """Relative gap between the configured concurrency and the in-flight average while the client
-    was still sending (closed loop: the client must refill a slot as soon as one frees)."""
-    if not measured:
+def little(
+    measured: Sequence[Record], ok: Sequence[Record], steady: Sequence[Record], done: Sequence[Record],
+    span: float, concurrency: int | None,
+) -> tuple[float | None, float | None]:
+    """(lambda * W from the records, what it must equal by the study's own load).
+
+    Closed loop: lambda = completions per second in the steady phase, W = mean send-to-end time of
+    the steady requests; must equal the configured concurrency (a client that idles between a
+    completion and the next send, or sends late, makes it smaller). Open loop: lambda = completions
+    per second (first to last completion), W = mean time from the scheduled send to the end; must
+    equal the offered rate (from the schedule, first to last scheduled send) times the same W, so
+    the error is that of completions/s against the offered rate (a server or client that does not
+    keep up makes it smaller). None where the terms are not measured.
+    """
+    if concurrency is not None:
+        w = mean([r.end_s - r.sent_s for r in steady])
+        if w is None or not done:
+            return None, float(concurrency)
+        return len(done) / span * w, float(concurrency)
+    if len(ok) < 2:
+        return None, None
+    w_sched = mean([r.end_s - r.scheduled_s for r in ok]) or 0.0
+    ends = sorted(r.end_s for r in ok)
+    sched = sorted(r.scheduled_s for r in measured)
+    if ends[-1] <= ends[0] or sched[-1] <= sched[0]:
+        return None, None
+    completions = (len(ok) - 1) / (ends[-1] - ends[0])
+    offered = (len(measured) - 1) / (sched[-1] - sched[0])
+    return completions * w_sched, offered * w_sched
+
+
+def open_loop_allowance(records: Sequence[Record]) -> float | None:
+    """Open loop: the error the span estimate of the completion rate carries by itself. The first
+    and last completions lag their scheduled sends by a request's time in the system, so over a
+    schedule of length T the rates differ by about 2 * median(W) / T even when the server keeps up."""
+    ok = [r for r in records if not r.warmup and r.ok]
+    if len(ok) < 2:
         return None
-    target = min(concurrency, len(measured))
-    sends = sorted(r.sent_s for r in measured)
-    # Steady phase: from the moment every slot was first filled (the target-th send) to the last
-    # send, after which in-flight drains by design. One wave (no send after the ramp): until the
-    # first request ends.
-    start = sends[target - 1]
-    end = sends[-1]
-    if end <= start:
-        end = min(r.end_s for r in measured)
-    if end <= start:
+    sched = sorted(r.scheduled_s for r in records if not r.warmup)
+    if sched[-1] <= sched[0]:
         return None
-    level = in_flight_integral([(r.sent_s, r.end_s) for r in measured], start, end) / (end - start)
-    return abs(level - target) / target
+    w = percentile([r.end_s - r.scheduled_s for r in ok], 50) or 0.0
+    return 2 * w / (sched[-1] - sched[0])
+
+
+def occupancy(server_e2e_sum_s: float | None, records: Sequence[Record]) -> float | None:
+    """The server's own mean occupancy over the client's whole window: the sum of its e2e latency
+    histogram over the window divided by the window's length (None without the counter)."""
+    whole = window(records)
+    if server_e2e_sum_s is None or whole is None:
+        return None
+    return server_e2e_sum_s / whole.duration_s
 
 
 def halves_gap(records: Sequence[Record]) -> float | None:

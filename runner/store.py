@@ -6,8 +6,12 @@ from the `requests` table. Nobody else imports duckdb.
 
 Schema versions: 1 (first release), 2 (typed records: `servers.warnings`, `points.server_warnings`,
 `points.reset_attempts`, `telemetry.energy_j`; the API key scrubbed from `servers.argv_json`;
-`runs.git_sha` = 'HEAD' made NULL). A database opened for writing is migrated in place; one opened
-read-only at an older version is refused with the command that migrates it.
+`runs.git_sha` = 'HEAD' made NULL), 3 (`checks.status` pass/fail/unverified, filled from `passed`;
+`points.verdict`, the edge counters `points.counters_before_json`/`counters_after_json`, the
+steady-phase, scheduled-latency, client-lag and fidelity statistics; `points.concurrency_error` is
+no longer written; the step-time model's `points.predicted_*` and `prediction_note`). A database
+opened for writing is migrated in place (columns a version lacks are added); one opened read-only
+at an older version is refused with the command that migrates it.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from runner.records import (
 )
 from studyc.errors import StoreError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 R = TypeVar("R")
 
@@ -266,7 +270,7 @@ class Store:
     # -- migration ------------------------------------------------------------------------------
 
     def _migrate(self, found: str) -> None:
-        if found != "1":
+        if found not in ("1", "2"):
             raise StoreError(f"{self.path}: schema version {found}, this studyc reads {SCHEMA_VERSION}")
         with self.transaction():
             for table in TABLES:
@@ -276,15 +280,23 @@ class Store:
                 for c in table.columns:
                     if c.name not in have:
                         self.con.execute(f"ALTER TABLE {table.name} ADD COLUMN {c.name} {c.sql}")
-            for run_id, server_id, argv in self.con.execute(
-                "SELECT run_id, server_id, argv_json FROM servers WHERE argv_json IS NOT NULL"
-            ).fetchall():
-                clean = json.dumps(redact_argv(json.loads(argv)))
-                self.con.execute(
-                    "UPDATE servers SET argv_json = ? WHERE run_id = ? AND server_id = ?", [clean, run_id, server_id]
-                )
-            self.con.execute("UPDATE runs SET git_sha = NULL WHERE NOT regexp_full_match(git_sha, '[0-9a-f]{40}')")
+            self.con.execute(
+                "UPDATE checks SET status = CASE WHEN passed THEN 'pass' ELSE 'fail' END WHERE status IS NULL"
+            )
+            if found == "1":
+                self._migrate_v1_rows()
             self.con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
+
+    def _migrate_v1_rows(self) -> None:
+        """Version 1 rows: the API key scrubbed from argv, a git_sha that is not a commit made NULL."""
+        for run_id, server_id, argv in self.con.execute(
+            "SELECT run_id, server_id, argv_json FROM servers WHERE argv_json IS NOT NULL"
+        ).fetchall():
+            clean = json.dumps(redact_argv(json.loads(argv)))
+            self.con.execute(
+                "UPDATE servers SET argv_json = ? WHERE run_id = ? AND server_id = ?", [clean, run_id, server_id]
+            )
+        self.con.execute("UPDATE runs SET git_sha = NULL WHERE NOT regexp_full_match(git_sha, '[0-9a-f]{40}')")
 
     # -- writes ---------------------------------------------------------------------------------
 

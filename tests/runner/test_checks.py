@@ -8,6 +8,9 @@ import pytest
 from compiler.study import Checks
 from runner import checks
 from runner.cache import CacheState
+from runner.checks import Output
+from runner.fidelity import Fidelity
+from runner.reconcile import Item, Reconciliation
 from runner.records import CheckResult, PointSummary
 from tests.runner.steps import step
 
@@ -15,28 +18,57 @@ TOL = 0.25  # exact in binary, so "at the tolerance" is exact
 ABOVE = 0.25 + 1e-9
 
 
-def test_littles_law_edges() -> None:
+def test_steady_state_edges() -> None:
+    p = step(concurrency=4, requests=16)
+    at = checks.steady_state(p, PointSummary(steady_requests=4))
+    assert at is not None and at.passed and at.status == "pass" and at.severity == "fail" and at.threshold == 4.0
+    below = checks.steady_state(p, PointSummary(steady_requests=3))
+    assert below is not None and below.status == "fail" and "load.burst = true" in below.detail
+    one_wave = checks.steady_state(step(concurrency=4, requests=4), PointSummary(steady_requests=0))
+    assert one_wave is not None and not one_wave.passed and "at least 12 requests" in one_wave.detail
+    missing = checks.steady_state(p, PointSummary())
+    assert missing is not None and missing.status == "unverified" and not missing.passed
+    assert checks.steady_state(step(concurrency=4, requests=4, burst=True), PointSummary()) is None
+    assert checks.steady_state(step(concurrency=None, rate_rps=2.0), PointSummary()) is None
+
+
+def test_littles_law_closed_loop_edges() -> None:
     p = step()
-    at = checks.littles_law(p, PointSummary(littles_law_error=TOL, mean_in_flight=3.5), TOL)
-    assert at.passed and at.severity == "fail" and at.value == TOL and at.threshold == TOL
-    assert at.name == "littles_law" and at.point_id == p.id
-    assert "L = 3.500 in flight" in at.detail and "25.00%" in at.detail
-    assert not checks.littles_law(p, PointSummary(littles_law_error=ABOVE), TOL).passed
-    assert checks.littles_law(p, PointSummary(littles_law_error=0.0), TOL).passed
+    at = checks.littles_law(p, PointSummary(littles_law_error=TOL, little_lambda_w=3.0), TOL)
+    assert at is not None and at.passed and at.severity == "fail" and at.value == TOL and at.threshold == TOL
+    assert "lambda*W = 3.000 vs configured concurrency 4" in at.detail and "25.00%" in at.detail
+    above = checks.littles_law(p, PointSummary(littles_law_error=ABOVE), TOL)
+    assert above is not None and above.status == "fail" and "STUDYC_CLIENT_CPUS" in above.detail
     missing = checks.littles_law(p, PointSummary(), TOL)
-    assert not missing.passed and missing.value is None and "n/a" in missing.detail
+    assert missing is not None and missing.status == "unverified" and "n/a" in missing.detail
+    assert checks.littles_law(step(concurrency=4, requests=4, burst=True), PointSummary(), TOL) is None
+    both = checks.littles_law(p, PointSummary(littles_law_error=0.0, client_in_flight=3.2, server_in_flight=3.1), TOL)
+    assert both is not None and "client 3.200, server 3.100" in both.detail
 
 
-def test_concurrency_held_edges() -> None:
-    p = step(concurrency=16, requests=8)
-    at = checks.concurrency_held(p, PointSummary(concurrency_error=TOL), TOL)
-    assert at is not None and at.passed and at.severity == "fail" and at.name == "concurrency_held"
-    assert "configured 8" in at.detail  # min(concurrency, requests)
-    above = checks.concurrency_held(p, PointSummary(concurrency_error=ABOVE), TOL)
-    assert above is not None and not above.passed
-    missing = checks.concurrency_held(p, PointSummary(), TOL)
-    assert missing is not None and not missing.passed
-    assert checks.concurrency_held(step(concurrency=None, rate_rps=2.0), PointSummary(), TOL) is None
+def test_littles_law_open_loop_adds_the_span_allowance() -> None:
+    p = step(concurrency=None, rate_rps=2.0)
+    got = checks.littles_law(p, PointSummary(littles_law_error=0.3), TOL, open_allowance=0.05)
+    assert got is not None and got.passed and got.threshold == pytest.approx(0.30)
+    behind = checks.littles_law(p, PointSummary(littles_law_error=0.31), TOL, open_allowance=0.05)
+    assert behind is not None and behind.status == "fail" and "saturated" in behind.detail
+
+
+def _reconciled(status: str) -> Reconciliation:
+    return Reconciliation((Item("requests", status, 8.0, 9.0, "exact", "server counted 9"),))  # type: ignore[arg-type]
+
+
+def test_reconciliation_follows_its_items_and_fails_closed() -> None:
+    p = step()
+    ok = checks.reconciliation(p, _reconciled("pass"))
+    assert ok.passed and ok.status == "pass" and ok.severity == "fail"
+    bad = checks.reconciliation(p, _reconciled("fail"))
+    assert bad.status == "fail" and "server counted 9" in bad.detail and bad.value == 1.0
+    unverified = checks.reconciliation(p, _reconciled("unverified"))
+    assert unverified.status == "unverified" and not unverified.passed
+    nothing = checks.reconciliation(p, None)
+    assert nothing.status == "unverified" and "no server counters" in nothing.detail
+    assert checks.reconciliation(p, Reconciliation(())).status == "unverified"
 
 
 @pytest.mark.parametrize(
@@ -57,6 +89,8 @@ def test_cache_cold_fails_closed(cache: CacheState, passed: bool) -> None:
     got = checks.cache_cold(step(cache="reset"), cache, TOL)
     assert got.passed is passed and got.severity == "fail" and got.threshold == TOL
     assert got.detail.startswith("reset + verify: ")
+    unverifiable = cache.reset_ok is True and (cache.queries is None or cache.hits is None or cache.queries <= 0)
+    assert got.status == ("pass" if passed else "unverified" if unverifiable else "fail")
 
 
 def test_cache_cold_reports_the_hit_rate_not_the_miss_rate() -> None:
@@ -74,11 +108,15 @@ def test_cache_keep_is_always_a_warning() -> None:
 
 def test_output_exact_edges() -> None:
     p = step(output_len=8)
-    assert checks.output_exact(p, [8, 8]).passed
-    wrong = checks.output_exact(p, [8, 7, 9])
-    assert not wrong.passed and wrong.value == 2.0 and wrong.severity == "fail"
+    assert checks.output_exact(p, [Output(8, 8), Output(8, 7)]).passed
+    wrong = checks.output_exact(p, [Output(8, 8), Output(7, 7), Output(9, 9)])
+    assert not wrong.passed and wrong.status == "fail" and wrong.value == 2.0 and wrong.severity == "fail"
     assert "1/3 requests returned exactly 8 tokens" in wrong.detail
-    assert not checks.output_exact(p, []).passed  # nothing returned: nothing verified
+    nothing = checks.output_exact(p, [])  # nothing returned: nothing verified
+    assert nothing.status == "unverified"
+    no_usage = checks.output_exact(p, [Output(8, 8), Output(0, 8)])  # streamed chunks, no usage event
+    assert no_usage.status == "unverified" and "reported no usage" in no_usage.detail
+    assert checks.output_exact(p, [Output(0, 0)]).status == "fail"  # no tokens at all is wrong
 
 
 def test_errors_edges() -> None:
@@ -94,10 +132,14 @@ def test_errors_edges() -> None:
 def test_warmup_sufficient_edges() -> None:
     p = step()
     at = checks.warmup_sufficient(p, TOL, TOL)
-    assert at.passed and at.severity == "warn"
-    assert not checks.warmup_sufficient(p, ABOVE, TOL).passed
-    assert checks.warmup_sufficient(p, -0.5, TOL).passed  # a faster first half is no warmup problem
-    assert not checks.warmup_sufficient(p, None, TOL).passed
+    assert at is not None and at.passed and at.severity == "warn"
+    above = checks.warmup_sufficient(p, ABOVE, TOL)
+    assert above is not None and above.status == "fail"
+    faster = checks.warmup_sufficient(p, -0.5, TOL)  # a faster first half is no warmup problem
+    assert faster is not None and faster.passed
+    missing = checks.warmup_sufficient(p, None, TOL)
+    assert missing is not None and missing.status == "unverified"
+    assert checks.warmup_sufficient(step(requests=4, burst=True), 1.5, TOL) is None  # a burst: not judged
 
 
 def test_client_headroom_edges() -> None:
@@ -113,44 +155,73 @@ def test_client_headroom_edges() -> None:
     assert checks.client_headroom(p, PointSummary(chunk_throughput=1.0), 0.0, 0.5) is None
 
 
+def test_itl_trusted_follows_fidelity() -> None:
+    p = step()
+    clean = checks.itl_trusted(p, Fidelity("pass", 100, 3, 0.002, "server inter-token histogram", "3 of 100"))
+    assert clean.passed and clean.severity == "warn" and clean.value == 0.03 and clean.threshold == 0.25
+    bunched = checks.itl_trusted(p, Fidelity("fail", 100, 60, 0.002, "client TPOT median", "60 of 100: Fix: x"))
+    assert bunched.status == "fail" and "Fix" in bunched.detail
+    assert checks.itl_trusted(p, Fidelity("unverified", 0, 0, None, "none", "no gaps")).status == "unverified"
+
+
 def _good_summary() -> PointSummary:
-    return PointSummary(requests_ok=8, littles_law_error=0.0, concurrency_error=0.0, chunk_throughput=10.0)
+    return PointSummary(requests_ok=8, littles_law_error=0.0, steady_requests=4, chunk_throughput=10.0)
+
+
+def _evidence(**over: object) -> checks.Evidence:
+    fields: dict[str, object] = dict(
+        cache=CacheState(True, 10.0, 0.0), outputs=[Output(8, 8)] * 8, halves_gap=0.0,
+        client_ceiling_chunks_per_s=1000.0, reconciliation=_reconciled("pass"),
+        fidelity=Fidelity("pass", 10, 0, 0.1, "server inter-token histogram", "clean"),
+    )
+    return checks.Evidence(**(fields | over))  # type: ignore[arg-type]
 
 
 def test_evaluate_runs_every_check_in_order() -> None:
-    found = checks.evaluate(
-        step(), _good_summary(), thresholds=Checks(), cache=CacheState(True, 10.0, 0.0), output_lengths=[8] * 8,
-        halves_gap=0.0, client_ceiling_chunks_per_s=1000.0,
-    )
+    found = checks.evaluate(step(), _good_summary(), thresholds=Checks(), evidence=_evidence())
     assert [c.name for c in found] == [
-        "littles_law", "concurrency_held", "cache_cold", "output_exact", "errors", "warmup_sufficient",
-        "client_headroom",
+        "steady_state", "littles_law", "reconciliation", "cache_cold", "output_exact", "errors",
+        "warmup_sufficient", "client_headroom", "itl_trusted",
     ]
     assert all(c.passed for c in found)
-    assert checks.verdict(found) == (True, False)
+    assert checks.verdict(found) == (True, False) and checks.verdict_reason(found) == "valid"
 
 
 def test_evaluate_uses_each_threshold() -> None:
     t = Checks(littles_law_tolerance=0.1, max_cold_hit_rate=0.2, warmup_tolerance=0.3, client_ceiling_fraction=0.4)
-    found = {c.name: c for c in checks.evaluate(
-        step(), _good_summary(), thresholds=t, cache=CacheState(True, 10.0, 0.0), output_lengths=[8] * 8,
-        halves_gap=0.0, client_ceiling_chunks_per_s=1000.0,
-    )}
-    assert found["littles_law"].threshold == 0.1 and found["concurrency_held"].threshold == 0.1
+    found = {c.name: c for c in checks.evaluate(step(), _good_summary(), thresholds=t, evidence=_evidence())}
+    assert found["littles_law"].threshold == 0.1
     assert found["cache_cold"].threshold == 0.2 and found["warmup_sufficient"].threshold == 0.3
     assert found["client_headroom"].threshold == 0.4
 
 
-def test_open_loop_without_ceiling_has_five_checks() -> None:
-    found = checks.evaluate(
-        step(concurrency=None, rate_rps=1.0), _good_summary(), thresholds=Checks(),
-        cache=CacheState(True, 10.0, 0.0), output_lengths=[8] * 8, halves_gap=0.0, client_ceiling_chunks_per_s=None,
-    )
-    assert [c.name for c in found] == ["littles_law", "cache_cold", "output_exact", "errors", "warmup_sufficient"]
+def test_open_loop_without_ceiling() -> None:
+    found = checks.evaluate(step(concurrency=None, rate_rps=1.0), _good_summary(), thresholds=Checks(),
+                            evidence=_evidence(client_ceiling_chunks_per_s=None))
+    assert [c.name for c in found] == ["littles_law", "reconciliation", "cache_cold", "output_exact", "errors",
+                                       "warmup_sufficient", "itl_trusted"]
 
 
-def _c(name: str, passed: bool, severity: str) -> CheckResult:
-    return CheckResult("p", name, passed, severity, None, None, "")  # type: ignore[arg-type]
+def test_burst_leaves_out_the_steady_state_checks() -> None:
+    found = checks.evaluate(step(requests=4, burst=True), _good_summary(), thresholds=Checks(),
+                            evidence=_evidence(halves_gap=1.5))
+    names = [c.name for c in found]
+    assert "steady_state" not in names and "littles_law" not in names and "warmup_sufficient" not in names
+
+
+def _c(name: str, passed: bool, severity: str, status: str | None = None) -> CheckResult:
+    return CheckResult("p", name, passed, severity, None, None, "", status)  # type: ignore[arg-type]
+
+
+def test_unverified_is_not_valid_and_named_apart_from_failed() -> None:
+    unverified = [_c("reconciliation", False, "fail", "unverified"), _c("errors", True, "fail")]
+    assert checks.verdict(unverified) == (False, False)
+    assert checks.verdict_reason(unverified) == "unverified: reconciliation"
+    both = [*unverified, _c("littles_law", False, "fail")]
+    assert checks.verdict_reason(both) == "invalid: littles_law (unverified: reconciliation)"
+    assert checks.verdict_reason([_c("w", False, "warn", "unverified")]) == "valid"
+    with pytest.raises(ValueError):
+        _c("x", True, "fail", "unverified")  # an unverified check cannot pass
 
 
 def test_verdict_fail_checks_decide_validity_and_warnings_only_flag() -> None:

@@ -9,41 +9,49 @@ from pathlib import Path
 
 from compiler.load import load_study
 from compiler.plan import compile_study
+from runner import metrics
 from runner.cache import CacheState
+from runner.checks import verdict_reason
 from runner.judge import ServerSide, judge
 from runner.recheck import recheck
 from runner.records import CheckResult, PointRecord, RequestRecord, RunRecord
 from runner.store import Store
 from tests.report.helpers import write_study
+from tests.runner.counters import edges
 
 
 def _records(n: int, out: int) -> list[RequestRecord]:
     recs = []
-    for i in range(n):
-        t = float(i // 4)
+    for i in range(n):  # a closed loop at c4: each wave sent when the one before ended
+        t = (i // 4) * (0.1 + (out - 1) * 0.1)
         times = tuple(t + 0.1 + k * 0.1 for k in range(out))
         recs.append(RequestRecord(i, False, t, t, t + 0.1, t + 0.1 + (out - 1) * 0.1, times, 128, out, out, True,
                                   None, 200))
     return recs
 
 
-def _db(tmp: Path, queries: float) -> tuple[Path, str]:
+def _db(tmp: Path, queries: float, counters: bool = True) -> tuple[Path, str]:
     plan = compile_study(load_study(write_study(tmp, "")))
     step = next(p for p in plan.points if p.cache == "reset" and p.concurrency == 4)
     records = _records(step.requests, step.output_len)
-    side = ServerSide(cache=CacheState(True, queries, 0.0))
+    before, after = edges(records, queries=queries)
+    side = ServerSide(cache=CacheState(True, queries, 0.0), before=before, after=after)
     judged = judge(step, records, side, thresholds=plan.checks, client_ceiling_chunks_per_s=None)
     checks = list(judged.checks)
     valid = judged.valid
-    if queries == 0:  # what the old, fail-open cache_cold stored: zero queries passed as cold
-        checks = [dataclasses.replace(c, passed=True) if c.name == "cache_cold" else c for c in checks]
+    if queries == 0 or not counters:  # what the old checks stored: no reconciliation, zero queries passed as cold
+        checks = [dataclasses.replace(c, passed=True, status=None) if c.name == "cache_cold" else c
+                  for c in checks if c.name != "reconciliation"]
         valid = all(c.passed for c in checks if c.severity == "fail")
     db = tmp / "r.duckdb"
     with Store(db) as s:
         s.save_run(RunRecord("run-1", plan.study_id, plan_json=plan.to_json(), started_at=datetime(2025, 1, 1)))
         point = PointRecord("run-1", step.id, arm=step.arm, workload=step.workload, concurrency=step.concurrency,
                             level=step.level, repeat=step.repeat, status="ok", cache_policy=step.cache, reset_ok=True,
-                            summary=judged.summary, valid=valid, flagged=judged.flagged)
+                            summary=judged.summary, valid=valid, flagged=judged.flagged,
+                            verdict=verdict_reason(checks),
+                            counters_before_json=metrics.edge_json(before) if counters else None,
+                            counters_after_json=metrics.edge_json(after) if counters else None)
         s.commit_point(point, records, checks, [])
     return db, step.id
 
@@ -68,8 +76,22 @@ def test_recheck_changes_the_verdict_of_a_stricter_check(tmp_path: Path) -> None
     with Store(db, read_only=True) as s:
         point = s.points("run-1")[0]
         cold = next(c for c in s.checks("run-1") if c.name == "cache_cold")
-    assert not point.valid and not cold.passed and "cannot verify" in cold.detail
+    assert not point.valid and not cold.passed and "cannot verify" in cold.detail and cold.status == "unverified"
+    assert point.verdict == "unverified: cache_cold"
     assert recheck(db).changed == 0  # idempotent
+
+
+def test_recheck_marks_points_without_edge_counters_unverified(tmp_path: Path) -> None:
+    db, pid = _db(tmp_path, queries=100.0, counters=False)
+    with Store(db, read_only=True) as s:
+        assert s.points("run-1")[0].valid
+    report = recheck(db)
+    assert report.changed == 1 and "reconciliation" in report.details[0]
+    with Store(db, read_only=True) as s:
+        point = s.points("run-1")[0]
+        rec = next(c for c in s.checks("run-1") if c.name == "reconciliation")
+    assert not point.valid and point.verdict == "unverified: reconciliation"
+    assert rec.status == "unverified" and "no server counters" in rec.detail
 
 
 def test_recheck_restores_tampered_checks(tmp_path: Path) -> None:

@@ -9,14 +9,17 @@ import pytest
 
 from runner.records import TelemetrySample
 from runner.stats import (
-    concurrency_error,
     distribution,
     gpu_stats,
     halves_gap,
     in_flight_integral,
     mean,
+    occupancy,
+    open_loop_allowance,
     peak,
     percentile,
+    steady_phase,
+    steady_requests,
     summarize,
     window,
 )
@@ -42,14 +45,23 @@ class Rec:
             object.__setattr__(self, "first_token_s", self.sent_s + 0.1 * (self.end_s - self.sent_s))
 
 
-def closed_loop(concurrency: int, waves: int, duration: float = 1.0, ramp: float = 0.0) -> list[Rec]:
-    """Fixed-length requests in lockstep waves; the first wave is sent over `ramp` seconds."""
+def timed(sent: float, end: float, tokens: int = 10, **kw: object) -> Rec:
+    """A request whose tokens arrive evenly from a tenth of the way in to its end."""
+    first = sent + 0.1 * (end - sent)
+    times = tuple(first + k * (end - first) / (tokens - 1) for k in range(tokens))
+    return Rec(sent, end, output_tokens=tokens, chunks=tokens, token_times_s=times, **kw)  # type: ignore[arg-type]
+
+
+def closed_loop(concurrency: int, waves: int, duration: float = 1.0, ramp: float = 0.0,
+                idle: float = 0.0) -> list[Rec]:
+    """Fixed-length requests in lockstep waves; the first wave is sent over `ramp` seconds; a slot
+    waits `idle` seconds between a completion and its next send."""
     out = []
     for slot in range(concurrency):
         t = slot * ramp / concurrency
         for _ in range(waves):
-            out.append(Rec(t, t + duration))
-            t += duration
+            out.append(timed(t, t + duration))
+            t += duration + idle
     return out
 
 
@@ -59,45 +71,64 @@ def test_percentile_matches_numpy_linear() -> None:
     assert percentile([], 50) is None
 
 
-def test_one_wave_burst_with_ramp_holds_concurrency() -> None:
-    # 128 requests sent over 23 ms, each running 1 s: the H200 prefix-cache case.
-    recs = closed_loop(128, 1, duration=1.0, ramp=0.023)
-    assert concurrency_error(recs, 128) == pytest.approx(0.0, abs=1e-9)
+def test_steady_phase_is_c_th_send_to_last_send() -> None:
+    recs = closed_loop(4, 4, ramp=0.04)
+    phase = steady_phase(recs, 4)
+    assert phase is not None and (phase.start_s, phase.end_s) == (pytest.approx(0.03), pytest.approx(3.03))
+    inside = steady_requests(recs, phase)
+    # the ramp's first three requests and the last (drain) wave are left out
+    assert len(inside) == 1 + 4 + 4
+    assert steady_phase(closed_loop(4, 1), 4) is None  # one wave: no send after the ramp
 
 
-def test_multi_wave_holds_concurrency() -> None:
-    recs = closed_loop(8, 4, duration=0.5, ramp=0.01)
-    assert concurrency_error(recs, 8) < 0.001
+def test_littles_law_against_the_configured_concurrency() -> None:
+    s = summarize(closed_loop(4, 4), 4)
+    assert s.littles_law_error == pytest.approx(0.0, abs=1e-9) and s.little_lambda_w == pytest.approx(4.0)
+    assert s.mean_in_flight == pytest.approx(4.0) and s.steady_requests == 12
+    assert s.window_s == pytest.approx(3.0)
+    assert s.output_throughput == pytest.approx(4 * 10 / 1.0, rel=0.05)  # tokens inside the phase only
+    # A client that idles 0.25 s before refilling a slot holds fewer than 4 in flight: lambda*W = 4 * 1/1.25.
+    idle = summarize(closed_loop(4, 4, idle=0.25), 4)
+    assert idle.littles_law_error == pytest.approx(0.2, rel=0.01)
 
 
-def test_client_that_does_not_refill_is_caught() -> None:
-    # Every second slot waits 0.5 s before sending its next request.
-    recs = []
-    for slot in range(4):
-        t = 0.0
-        for _ in range(3):
-            recs.append(Rec(t, t + 1.0))
-            t += 1.0 + (0.5 if slot % 2 else 0.0)
-    assert concurrency_error(recs, 4) > 0.1
+def test_single_wave_has_no_steady_requests_and_a_burst_no_littles_law() -> None:
+    one = summarize(closed_loop(8, 1), 8)
+    assert one.steady_requests == 0 and one.littles_law_error is None
+    assert one.output_throughput == pytest.approx(80.0)  # whole window, still reported
+    burst = summarize(closed_loop(8, 1), 8, burst=True)
+    assert burst.steady_requests is None and burst.littles_law_error is None
 
 
-def test_littles_law_holds_and_catches_warmup_bleed_and_client_lag() -> None:
-    recs = closed_loop(4, 3)
-    s = summarize(recs, 4)
+def test_open_loop_compares_completions_with_the_offered_rate() -> None:
+    # 21 requests scheduled every 0.5 s, each 0.2 s long: the server keeps up.
+    kept = [timed(0.5 * i, 0.5 * i + 0.2) for i in range(21)]
+    s = summarize(kept, None)
     assert s.littles_law_error == pytest.approx(0.0, abs=1e-9)
-    assert s.mean_in_flight == pytest.approx(4.0, rel=0.01)
-    assert s.output_throughput == pytest.approx(12 * 10 / 3.0)
-    # Requests that waited 0.5 s in the client before being sent: W from schedule > L / lambda.
-    lagged = [Rec(r.sent_s, r.end_s, scheduled_s=r.sent_s - 0.5) for r in recs]
-    assert summarize(lagged, 4).littles_law_error > 0.1
-    # Failed requests were in flight but complete nothing: lambda * W undercounts L.
-    failing = [Rec(r.sent_s, r.end_s, ok=(i % 3 != 0)) for i, r in enumerate(recs)]
-    assert summarize(failing, 4).littles_law_error > 0.1
+    assert open_loop_allowance(kept) == pytest.approx(2 * 0.2 / 10.0)
+    # Requests take 0.05 s longer each: a queue grows, completions fall behind the offered rate.
+    behind = [timed(0.5 * i, 0.5 * i + 0.2 + 0.05 * i) for i in range(21)]
+    assert summarize(behind, None).littles_law_error == pytest.approx(1 - 10 / 11, rel=0.01)
+
+
+def test_open_loop_latency_from_the_schedule_and_the_lag() -> None:
+    late = [Rec(0.5 * i + 0.1, 0.5 * i + 0.3, scheduled_s=0.5 * i) for i in range(5)]
+    s = summarize(late, None)
+    assert s.e2e_mean_s == pytest.approx(0.2) and s.e2e_sched_mean_s == pytest.approx(0.3)
+    assert s.client_lag_mean_s == pytest.approx(0.1) and s.client_lag_max_s == pytest.approx(0.1)
+    assert s.ttft_sched_p50_s == pytest.approx(0.1 + 0.02)
+
+
+def test_server_occupancy_over_the_whole_window() -> None:
+    recs = closed_loop(2, 2)
+    assert occupancy(3.8, recs) == pytest.approx(1.9)
+    assert occupancy(None, recs) is None
+    assert summarize(recs, 2).client_in_flight == pytest.approx(2.0)
 
 
 def test_warmup_records_are_excluded() -> None:
     recs = closed_loop(2, 2) + [Rec(-5.0, -4.0, warmup=True)]
-    s = summarize(recs, 2)
+    s = summarize(recs, 2, burst=True)
     assert s.requests_ok == 4
     assert s.window_s == pytest.approx(2.0)
 
@@ -145,7 +176,7 @@ def test_window_is_first_measured_send_to_last_measured_end() -> None:
 def test_summary_of_no_measured_request_has_counts_only() -> None:
     s = summarize([Rec(0.0, 1.0, warmup=True)], 1)
     assert (s.requests_ok, s.requests_failed, s.window_s, s.output_throughput) == (0, 0, None, None)
-    assert s.littles_law_error is None and s.concurrency_error is None
+    assert s.littles_law_error is None and s.steady_requests is None
 
 
 def test_summary_counts_failed_requests_apart() -> None:
@@ -157,7 +188,7 @@ def test_summary_counts_failed_requests_apart() -> None:
     assert s.total_throughput == pytest.approx(22.0)
     assert s.request_throughput == pytest.approx(2.0) and s.goodput == pytest.approx(2.0)
     assert s.chunk_throughput == pytest.approx(12.0)
-    assert s.concurrency_error is None  # open loop: no configured concurrency
+    assert s.steady_requests is None  # open loop: no steady phase sought
 
 
 def test_summary_latencies() -> None:
@@ -168,14 +199,6 @@ def test_summary_latencies() -> None:
     assert s.e2e_p99_s == pytest.approx(1.99)
     assert s.tpot_mean_s == pytest.approx(0.2)  # the one-token request has no TPOT
     assert s.itl_mean_s == pytest.approx(0.25) and s.itl_p90_s == pytest.approx(0.29)
-
-
-def test_concurrency_error_edges() -> None:
-    assert concurrency_error([], 4) is None
-    # Fewer requests than slots: the target is the number of requests.
-    assert concurrency_error(closed_loop(2, 1), 8) == pytest.approx(0.0, abs=1e-9)
-    # All sent at once and all ending at once: no steady phase to measure.
-    assert concurrency_error([Rec(0.0, 0.0), Rec(0.0, 0.0)], 2) is None
 
 
 def test_halves_gap_needs_two_requests_with_tokens() -> None:
