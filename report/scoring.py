@@ -5,13 +5,15 @@ only); shared by `studyc audit` and the site.
 Predictions are resolved twice: against the run's calibrated ceilings (the verdict) and against the
 spec sheet (how far the vendor number would have misled).
 
-A ratio of two measurements is summarized on the log scale: the geometric mean of the per-repeat
-ratios and the exponentiated t interval of their logs, so its interval is never negative and is as
-wide above the mean as below it in relative terms.
+Intervals are computed at the level that really varies (report.intervals): launches between, repeats
+within; a ratio is paired only where the design pairs its sides (same block), else a ratio of means;
+both on the log scale, so a ratio's interval is never negative. A run with a sequential budget is read
+with the stopping rule's repeated confidence interval at the block it stopped (report.sequential).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import os
@@ -28,7 +30,9 @@ from compiler.modelmath import ModelError, ModelShape, load_model
 from compiler.predict_env import build_env
 from compiler.select import Target, sides
 from compiler.study import Hypothesis, Study
+from report.intervals import Interval, Layout, Obs, layout, mean_interval, ratio_interval
 from report.results import RunData
+from report.sequential import look_critical
 from runner.records import CheckResult, PointRecord, RunRecord
 from studyc import format as fmt
 
@@ -162,7 +166,9 @@ class Why(StrEnum):
     POINT_STATUS = "point status"  # a point did not finish
     FAILED_CHECK = "failed check"  # a point failed a fail-level check
     SERVER_FAILED = "server failed"  # a server the metric is read from failed
-    UNPAIRED = "unpaired repeats"  # repeats without a partner on the other side of a ratio
+    UNPAIRED = "unpaired repeats"  # launches (or repeats) without a partner in their block
+    SINGLE_LAUNCH = "single launch"  # the interval rests on one launch's repeats
+    NOT_EXCHANGEABLE = "not exchangeable"  # a point the plan marks as differing by construction: left out
     ZERO_DENOMINATOR = "zero denominator"  # repeats whose ratio has a zero denominator
     NOT_POSITIVE = "ratio not positive"  # a ratio <= 0: summarized on the linear scale
     STRADDLES = "straddles edge"  # the 95% interval contains a band edge: inconclusive
@@ -200,7 +206,12 @@ class Reason:
         if w is Why.NOT_MEASURED:
             return f"metric {self.detail} was not measured on these points"
         if w is Why.UNPAIRED:
-            return f"{self.count} repeat(s) without a partner on the other side of the ratio were left out"
+            return (f"{self.count} launch(es) or repeat(s) without a partner in their block were left out of "
+                    "the paired interval")
+        if w is Why.SINGLE_LAUNCH:
+            return "single launch: launch-to-launch variation not included"
+        if w is Why.NOT_EXCHANGEABLE:
+            return f"{self.point}: left out of the interval, not exchangeable ({self.detail})"
         if w is Why.ZERO_DENOMINATOR:
             return f"{self.count} repeat(s) with a zero denominator were left out"
         if w is Why.NOT_POSITIVE:
@@ -249,6 +260,7 @@ class Score:
     flags: tuple[str, ...] = ()
     reasons: tuple[Reason, ...] = ()
     point_ids: tuple[str, ...] = field(default=(), repr=False)
+    interval: str = ""  # how the interval was computed (report.intervals)
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -360,7 +372,7 @@ def resolve_prediction(
 
 @dataclass
 class _Side:
-    values: dict[int, float] = field(default_factory=dict)  # repeat (or server index) -> value
+    values: list[Obs] = field(default_factory=list)  # with their launch, block and exchangeability
     rows: int = 0
     point_ids: list[str] = field(default_factory=list)
     invalid: list[Reason] = field(default_factory=list)
@@ -395,7 +407,8 @@ def _point_side(data: RunData, target: Target, metric: str, failed_checks: dict[
                 side.flags.setdefault(f"warning {name}", []).append(row.point_id)
         value = row.metric(metric)
         if value is not None and math.isfinite(value):
-            side.values[row.repeat] = value
+            at = _layout(data).point(row.point_id, row.server_id, row.repeat)
+            side.values.append(Obs(row.point_id, value, at.launch, at.block, at.repeat, at.exchangeable, at.why))
     return side
 
 
@@ -410,7 +423,8 @@ def _server_side(data: RunData, target: Target, metric: str) -> _Side:
                                        detail=str(server.error or "")))
         value = server.metric(metric)
         if value is not None and math.isfinite(float(value)):
-            side.values[index] = float(value)
+            at = _layout(data).server(server.server_id, index)
+            side.values.append(Obs(server.server_id, float(value), at.launch, at.block, at.repeat))
     return side
 
 
@@ -462,7 +476,7 @@ def _score(
                 side_list.append(_server_side(data, target, hyp.metric))
             else:
                 side_list.append(_point_side(data, target, hyp.metric, failed))
-    values = _combine(side_list, notes)
+    values, stats, method = _estimate(side_list, notes, _layout(data) if data else Layout())
 
     checks = sorted(set().union(*(s.checks for s in side_list))) if side_list else []
     flagged: dict[str, list[str]] = {}
@@ -471,13 +485,6 @@ def _score(
             flagged.setdefault(what, []).extend(ids)
     flags = [f"{what} on {', '.join(sorted(ids))}" for what, ids in sorted(flagged.items())]
     invalid = [i for s in side_list for i in s.invalid]
-    stats = None
-    if values and len(side_list) == 2 and min(values) > 0:
-        stats = summarize_log(values)
-    elif values:
-        if len(side_list) == 2:
-            notes.append(Reason(Why.NOT_POSITIVE))
-        stats = summarize(values)
 
     verdict: Verdict
     verdict_spec: Verdict
@@ -519,25 +526,49 @@ def _score(
         verdict=verdict, verdict_spec=verdict_spec,
         run_id=data.run_id if data else None, calibrated=calibrated, checks=tuple(checks),
         flags=tuple(flags), reasons=tuple(notes),
-        point_ids=tuple(p for s in side_list for p in s.point_ids),
+        point_ids=tuple(p for s in side_list for p in s.point_ids), interval=method,
     )
 
 
-def _combine(side_list: list[_Side], notes: list[Reason]) -> list[float]:
-    """Per-repeat measured values: the metric itself, or numerator / denominator of matching repeats."""
-    if not side_list:
-        return []
-    if len(side_list) == 1:
-        return [v for _, v in sorted(side_list[0].values.items())]
-    top, bottom = side_list
-    keys = sorted(set(top.values) & set(bottom.values))
-    out = [top.values[k] / bottom.values[k] for k in keys if bottom.values[k] != 0]
-    unmatched = (set(top.values) | set(bottom.values)) - set(keys)
-    if unmatched:
-        notes.append(Reason(Why.UNPAIRED, count=len(unmatched)))
-    if len(out) < len(keys):
-        notes.append(Reason(Why.ZERO_DENOMINATOR, count=len(keys) - len(out)))
-    return out
+def _layout(data: RunData) -> Layout:
+    """The design of the run's stored plan: launches, blocks, exchangeability, the budget."""
+    return _layouts(data.run.plan_json)
+
+
+_layouts = functools.lru_cache(maxsize=64)(layout)
+
+
+def _estimate(side_list: list[_Side], notes: list[Reason], design: Layout) -> tuple[list[float], Stats | None, str]:
+    """(unit values, statistics, method): the interval at the level that varies (report.intervals), read at
+    the run's look when its plan had a sequential budget (report.sequential)."""
+    if not side_list or any(not s.values for s in side_list):
+        return [], None, ""
+    blocks = len({o.block for s in side_list for o in s.values})
+    critical = look_critical(blocks, design.budget_blocks, design.first_look)
+    est: Interval
+    try:
+        if len(side_list) == 1:
+            est = mean_interval(side_list[0].values, critical)
+        else:
+            est = ratio_interval(side_list[0].values, side_list[1].values, critical)
+    except ZeroDivisionError:
+        notes.append(Reason(Why.ZERO_DENOMINATOR, count=len(side_list[1].values)))
+        return [], None, ""
+    except ValueError:  # every observation of a side is not exchangeable
+        notes.extend(Reason(Why.NOT_EXCHANGEABLE, point=o.id, detail=o.why) for s in side_list for o in s.values
+                     if not o.exchangeable)
+        return [], None, ""
+    if est.single_launch:
+        notes.append(Reason(Why.SINGLE_LAUNCH))
+    notes.extend(Reason(Why.NOT_EXCHANGEABLE, point=i, detail=why) for i, why in est.excluded)
+    if est.unpaired:
+        notes.append(Reason(Why.UNPAIRED, count=est.unpaired))
+    if est.zero_denominator:
+        notes.append(Reason(Why.ZERO_DENOMINATOR, count=est.zero_denominator))
+    if len(side_list) == 2 and not est.log_scale:
+        notes.append(Reason(Why.NOT_POSITIVE))
+    stats = Stats(est.n, est.mean, est.spread_low, est.spread_high, est.ci_low, est.ci_high)
+    return list(est.units), stats, est.method
 
 
 def _verdict(hyp: Hypothesis, resolved: Resolved | None, stats: Stats, notes: list[Reason], unit: str) -> Verdict:

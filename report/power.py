@@ -1,0 +1,233 @@
+"""Planning with power: how many blocks a hypothesis likely needs, from the spread of earlier runs.
+
+From the runs in a database on the same GPU, model and vLLM version (read through runner.store), the
+spread of each metric on the log scale (relative): within a launch (repeats of one point on one
+server) and between launches (the same configuration on different server launches). Then, for a
+planned study, the blocks each hypothesis needs for its 95% interval to be narrow enough to decide,
+what that costs in GPU time, and a warning where a tolerance is below the launch-to-launch spread.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from compiler.hardware import HardwareError, get_hardware
+from compiler.plan import Plan
+from report.intervals import fixed_critical, layout
+from runner.store import Store
+
+Key = tuple[Any, ...]
+# Options whose spelled-out default leaves the server as it is (vLLM 0.2x: prefix caching is on by default).
+_DEFAULTS = (("--kv-cache-dtype", "auto"),)
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Relative (log-scale) standard deviations of one metric, with their degrees of freedom."""
+
+    metric: str
+    launch_sd: float | None  # between launches, the within part removed; None when no config ran twice
+    launch_df: int
+    within_sd: float | None  # between repeats of one launch
+    within_df: int
+
+    def per_block(self, repeats: int, ratio: bool) -> float | None:
+        """SD of one block's value: sqrt(sL^2 + sW^2 / r), times sqrt(2) for a ratio paired in blocks."""
+        if self.launch_sd is None and self.within_sd is None:
+            return None
+        var = (self.launch_sd or 0.0) ** 2 + (self.within_sd or 0.0) ** 2 / max(repeats, 1)
+        return math.sqrt(var * (2.0 if ratio else 1.0))
+
+
+def config_key(launch: dict[str, Any], point: dict[str, Any]) -> Key:
+    """What makes two measurements the same configuration: the serve argv (served name aside), the
+    workload's shape, the cache policy and the load level."""
+    argv = list(launch.get("argv", ()))
+    if "--served-model-name" in argv[:-1]:
+        i = argv.index("--served-model-name")
+        del argv[i:i + 2]
+    for flag, default in _DEFAULTS:  # spelled out or left out: the same server
+        if flag in argv[:-1] and argv[argv.index(flag) + 1] == default:
+            i = argv.index(flag)
+            del argv[i:i + 2]
+    if "--enable-prefix-caching" in argv:
+        argv.remove("--enable-prefix-caching")
+    if len(argv) > 1:
+        argv[1] = Path(str(argv[1])).name  # the model folder, wherever it lies
+    return (tuple(argv), point.get("input_len"), point.get("output_len"), point.get("prefix_len"),
+            point.get("cache"), point.get("concurrency"), point.get("rate_rps"))
+
+
+def _same_gpu(gpu_name: str | None, hardware: str) -> bool:
+    if not gpu_name:
+        return False
+    try:
+        return get_hardware(gpu_name).name == get_hardware(hardware).name
+    except HardwareError:
+        return False
+
+
+def _model(launch: dict[str, Any]) -> str:
+    return Path(str(launch.get("model_dir") or (launch.get("argv") or ["", ""])[1])).name
+
+
+def read_spreads(
+    db: Path, hardware: str, models: Sequence[str], vllm_version: str | None = None,
+) -> tuple[dict[str, Spread], dict[tuple[str, Key], Spread], str | None]:
+    """(per metric, per (metric, config), vLLM version used) from the runs on `hardware` serving one of
+    `models` (folder names). vLLM version: the given one, else the newest such run's."""
+    with Store(db, read_only=True) as store:
+        runs = [r for r in store.runs() if _same_gpu(r.gpu_name, hardware)]
+        runs.sort(key=lambda r: (r.started_at.isoformat() if r.started_at else "", r.run_id))
+        version = vllm_version or (runs[-1].vllm_version if runs else None)
+        runs = [r for r in runs if r.vllm_version == version]
+        # (metric, config) -> launch -> log values of exchangeable repeats
+        cells: dict[tuple[str, Key], dict[str, list[float]]] = {}
+        for run in runs:
+            plan = json.loads(run.plan_json or "{}")
+            steps = {str(p["id"]): (launch, p) for launch in plan.get("launches") or plan.get("servers") or []
+                     for p in launch.get("points", []) if _model(launch) in models}
+            places = layout(run.plan_json)
+            for point in store.points(run.run_id):
+                if point.status != "ok" or not point.valid or point.point_id not in steps:
+                    continue
+                place = places.point(point.point_id, point.server_id, point.repeat)
+                if not place.exchangeable:
+                    continue
+                key = config_key(*steps[point.point_id])
+                for name, value in vars(point.summary).items():
+                    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+                        cells.setdefault((name, key), {}).setdefault(f"{run.run_id}|{place.launch}", []).append(
+                            math.log(value))
+    by_config = {k: _spread(k[0], v) for k, v in cells.items()}
+    by_metric: dict[str, Spread] = {}
+    for name in sorted({k[0] for k in cells}):
+        merged = [v for k, v in cells.items() if k[0] == name]
+        by_metric[name] = _pool(name, merged)
+    return by_metric, by_config, version
+
+
+def _spread(metric: str, launches: dict[str, list[float]]) -> Spread:
+    return _pool(metric, [launches])
+
+
+def _pool(metric: str, groups: Sequence[dict[str, list[float]]]) -> Spread:
+    """Pooled within-launch variance of repeats, and between-launch variance of launch means with the
+    within part (sW^2 / r) taken out (method of moments, floored at 0), each weighted by its df."""
+    w_ss, w_df, b_ss, b_df = 0.0, 0, 0.0, 0
+    for launches in groups:
+        means, within = [], []
+        for values in launches.values():
+            m = math.fsum(values) / len(values)
+            means.append(m)
+            if len(values) > 1:
+                ss = math.fsum((v - m) ** 2 for v in values)
+                w_ss += ss
+                w_df += len(values) - 1
+                within.append(ss / (len(values) - 1) / len(values))
+        if len(means) > 1:
+            grand = math.fsum(means) / len(means)
+            var_means = math.fsum((m - grand) ** 2 for m in means) / (len(means) - 1)
+            excess = var_means - (math.fsum(within) / len(within) if within else 0.0)
+            b_ss += max(excess, 0.0) * (len(means) - 1)
+            b_df += len(means) - 1
+    within_sd = math.sqrt(w_ss / w_df) if w_df else None
+    launch_sd = math.sqrt(b_ss / b_df) if b_df else None
+    return Spread(metric, launch_sd, b_df, within_sd, w_df)
+
+
+def blocks_needed(tolerance: float, spread: float, *, target: float = 0.5, most: int = 100) -> int | None:
+    """Fewest blocks n (>= 2) whose expected 95% half-width t(n-1) x spread / sqrt(n) is at most
+    `target` x tolerance (relative units): then a truth within (1 - target) x tolerance of the prediction
+    is confirmed and one beyond (1 + target) x tolerance is refuted. None when `most` blocks do not do it."""
+    if tolerance <= 0:
+        return None
+    for n in range(2, most + 1):
+        if fixed_critical(n - 1) * spread / math.sqrt(n) <= target * tolerance:
+            return n
+    return None
+
+
+@dataclass(frozen=True)
+class PowerRow:
+    hypothesis: str
+    metric: str
+    tolerance: float | None  # relative half-width of the band
+    block_sd: float | None  # expected SD of one block's value (relative)
+    blocks: int | None
+    gpu_s: float | None  # GPU time of that many blocks (every arm), one launch at a time
+    source: str  # where the spread came from
+    warnings: tuple[str, ...] = ()
+    launch_sd: float | None = None  # launch-to-launch SD of one side (relative)
+    launch_df: int = 0
+
+
+def _tolerance(pred: Any) -> float | None:
+    if pred.kind == "value":
+        return float(pred.band)
+    if pred.kind == "range" and all(isinstance(x, int | float) for x in pred.range):
+        low, high = sorted(float(x) for x in pred.range)
+        center = (low + high) / 2
+        return (high - low) / 2 / abs(center) if center else None
+    return None
+
+
+def power_plan(plan: Plan, db: Path) -> tuple[list[PowerRow], str | None]:
+    """Per hypothesis of a compiled plan: the blocks it likely needs and their GPU time, from `db`."""
+    data = json.loads(plan.to_json())
+    steps = {str(p["id"]): (s, p) for s in data["launches"] for p in s["points"]}
+    models = sorted({_model(s) for s in data["launches"]})
+    by_metric, by_config, version = read_spreads(db, plan.hardware, models)
+    block_one = [s for s in data["launches"] if s["block"] == 1]
+    block_s = sum(s["estimated_start_s"] + sum(p["estimated_s"] for p in s["points"]) for s in block_one)
+    rows: list[PowerRow] = []
+    for hyp in plan.hypotheses:
+        pred = hyp.prediction
+        ratio = hyp.denominator is not None
+        tol = _tolerance(pred)
+        first = next(iter(hyp.numerator.points), None)
+        spread, source = None, "no earlier run of this metric on this GPU, model and vLLM version"
+        if first is not None and (hyp.metric, config_key(*steps[first])) in by_config:
+            spread, source = by_config[(hyp.metric, config_key(*steps[first]))], "the same configuration"
+            if spread.launch_sd is None and hyp.metric in by_metric:
+                pooled = by_metric[hyp.metric]
+                spread = Spread(hyp.metric, pooled.launch_sd, pooled.launch_df, spread.within_sd, spread.within_df)
+                source = "the same configuration (within); every configuration of the metric (between launches)"
+        elif hyp.metric in by_metric:
+            spread, source = by_metric[hyp.metric], "every configuration of the metric"
+        sd = spread.per_block(plan.design.repeats, ratio) if spread else None
+        warnings: list[str] = []
+        if spread and spread.launch_sd is None:
+            warnings.append("no configuration ran on two launches: launch-to-launch spread unknown")
+        launch_sd = spread.launch_sd * (math.sqrt(2) if ratio else 1.0) if spread and spread.launch_sd else None
+        if tol is not None and launch_sd is not None and tol < launch_sd:
+            warnings.append(f"tolerance {100 * tol:.2g}% is below the launch-to-launch spread "
+                            f"{100 * launch_sd:.2g}%: it cannot be decided at any budget worth running")
+        blocks = blocks_needed(tol, sd) if tol is not None and sd is not None else None
+        if tol is None:
+            warnings.append("no relative band (a relation or an expression): blocks depend on the distance "
+                            "to the threshold")
+        gpu_s = blocks * block_s if blocks else None
+        rows.append(PowerRow(hyp.id, hyp.metric, tol, sd, blocks, gpu_s, source, tuple(warnings),
+                             spread.launch_sd if spread else None, spread.launch_df if spread else 0))
+    return rows, version
+
+
+def format_power(rows: Sequence[PowerRow], version: str | None, db: Path) -> str:
+    """The power plan as text lines."""
+    out = [f"power plan from {db} (vLLM {version or 'unknown'}; spreads relative, per block):"]
+    for r in rows:
+        tol = f"±{100 * r.tolerance:.3g}%" if r.tolerance is not None else "-"
+        sd = f"{100 * r.block_sd:.2g}%" if r.block_sd is not None else "unknown"
+        need = (f"{r.blocks} blocks, ~{r.gpu_s / 60:.0f} GPU min" if r.blocks and r.gpu_s is not None
+                else "blocks: cannot say")
+        launch = (f", launch-to-launch {100 * r.launch_sd:.2g}% (df {r.launch_df})" if r.launch_sd is not None
+                  else "")
+        out.append(f"  {r.hypothesis}: {r.metric} band {tol}, block SD {sd}{launch}: {need} ({r.source})")
+        out += [f"    warning: {w}" for w in r.warnings]
+    return "\n".join(out) + "\n"

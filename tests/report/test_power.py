@@ -1,0 +1,102 @@
+"""Planning with power: spreads from earlier runs, blocks needed, GPU time, warnings; `studyc plan --db`."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from compiler.load import load_study
+from compiler.plan import compile_study
+from report.intervals import t_quantile
+from report.power import blocks_needed, power_plan, read_spreads
+from runner.records import PointRecord, PointSummary, RunRecord
+from runner.store import Store
+from studyc.cli import main
+from tests.report.helpers import write_study
+
+HYP = '''
+[[hypothesis]]
+id = "same"
+claim = "a and b give the same c1 throughput"
+metric = "output_throughput"
+where = { concurrency = 1 }
+predict = { ratio = ["b", "a"], value = 1.0, tolerance = 0.02 }
+
+[[hypothesis]]
+id = "tight"
+claim = "a and b give the same c4 throughput within 0.1%"
+metric = "output_throughput"
+where = { concurrency = 4 }
+predict = { ratio = ["b", "a"], value = 1.0, tolerance = 0.001 }
+'''
+LAUNCH = {1: 1.00, 2: 1.01, 3: 0.99}  # launch offsets: SD 1% between launches
+WITHIN = (0.998, 1.002)  # repeats of one launch
+
+
+def _db(tmp: Path, study: Path, gpu: str = "NVIDIA H200") -> Path:
+    plan = compile_study(load_study(study))
+    db = tmp / "runs.duckdb"
+    with Store(db) as store:
+        store.save_run(RunRecord(run_id="r1", study_id="toy", plan_json=plan.to_json(), gpu_name=gpu,
+                                 vllm_version="0.26.0", started_at=datetime(2026, 1, 1)))
+        for p in plan.points:
+            value = 100.0 * p.level * LAUNCH[p.launch] * WITHIN[p.repeat - 1]
+            store.commit_point(PointRecord(
+                run_id="r1", point_id=p.id, server_id=f"{p.id.rsplit('/', 3)[0]}", arm=p.arm, workload=p.workload,
+                concurrency=p.concurrency, level=p.level, repeat=p.repeat, valid=True,
+                summary=PointSummary(output_throughput=value)), [], [], [])
+    return db
+
+
+@pytest.fixture
+def study(tmp_path: Path) -> Path:
+    text = write_study(tmp_path, HYP, hardware="h200").read_text().replace("repeats = 3", "repeats = 2\nlaunches = 3")
+    path = tmp_path / "toy.toml"
+    path.write_text(text)
+    return path
+
+
+def test_spreads_between_and_within_launches(tmp_path: Path, study: Path) -> None:
+    db = _db(tmp_path, study)
+    by_metric, _, version = read_spreads(db, "h200", ["tiny-qwen3"])
+    s = by_metric["output_throughput"]
+    within = abs(math.log(WITHIN[1] / WITHIN[0])) / math.sqrt(2)
+    assert s.within_sd == pytest.approx(within, rel=0.01) and version == "0.26.0"
+    logs = [math.log(v) for v in LAUNCH.values()]
+    m = sum(logs) / 3
+    between = sum((x - m) ** 2 for x in logs) / 2 - within ** 2 / 2
+    assert s.launch_sd == pytest.approx(math.sqrt(between), rel=0.01)
+    assert read_spreads(db, "a100", ["tiny-qwen3"])[0] == {}  # another GPU: nothing
+
+
+def test_blocks_needed() -> None:
+    sd = 0.0065
+    n = blocks_needed(0.02, sd)
+    assert n is not None and t_quantile(0.975, n - 1) * sd / math.sqrt(n) <= 0.01
+    assert t_quantile(0.975, n - 2) * sd / math.sqrt(n - 1) > 0.01  # the fewest
+    assert blocks_needed(0.02, 0.0) == 2 and blocks_needed(0.0001, 0.05, most=20) is None
+
+
+def test_power_plan_costs_and_warns_below_the_launch_spread(tmp_path: Path, study: Path) -> None:
+    db = _db(tmp_path, study)
+    plan = compile_study(load_study(study))
+    rows = {r.hypothesis: r for r in power_plan(plan, db)[0]}
+    assert rows["same"].blocks is not None and rows["same"].gpu_s is not None and rows["same"].gpu_s > 0
+    assert not any("below the launch-to-launch" in w for w in rows["same"].warnings)
+    assert any("below the launch-to-launch" in w for w in rows["tight"].warnings)
+
+
+def test_plan_command_prints_the_power_plan_with_db(tmp_path: Path, study: Path) -> None:
+    db = _db(tmp_path, study)
+    out = CliRunner().invoke(main, ["plan", str(study), "--db", str(db)])
+    assert out.exit_code == 0, out.output
+    assert "power plan from" in out.output and "same: output_throughput band ±2%" in out.output
+    plain = CliRunner().invoke(main, ["plan", str(study)])
+    assert "power plan" not in plain.output
+    as_json = CliRunner().invoke(main, ["plan", str(study), "--db", str(db), "--json"])
+    json.loads(as_json.stdout)  # JSON stays JSON
