@@ -320,6 +320,8 @@ def _unpaired(
         center = math.log(a.mean / b.mean)
         what = (f"unpaired ratio of means: delta method on the log scale, Welch df {df:.1f} "
                 f"({a.n} vs {b.n} {level})")
+        if level == "value":
+            what = "one value on each side: no interval"
         units = (math.exp(center),) if level == "value" else ()
         return Interval(n, math.exp(center), math.exp(center - half), math.exp(center + half), *spread,
                         units, level, what, df or None, single, True, excluded)

@@ -158,3 +158,8 @@ def test_scoring_uses_launch_blocks_from_the_stored_plan(tmp_path: Path) -> None
     assert not same.has(Why.SINGLE_LAUNCH)
     assert same.has(Why.NOT_EXCHANGEABLE)  # arm b keeps its cache: its first c1 point of each launch is cold
     assert same.measured == pytest.approx(1.002)  # b keeps only its warm repeat 2 (x1.002) over a's mean
+
+
+def test_one_value_each_side_says_it_has_no_interval() -> None:
+    got = ratio_interval(obs({1: [3.0]}, "t"), obs({1: [2.0]}, "b"))
+    assert (got.mean, got.ci_low, got.ci_high, got.method) == (1.5, 1.5, 1.5, "one value on each side: no interval")
