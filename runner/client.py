@@ -2,13 +2,21 @@
 `/v1/completions` request at a time each, read by `runner.sse` with one clock reading per socket read.
 
 `Client.request` never raises for what happens to a request: it appends an `Outcome`.
+
+Replicas: a Client may hold several targets (the servers of one launch) and a `Balancer` that picks
+one per request, the way a production load balancer would: least outstanding requests (the target
+with the fewest requests in flight, ties to the lowest index; the default) or round robin (in turn).
+Worker processes of one point share the balancer's state through a small file under flock(2), so
+"outstanding" counts every worker's requests.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import math
+import os
 import time
 from array import array
 from collections.abc import Callable, Mapping
@@ -19,7 +27,10 @@ from urllib.parse import urlsplit
 from runner.sse import ProtocolError, ResponseScanner
 from runner.workload import RequestSpec
 
-__all__ = ["NOT_SENT", "POINT_TIMEOUT", "TIMEOUT", "Client", "Outcome", "Target", "make_target", "now"]
+__all__ = [
+    "BALANCE_POLICIES", "NOT_SENT", "POINT_TIMEOUT", "TIMEOUT", "Balancer", "Client", "Outcome", "Target",
+    "make_target", "now",
+]
 
 now = time.monotonic  # CLOCK_MONOTONIC: comparable across processes on one host
 
@@ -48,6 +59,84 @@ class Outcome(NamedTuple):
     ok: bool
     error: str | None
     status: int | None
+    replica: int = 0  # index of the target (server) that answered it
+
+
+BALANCE_POLICIES = ("least_outstanding", "round_robin")
+
+
+class Balancer:
+    """Picks a target per request: `least_outstanding` (fewest in flight, ties to the lowest index) or
+    `round_robin`. State is local, or shared by worker processes through a file (`path`): n+1 int64
+    slots (in-flight count per target, then the round-robin sequence) read and written under flock."""
+
+    def __init__(self, policy: str, n: int, path: str | None = None) -> None:
+        if policy not in BALANCE_POLICIES:
+            raise ValueError(f"balance must be one of {', '.join(BALANCE_POLICIES)}, got {policy!r}")
+        if n < 1:
+            raise ValueError("a balancer needs at least one target")
+        self.policy = policy
+        self.n = n
+        self.path = path
+        self._fd = os.open(path, os.O_RDWR) if path is not None else None
+        self._state = [0] * (n + 1)
+
+    @staticmethod
+    def create_shared(n: int, path: str) -> None:
+        """Write the zeroed state file that worker processes open with `Balancer(policy, n, path)`."""
+        with open(path, "wb") as fh:
+            fh.write(bytes(8 * (n + 1)))
+
+    def _update(self, fn: Any) -> int:
+        fd = self._fd
+        if fd is None:
+            return int(fn(self._state))
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            raw = os.pread(fd, 8 * (self.n + 1), 0)
+            state = [int.from_bytes(raw[8 * i: 8 * i + 8], "little", signed=True) for i in range(self.n + 1)]
+            out = fn(state)
+            os.pwrite(fd, b"".join(v.to_bytes(8, "little", signed=True) for v in state), 0)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        return int(out)
+
+    def pick(self) -> int:
+        """The target of the next request; counts it as outstanding until `release`."""
+        return self._update(self._pick)
+
+    def _pick(self, state: list[int]) -> int:
+        n = self.n
+        if self.policy == "round_robin":
+            i = state[n] % n
+            state[n] += 1
+        else:
+            i = min(range(n), key=lambda k: (state[k], k))
+        state[i] += 1
+        return i
+
+    def release(self, i: int) -> None:
+        def dec(state: list[int]) -> int:
+            state[i] -= 1
+            return 0
+
+        if self.n > 1:
+            self._update(dec)
+
+    def outstanding(self) -> list[int]:
+        got: list[int] = []
+
+        def read(state: list[int]) -> int:
+            got.extend(state[: self.n])
+            return 0
+
+        self._update(read)
+        return got
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 @dataclass(frozen=True)
@@ -175,55 +264,71 @@ class Client:
     and `expired` tells the caller to send no more.
     """
 
-    def __init__(self, target: Target, request_timeout_s: float) -> None:
-        self.target = target
+    def __init__(self, target: Target | tuple[Target, ...], request_timeout_s: float,
+                 balancer: Balancer | None = None) -> None:
+        self.targets = target if isinstance(target, tuple) else (target,)
+        self.target = self.targets[0]
+        self.balancer = balancer if balancer is not None else Balancer("least_outstanding", len(self.targets))
+        if self.balancer.n != len(self.targets):
+            raise ValueError(f"the balancer has {self.balancer.n} targets, the client {len(self.targets)}")
         self.request_timeout_s = request_timeout_s
         self.outcomes: list[Outcome] = []
-        self.idle: list[_Conn] = []
+        self.pools: list[list[_Conn]] = [[] for _ in self.targets]
+        self.idle = self.pools[0]
         self.active: set[_Conn] = set()
         self.expired = False
         self.deadline = math.inf
-        self._header = target.header
-        self._base = dict(target.body_base)
+        self._base = dict(self.target.body_base)
         self._dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
 
-    def _encode(self, spec: RequestSpec) -> bytes:
+    def _encode(self, spec: RequestSpec, replica: int = 0) -> bytes:
         body = self._base
         body["prompt"] = spec.prompt_ids
         body["max_tokens"] = spec.max_tokens
         b = self._dumps(body).encode()
-        return self._header + str(len(b)).encode() + b"\r\n\r\n" + b
+        return self.targets[replica].header + str(len(b)).encode() + b"\r\n\r\n" + b
 
-    async def _connect(self, timeout: float) -> _Conn:
+    async def _connect(self, timeout: float, replica: int = 0) -> _Conn:
         loop = asyncio.get_running_loop()
-        tgt = self.target
+        tgt = self.targets[replica]
         _, conn = await asyncio.wait_for(
             loop.create_connection(_Conn, tgt.host, tgt.port), timeout=max(timeout, 0.001)
         )
         return conn
 
     async def request(self, index: int, spec: RequestSpec, warmup: bool, scheduled: float) -> None:
+        if len(self.targets) == 1:
+            await self._request(index, spec, warmup, scheduled, 0)
+            return
+        replica = self.balancer.pick()
+        try:
+            await self._request(index, spec, warmup, scheduled, replica)
+        finally:
+            self.balancer.release(replica)
+
+    async def _request(self, index: int, spec: RequestSpec, warmup: bool, scheduled: float, replica: int) -> None:
         loop = asyncio.get_running_loop()
-        payload = self._encode(spec)
+        payload = self._encode(spec, replica)
+        idle = self.pools[replica]
         sent = now()
         limit = min(sent + self.request_timeout_s, self.deadline)
         why_late = TIMEOUT if sent + self.request_timeout_s <= self.deadline else POINT_TIMEOUT
         for attempt in (0, 1):
             conn = None
-            while self.idle:
-                c = self.idle.pop()
+            while idle:
+                c = idle.pop()
                 if c.alive and not c.transport.is_closing():  # type: ignore[union-attr]
                     conn = c
                     break
             reused = conn is not None
             if conn is None:
                 try:
-                    conn = await self._connect(limit - now())
+                    conn = await self._connect(limit - now(), replica)
                 except TimeoutError:
-                    self._failed(index, warmup, scheduled, sent, why_late)
+                    self._failed(index, warmup, scheduled, sent, why_late, replica)
                     return
                 except OSError as e:
-                    self._failed(index, warmup, scheduled, sent, f"connect failed: {e}")
+                    self._failed(index, warmup, scheduled, sent, f"connect failed: {e}", replica)
                     return
             if attempt:
                 sent = now()
@@ -245,7 +350,7 @@ class Client:
         err = conn.err
         scan = conn.scan
         if conn.alive and err is None and scan.complete and scan.keep_alive:
-            self.idle.append(conn)  # the response was read to its end: reusable
+            idle.append(conn)  # the response was read to its end: reusable
         elif conn.alive and conn.transport is not None:
             conn.alive = False
             conn.transport.close()
@@ -253,11 +358,12 @@ class Client:
             err = scan.failure()
         self.outcomes.append(Outcome(
             index, warmup, scheduled, sent, conn.first, conn.end, conn.runs.tobytes(), scan.prompt_tokens,
-            scan.output_tokens, scan.chunks, err is None, err, scan.status,
+            scan.output_tokens, scan.chunks, err is None, err, scan.status, replica,
         ))
 
-    def _failed(self, index: int, warmup: bool, scheduled: float, sent: float, err: str) -> None:
-        self.outcomes.append(Outcome(index, warmup, scheduled, sent, None, now(), b"", 0, 0, 0, False, err, None))
+    def _failed(self, index: int, warmup: bool, scheduled: float, sent: float, err: str, replica: int = 0) -> None:
+        self.outcomes.append(Outcome(index, warmup, scheduled, sent, None, now(), b"", 0, 0, 0, False, err, None,
+                                     replica))
 
     def arm(self, deadline: float) -> None:
         self.deadline = deadline
@@ -272,10 +378,11 @@ class Client:
             conn.cancel(POINT_TIMEOUT)
 
     def close(self) -> None:
-        for c in self.idle:
-            if c.transport is not None:
-                c.transport.close()
-        self.idle.clear()
+        for pool in self.pools:
+            for c in pool:
+                if c.transport is not None:
+                    c.transport.close()
+            pool.clear()
 
 
 class _At:

@@ -48,6 +48,7 @@ class LoadResult:
     window_end_s: float  # last measured end
     workers: int
     timed_out: bool
+    replicas: tuple[int, ...] = ()  # per record (same order): the server that answered it; -1 if never sent
 
     @property
     def measured(self) -> tuple[RequestRecord, ...]:
@@ -76,7 +77,7 @@ def auto_workers(concurrency: int | None, rate_rps: float | None, n_requests: in
 
 
 def run_load(
-    base_url: str,
+    base_url: str | Sequence[str],
     model: str,
     requests: Sequence[RequestSpec],
     *,
@@ -93,6 +94,7 @@ def run_load(
     extra_body: Mapping | None = None,
     busy_poll: bool = False,
     cpus: Collection[int] | None = None,
+    balance: str = "least_outstanding",
 ) -> LoadResult:
     """Run one load point and return a record per request (warmup ones flagged); never raises for
     what happens to requests.
@@ -112,12 +114,18 @@ def run_load(
     generator has cores of its own (never beside a CPU vLLM server on a 2-core machine).
     `cpus`: pin the worker processes to these CPUs (e.g. {1} on a 2-core machine, where a CPU vLLM
     pins its model thread to core 0); None leaves them where this process may run.
+    `base_url` may list several servers (the replicas of one launch): each request goes to the one
+    `balance` picks (`least_outstanding` or `round_robin`, `runner.client.Balancer`), across workers.
     """
     if concurrency is not None and concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     if request_timeout_s <= 0:
         raise ValueError("request_timeout_s must be > 0")
-    target = make_target(base_url, model, api_key, extra_body)
+    urls = (base_url,) if isinstance(base_url, str) else tuple(base_url)
+    if not urls:
+        raise ValueError("run_load needs at least one server")
+    targets = tuple(make_target(u, model, api_key, extra_body) for u in urls)
+    target = targets[0]
     specs = tuple(requests)
     n = len(specs)
     wspecs = tuple(warmup)
@@ -153,6 +161,8 @@ def run_load(
             request_timeout_s=request_timeout_s,
             busy_poll=busy_poll,
             cpus=pinned,
+            replicas=targets if len(targets) > 1 else (),
+            balance=balance,
         ))
 
     ran = run_inprocess(plans[0], n, deadline) if inprocess else run_processes(plans, n, deadline)
@@ -169,6 +179,7 @@ def _assemble(outcomes: list[Outcome], specs: Sequence[RequestSpec], wspecs: Seq
     t_fill = deadline if math.isfinite(deadline) else now()
     first_sent = min((o.sent_s for o in outcomes if not o.warmup), default=t_fill)
     records: list[RequestRecord] = []
+    replicas: list[int] = []
     for pool, count, warm in ((seen_w, len(wspecs), True), (seen_m, len(specs), False)):
         for i in range(count):
             got = pool.get(i)
@@ -180,8 +191,10 @@ def _assemble(outcomes: list[Outcome], specs: Sequence[RequestSpec], wspecs: Seq
                     token_times_s=(), prompt_tokens=0, output_tokens=0, chunks=0, ok=False, error=why,
                     status=None,
                 ))
+                replicas.append(-1)
                 continue
             o = got
+            replicas.append(o.replica)
             records.append(RequestRecord(
                 index=o.request_index, warmup=o.warmup, scheduled_s=o.scheduled_s, sent_s=o.sent_s,
                 first_token_s=o.first_token_s, end_s=o.end_s, token_times_s=_expand(o.runs),
@@ -191,7 +204,7 @@ def _assemble(outcomes: list[Outcome], specs: Sequence[RequestSpec], wspecs: Seq
     measured = [r for r in records if not r.warmup and r.error != NOT_SENT]
     w0 = min((r.sent_s for r in measured), default=t_fill)
     w1 = max((r.end_s for r in measured), default=t_fill)
-    return LoadResult(tuple(records), w0, w1, nw, timed_out)
+    return LoadResult(tuple(records), w0, w1, nw, timed_out, tuple(replicas))
 
 
 def _expand(runs: bytes) -> tuple[float, ...]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from compiler.plan import PointStep
 from compiler.study import Checks
-from runner import cache, metrics
+from runner import cache, metrics, replicas
 from runner.judge import Judgement, judge, observe
 from runner.loadgen import RequestSpec, make_prompts, run_load
 from runner.nvml import NvmlSample, NvmlSampler
@@ -34,6 +34,13 @@ class Endpoint:
     api_key: str | None
     model: str
     log_path: Path | None = None  # the server's log: its WARNING lines during a point are kept
+    replicas: tuple[str, ...] = ()  # base URLs of every server of the launch when it has several
+    server_ids: tuple[str, ...] = ()  # ... and their server ids, in the same order
+    balance: str = "least_outstanding"
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        return self.replicas or (self.base_url,)
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,7 @@ class PointOutcome:
     server_warnings: tuple[str, ...] = ()
     counters_before_json: str | None = None  # metrics.edge_json of the scrape that opens the window
     counters_after_json: str | None = None  # ... and of the one that closes it
+    replicas_json: str | None = None  # replicas only: per server, requests sent and counter deltas
 
     @property
     def valid(self) -> bool:
@@ -87,7 +95,7 @@ def _load(
 ) -> Any:
     """Measured requests, or (with `warmup`) warmup requests alone, which the load generator flags."""
     return run_load(
-        endpoint.base_url, endpoint.model, specs, warmup=warmup or (), api_key=endpoint.api_key,
+        endpoint.urls, endpoint.model, specs, balance=endpoint.balance, warmup=warmup or (), api_key=endpoint.api_key,
         concurrency=point.concurrency, rate_rps=point.rate_rps, arrival=point.arrival,
         burstiness=point.burstiness, seed=point.prompt_seed, request_timeout_s=point.request_timeout_s,
         point_timeout_s=point.point_timeout_s, cpus=cpus,
@@ -140,12 +148,14 @@ def run_point(point: PointStep, endpoint: Endpoint, ctx: PointContext) -> PointO
         if point.cache == "reset":
             out.reset = cache.reset(endpoint.base_url, endpoint.api_key)
         phase("reset")
-        before = metrics.scrape(endpoint.base_url, endpoint.api_key)
+        befores = replicas.scrape_all(endpoint.urls, endpoint.api_key)
+        before = replicas.merge(befores, edge="before")
         phase("scrape_before")
         nvml = NvmlSampler(ctx.gpu_index)
         with nvml:
             result = _load(endpoint, point, _requests(point, point.requests, "measured"), ctx.client_cpus)
-            after = metrics.scrape(endpoint.base_url, endpoint.api_key)  # right after the last request ended
+            afters = replicas.scrape_all(endpoint.urls, endpoint.api_key)  # right after the last request ended
+            after = replicas.merge(afters, edge="after")
         phase("measure")
     except Exception as exc:  # a dead server or a refused connection fails the point, not the run
         out.status, out.error = "failed", f"{type(exc).__name__}: {exc}"
@@ -160,6 +170,11 @@ def run_point(point: PointStep, endpoint: Endpoint, ctx: PointContext) -> PointO
     server = observe(out.reset.ok if out.reset else None, before, after, out.telemetry)
     out.judgement = judge(point, warm + records, server, thresholds=ctx.thresholds,
                           client_ceiling_chunks_per_s=ctx.client_ceiling_chunks_per_s)
+    if endpoint.replicas:
+        rows = replicas.replica_rows(endpoint.server_ids, befores, afters, records,
+                                     result.replicas[-len(records):] if records else ())
+        out.replicas_json = replicas.replicas_json(rows)
+        out.judgement = replicas.with_check(out.judgement, replicas.replica_check(point.id, rows))
     out.server_warnings = log_warnings(endpoint.log_path, log_start)
     if result.timed_out:
         out.status, out.error = "failed", f"point timed out after {point.point_timeout_s} s"

@@ -224,6 +224,14 @@ class RunRecord:
     client_ceiling_json: str | None = None
     nvml_available: bool | None = None
     notes: str | None = None
+    # Scale-out (runner.launch, runner.placement): the run's wall time and the sum of its measurement
+    # windows, the devices it ran on, each launch's placement, and the interference measured once
+    # when launches ran side by side (and whether it sent the run back to one launch at a time).
+    wall_s: float | None = None
+    window_s: float | None = None
+    devices: str | None = None  # e.g. "0,1" (GPU indices, or logical ids on a CPU host)
+    placement_json: str | None = None
+    interference_json: str | None = None
 
 
 @dataclass(frozen=True)
@@ -246,6 +254,9 @@ class ServerRecord:
     error: str | None = None
     log_path: str | None = None
     warnings: tuple[str, ...] = ()  # the server log's WARNING lines up to ready
+    launch_id: str | None = None  # the launch this server belongs to (several with replicas)
+    device: str | None = None  # the device(s) it ran on: GPU indices (CUDA_VISIBLE_DEVICES) or a logical id
+    stopped_at: datetime | None = None
 
     def metric(self, name: str) -> float | None:
         """A server-level metric (`kv_capacity_tokens`, `startup_s`) as a float, None if unmeasured."""
@@ -291,6 +302,9 @@ class PointRecord:
     predicted_tpot_s: float | None = None
     predicted_ttft_s: float | None = None
     prediction_note: str | None = None
+    device: str | None = None  # the launch's device(s), replicas separated by ";"
+    client_cpus: str | None = None  # the CPUs the load generator was pinned to ("" = not pinned)
+    replicas_json: str | None = None  # replicas only: per server, the requests sent and its counter deltas
 
     def metric(self, name: str) -> float | None:
         return self.summary.metric(name)

@@ -19,9 +19,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compiler.plan import Plan, PointStep, ServerStep
-from runner.point import Endpoint, PointContext, PointOutcome, log_size, log_warnings, run_point
-from runner.records import PointRecord, PointSummary, RunRecord, ServerRecord, redact_argv
+from compiler.plan import Launch, Plan, PointStep, ServerStep
+from runner.launch import Event, LaunchSpec, PointEvent, PointStartEvent, ServerEvent, run_launch
+from runner.parallel import run_parallel
+from runner.placement import Placement, idle_gpus, parse_gpus, place, place_one
+from runner.point import PointContext, PointOutcome
+from runner.records import PointRecord, PointSummary, RunRecord
 from runner.store import Store, as_json
 from studyc import __version__
 from studyc.errors import EngineError, StudycError
@@ -47,6 +50,7 @@ class RunOptions:
     startup_timeout_s: float | None = None
     calibrate: bool = True
     client_selftest: bool = True
+    gpus: str | None = None  # --gpus: device ids ("0,1"); None: every idle GPU, or one logical device on a CPU host
 
 
 def run_options(settings: Settings, db: Path, **flags: Any) -> RunOptions:
@@ -70,6 +74,11 @@ class RunReport:
     flagged: list[str] = field(default_factory=list)
     wall_s: float = 0.0
     window_s: float = 0.0
+    devices: tuple[str, ...] = ()
+    slots: int = 1  # device slots launches ran on at once (1: one after another)
+    launches_not_needed: list[str] = field(default_factory=list)  # budget launches not run
+    interference: dict[str, Any] | None = None  # runner.parallel.interference_result, when measured
+    sequential_from: str | None = None  # why launches went back to one at a time, if they did
 
 
 class Progress:
@@ -105,8 +114,18 @@ def git_sha(root: Path = SOURCE_ROOT) -> str | None:
     return sha
 
 
+def should_continue(report_so_far: RunReport) -> bool:
+    """Whether to run the next budget block (`required = false`): True while a hypothesis is not
+    decided yet and the budget allows. The sequential-decision rule fills this in; until then no
+    budget block runs."""
+    return False
+
+
 def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) -> RunReport:
-    """Carry out a plan. Ctrl-C stops cleanly: no orphaned server, committed points kept."""
+    """Carry out a plan: its launches in plan order (blocks), each on the devices `runner.placement`
+    gives it; on one device one after another, on several at the same time (one thread per device
+    slot; only this thread writes the database). Ctrl-C stops cleanly: no orphaned server,
+    committed points kept."""
     progress = progress or Progress()
     origin = time.monotonic()
     with Store(options.db) as store:
@@ -121,32 +140,116 @@ def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) 
             clock_origin_s=origin,
             client_cpus=parse_cpus(options.client_cpus, gpu_present=bool(run.nvml_available)),
         )
-        todo = [(s, [p for p in s.points if done.get(p.id) != p.fingerprint]) for s in plan.servers]
-        report.points_skipped = len(plan.points) - sum(len(ps) for _, ps in todo)
+        gpu_host = bool(run.nvml_available)
+        devices = resolve_devices(options.gpus, gpu_host=gpu_host, gpu_index=options.gpu_index)
+        placements = place(plan, devices, gpu_host=gpu_host, client_cpus=ctx.client_cpus)
+        report.devices = devices
+        report.slots = len({p.slot for p in placements})
+        store.save_run(replace(_run(store, run_id), devices=",".join(devices), placement_json=as_json(
+            [{"launch": p.launch_id, "slot": p.slot, "devices": [list(d) for d in p.server_devices],
+              "client_cpus": list(p.client_cpus) if p.client_cpus is not None else None} for p in placements])))
+        specs = []
+        for launch, placed in zip(plan.launches, placements, strict=True):
+            points = tuple(p for p in launch.points if done.get(p.id) != p.fingerprint)
+            specs.append(_spec(launch, points, placed, ctx, run_id, options, gpu_host))
+        report.points_skipped = len(plan.points) - sum(len(sp.points) for sp in specs)
         progress.start(len(plan.points), report.points_skipped)
+        driver = _Driver(store, run_id, plan, report, progress, predictions, options)
         status = "interrupted"
         try:
-            for step, points in todo:
-                if not points:
-                    continue
-                try:
-                    for outcome in run_server_step(step, points, ctx, store, run_id, options, progress):
-                        _commit(store, run_id, step, outcome, predictions.get(outcome.point.id))
-                        _account(report, outcome)
-                        progress.point_done(outcome)
-                        if outcome.status != "ok" and not options.keep_going:
-                            raise StudycError(f"point {outcome.point.id} failed: {outcome.error}")
-                except EngineError as exc:
-                    report.servers_failed.append(step.id)
-                    if not options.keep_going:
-                        raise  # the CLI prints it; printing here too would show it twice
-                    progress.message(f"server {step.id} failed: {exc.message}")
+            if report.slots > 1:
+                progress.message(f"running launches on {report.slots} device slots at once ({','.join(devices)})")
+                run_parallel(specs, driver, options)
+            else:
+                run_sequential(specs, driver, options)
             status = "complete" if not (report.points_failed or report.servers_failed) else "partial"
         finally:
             report.wall_s = time.monotonic() - origin
-            store.save_run(replace(_run(store, run_id), status=status, finished_at=datetime.now(UTC)))
+            store.save_run(replace(_run(store, run_id), status=status, finished_at=datetime.now(UTC),
+                                   wall_s=round(report.wall_s, 3), window_s=round(report.window_s, 3)))
             progress.close()
     return report
+
+
+def resolve_devices(gpus: str | None, *, gpu_host: bool, gpu_index: int = 0) -> tuple[str, ...]:
+    """`--gpus` as given; else every GPU NVML shows idle (GPU `gpu_index` when none is); on a CPU
+    host one logical device."""
+    if gpus:
+        return parse_gpus(gpus)
+    if not gpu_host:
+        return ("0",)
+    return idle_gpus() or (str(gpu_index),)
+
+
+def _spec(launch: Launch, points: tuple[PointStep, ...], placed: Placement, ctx: PointContext, run_id: str,
+          options: RunOptions, gpu_host: bool) -> LaunchSpec:
+    first = placed.server_devices[0][0]
+    local = replace(ctx, client_cpus=placed.client_cpus,
+                    gpu_index=int(first) if gpu_host and first.isdigit() else ctx.gpu_index)
+    return LaunchSpec(
+        launch=launch, points=points, run_id=run_id, placement=placed, ctx=local,
+        engine_command=tuple(options.engine_command), log_dir=options.runs_dir / run_id,
+        cache_root=options.runs_dir / run_id / "compile-cache", startup_timeout_s=options.startup_timeout_s,
+        gpu_host=gpu_host,
+    )
+
+
+class _Driver:
+    """Commits what launches emit: the one writer of the database."""
+
+    def __init__(self, store: Store, run_id: str, plan: Plan, report: RunReport, progress: Progress,
+                 predictions: dict[str, PointPrediction], options: RunOptions) -> None:
+        self.store, self.run_id, self.report, self.progress = store, run_id, report, progress
+        self.predictions, self.options = predictions, options
+        self.launches = {launch.id: launch for launch in plan.launches}
+
+    def handle(self, event: Event) -> None:
+        if isinstance(event, ServerEvent):
+            self.store.record_server(event.record)
+            if event.info is not None:
+                _fill_run_versions(self.store, self.run_id, event.info)
+            launch = self.launches[event.record.launch_id or event.record.server_id]
+            self.progress.server(launch, event.status if launch.replicas == 1
+                                 else f"{event.record.server_id}: {event.status}")
+        elif isinstance(event, PointStartEvent):
+            self.progress.point_started(event.point)
+        elif isinstance(event, PointEvent):
+            outcome = event.outcome
+            _commit(self.store, self.run_id, event.launch, outcome, self.predictions.get(outcome.point.id),
+                    device=event.device, client_cpus=event.client_cpus)
+            _account(self.report, outcome)
+            self.progress.point_done(outcome)
+            if outcome.status != "ok" and not self.options.keep_going:
+                raise StudycError(f"point {outcome.point.id} failed: {outcome.error}")
+
+    def store_interference(self, found: dict[str, Any]) -> None:
+        self.store.save_run(replace(_run(self.store, self.run_id), interference_json=as_json(found)))
+
+    def server_failed(self, launch: Launch, exc: EngineError) -> None:
+        self.report.servers_failed.append(launch.id)
+        if not self.options.keep_going:
+            raise exc  # the CLI prints it; printing here too would show it twice
+        self.progress.message(f"server {launch.id} failed: {exc.message}")
+
+    def wanted(self, spec: LaunchSpec) -> bool:
+        """Whether to run the launch: it has points left and is required, or its budget block is."""
+        if not spec.points:
+            return False
+        if spec.launch.required or should_continue(self.report):
+            return True
+        self.report.launches_not_needed.append(spec.launch.id)
+        return False
+
+
+def run_sequential(specs: list[LaunchSpec], driver: _Driver, options: RunOptions) -> None:
+    """One launch after another on this thread (one device)."""
+    for spec in specs:
+        if not driver.wanted(spec):
+            continue
+        try:
+            run_launch(spec, driver.handle)
+        except EngineError as exc:
+            driver.server_failed(spec.launch, exc)
 
 
 def run_server_step(
@@ -158,59 +261,23 @@ def run_server_step(
     options: RunOptions,
     progress: Progress,
 ) -> Iterator[PointOutcome]:
-    """Start one server, run its points, stop it. Yields each point's outcome as it completes."""
-    from runner.engine import VllmServer
+    """Start one launch on the first device, run its points, stop it. Yields each point's outcome
+    as it completes (the server records are stored as they come). Kept for callers of v1."""
+    placed = place_one(step, ("0",), client_cpus=ctx.client_cpus)
+    spec = LaunchSpec(launch=step, points=tuple(points), run_id=run_id, placement=placed, ctx=ctx,
+                      engine_command=tuple(options.engine_command), log_dir=options.runs_dir / run_id,
+                      startup_timeout_s=options.startup_timeout_s)
+    outcomes: list[PointOutcome] = []
 
-    log_dir = options.runs_dir / run_id
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / (step.id.replace("/", "__") + ".log")
-    progress.server(step, "starting")
-    if Path(step.model_dir, "config.json").is_file():
-        from runner.tokenizer import ensure_tokenizer
+    def emit(event: Any) -> None:
+        if isinstance(event, ServerEvent):
+            store.record_server(event.record)
+            progress.server(step, event.status)
+        elif isinstance(event, PointEvent):
+            outcomes.append(event.outcome)
 
-        if ensure_tokenizer(step.model_dir):
-            progress.message(f"built the local tokenizer of {step.model_dir}")
-    server = VllmServer(
-        step.argv, env=step.env, log_path=log_path, command=options.engine_command,
-        startup_timeout_s=options.startup_timeout_s,
-    )
-    log_start = log_size(log_path)
-    record = ServerRecord(
-        run_id=run_id, server_id=step.id, arm=step.arm, fingerprint=step.fingerprint,
-        argv_json=as_json(redact_argv(list(server.argv))), env_json=as_json(step.env),
-        started_at=datetime.now(UTC), log_path=str(log_path),
-    )
-    try:
-        server.start()
-        info = server.wait_ready()
-    except EngineError as exc:
-        server.stop()
-        store.record_server(replace(record, status="failed", error=exc.message,
-                                    warnings=log_warnings(log_path, log_start)))
-        raise
-    except BaseException:
-        server.stop()
-        raise
-    store.record_server(replace(
-        record, status="ready", startup_s=info.startup_s, kv_capacity_tokens=info.kv_capacity_tokens,
-        vllm_version=info.vllm_version, torch_version=info.torch_version, gpu_name=info.gpu_name,
-        warnings=log_warnings(log_path, log_start),
-    ))
-    _fill_run_versions(store, run_id, info)
-    progress.server(step, f"ready in {info.startup_s:.1f} s, KV {info.kv_capacity_tokens or '?'} tokens")
-    endpoint = Endpoint(info.base_url, info.api_key, step.served_model_name, log_path)
-    try:
-        for point in points:
-            progress.point_started(point)
-            outcome = run_point(point, endpoint, ctx)
-            if outcome.status != "ok" and server.poll() is not None:
-                outcome.error = f"{outcome.error}; server exited ({server.poll()}): {server.log_tail(8)}"
-                yield outcome
-                raise EngineError(f"server {step.id} died during {point.id}")
-            yield outcome
-    finally:
-        server.stop()
-        progress.server(step, "stopped")
+    run_launch(spec, emit)
+    yield from outcomes
 
 
 def _open_run(store: Store, plan: Plan, options: RunOptions, progress: Progress) -> tuple[str, dict[str, str]]:
@@ -340,11 +407,13 @@ def point_record(
 
 
 def _commit(
-    store: Store, run_id: str, step: ServerStep, outcome: PointOutcome, predicted: PointPrediction | None = None
+    store: Store, run_id: str, step: ServerStep, outcome: PointOutcome, predicted: PointPrediction | None = None,
+    *, device: str | None = None, client_cpus: str | None = None,
 ) -> None:
     checks = outcome.judgement.checks if outcome.judgement else ()
-    store.commit_point(point_record(run_id, step.id, outcome, predicted), outcome.records, checks,
-                       outcome.telemetry)
+    record = replace(point_record(run_id, step.id, outcome, predicted), device=device, client_cpus=client_cpus,
+                     replicas_json=outcome.replicas_json)
+    store.commit_point(record, outcome.records, checks, outcome.telemetry)
 
 
 def _account(report: RunReport, outcome: PointOutcome) -> None:

@@ -9,7 +9,9 @@ Schema versions: 1 (first release), 2 (typed records: `servers.warnings`, `point
 `runs.git_sha` = 'HEAD' made NULL), 3 (`checks.status` pass/fail/unverified, filled from `passed`;
 `points.verdict`, the edge counters `points.counters_before_json`/`counters_after_json`, the
 steady-phase, scheduled-latency, client-lag and fidelity statistics; `points.concurrency_error` is
-no longer written; the step-time model's `points.predicted_*` and `prediction_note`). A database
+no longer written; the step-time model's `points.predicted_*` and `prediction_note`), 4 (scale-out:
+`runs.wall_s`/`window_s`/`devices`/`placement_json`/`interference_json`, `servers.launch_id`/`device`/
+`stopped_at`, `points.device`/`client_cpus`/`replicas_json`). A database
 opened for writing is migrated in place (columns a version lacks are added); one opened read-only
 at an older version is refused with the command that migrates it.
 """
@@ -44,7 +46,7 @@ from runner.records import (
 )
 from studyc.errors import StoreError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 R = TypeVar("R")
 
@@ -270,7 +272,7 @@ class Store:
     # -- migration ------------------------------------------------------------------------------
 
     def _migrate(self, found: str) -> None:
-        if found not in ("1", "2"):
+        if found not in ("1", "2", "3"):
             raise StoreError(f"{self.path}: schema version {found}, this studyc reads {SCHEMA_VERSION}")
         with self.transaction():
             for table in TABLES:

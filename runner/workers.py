@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
 
-from runner.client import Client, Outcome, Target, now
+from runner.client import Balancer, Client, Outcome, Target, now
 from runner.workload import Arrival, RequestSpec
 
 __all__ = ["WorkerPlan", "Warmup", "run_inprocess", "run_processes"]
@@ -54,6 +54,12 @@ class WorkerPlan:
     request_timeout_s: float
     busy_poll: bool = False
     cpus: tuple[int, ...] | None = None
+    replicas: tuple[Target, ...] = ()  # several servers behind the balancer (`target` is the first)
+    balance: str = "least_outstanding"
+
+    @property
+    def targets(self) -> tuple[Target, ...]:
+        return self.replicas or (self.target,)
 
 
 class Ran(NamedTuple):
@@ -70,6 +76,7 @@ class _Setup:
     counter_path: str
     n: int
     deadline: float
+    balance_path: str | None = None  # the balancer state shared by the workers (replicas only)
 
 
 @dataclass(frozen=True)
@@ -91,10 +98,11 @@ class _Done:
 class _Worker:
     """Runs a plan on one event loop: the request loops around a Client."""
 
-    def __init__(self, plan: WorkerPlan, take: Callable[[], int | None]) -> None:
+    def __init__(self, plan: WorkerPlan, take: Callable[[], int | None], balance_path: str | None = None) -> None:
         self.plan = plan
         self.take = take
-        self.client = Client(plan.target, plan.request_timeout_s)
+        targets = plan.targets
+        self.client = Client(targets, plan.request_timeout_s, Balancer(plan.balance, len(targets), balance_path))
         self.spinning = False
 
     async def run_warmup(self, deadline: float) -> None:
@@ -249,7 +257,7 @@ def worker_main(fd: int) -> None:
             os.sched_setaffinity(0, plan.cpus)
         loop = _new_loop()
         asyncio.set_event_loop(loop)
-        worker = _Worker(plan, _FileCounter(setup.counter_path, setup.n))
+        worker = _Worker(plan, _FileCounter(setup.counter_path, setup.n), setup.balance_path)
         try:
             loop.run_until_complete(worker.run_warmup(setup.deadline))
             pipe.send(_Warm())
@@ -310,6 +318,12 @@ def run_processes(plans: list[WorkerPlan], n: int, deadline: float) -> Ran:
     cfd, counter_path = tempfile.mkstemp(prefix="studyc-loadgen-", dir=shm)
     os.write(cfd, bytes(8))
     os.close(cfd)
+    balance_path = None
+    n_targets = len(plans[0].targets) if plans else 1
+    if n_targets > 1:
+        bfd, balance_path = tempfile.mkstemp(prefix="studyc-balance-", dir=shm)
+        os.close(bfd)
+        Balancer.create_shared(n_targets, balance_path)
     pipes: list[Connection] = []
     procs: list[subprocess.Popen] = []
     outcomes: list[Outcome] = []
@@ -330,7 +344,7 @@ def run_processes(plans: list[WorkerPlan], n: int, deadline: float) -> Ran:
             theirs.close()
             pipe = Connection(mine.detach())
             pipes.append(pipe)
-            pipe.send(_Setup(plan, counter_path, n, deadline))
+            pipe.send(_Setup(plan, counter_path, n, deadline, balance_path))
         live = []
         for pipe in pipes:
             try:
@@ -365,6 +379,8 @@ def run_processes(plans: list[WorkerPlan], n: int, deadline: float) -> Ran:
                 p.kill()
                 p.wait()
         os.unlink(counter_path)
+        if balance_path is not None:
+            os.unlink(balance_path)
     return Ran(outcomes, timed_out)
 
 

@@ -217,8 +217,11 @@ def _print_stepmodel(db: Path, ledger: bool, shown: str) -> None:
 @click.option("--no-calibrate", is_flag=True, help="Skip the bandwidth/matmul calibration at run start.")
 @click.option("--allow-hardware-mismatch", is_flag=True,
               help="Run a study whose `hardware` is not this host's (scored against that spec sheet anyway).")
+@click.option("--gpus", default=None, metavar="IDS",
+              help="Devices to place launches on, e.g. 0,1 (default: every idle GPU; on a CPU host one "
+                   "logical device, or the logical ids named here). Independent launches run at once.")
 def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry_run: bool, no_calibrate: bool,
-        allow_hardware_mismatch: bool) -> None:
+        allow_hardware_mismatch: bool, gpus: str | None) -> None:
     """Carry out studies against real vLLM servers and store every measurement in DuckDB.
 
     Every study file is validated and compiled, and the engine and the hardware are checked,
@@ -248,7 +251,8 @@ def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry
         click.echo(f"warning: {warning}", err=True)
     version = check_engine(settings.vllm_argv)
     click.echo(f"engine: {' '.join(settings.vllm_argv)} ({version}); GPU: {gpu_name or 'none'}", err=True)
-    options = run_options(settings, db, resume=resume, keep_going=keep_going, calibrate=not no_calibrate)
+    options = run_options(settings, db, resume=resume, keep_going=keep_going, calibrate=not no_calibrate,
+                          gpus=gpus)
     failed = False
     for plan in plans:
         try:
@@ -261,6 +265,16 @@ def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry
             f"{report.points_skipped} skipped, wall {report.wall_s:.1f} s "
             f"(measurement windows {report.window_s:.1f} s) -> {db}"
         )
+        click.echo(f"  wall {report.wall_s:.1f} s over measurement windows {report.window_s:.1f} s"
+                   + (f" = {report.wall_s / report.window_s:.1f}x" if report.window_s else "")
+                   + f"; devices {','.join(report.devices) or '-'}, {report.slots} slot(s) at once")
+        if report.interference is not None:
+            found = report.interference
+            effect = "n/a" if found["effect"] is None else f"{found['effect']:.1%}"
+            limit = "n/a" if found["threshold"] is None else f"{found['threshold']:.1%}"
+            click.echo(f"  interference on {found['point']}: {effect} (noise threshold {limit}): {found['why']}")
+        if report.launches_not_needed:
+            click.echo(f"  budget launches not run: {len(report.launches_not_needed)}")
         for label, items in (("failed", report.points_failed), ("servers failed", report.servers_failed),
                              ("invalid (a check failed)", report.invalid), ("flagged", report.flagged)):
             if items:
