@@ -106,6 +106,10 @@ def plan(study: Path, db: Path | None, fmt: str | None, **aliases: bool) -> None
             for r in rows:
                 cells = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r[:4], widths, strict=True))]
                 click.echo("  ".join(cells) + ("  " + r[4] if r[4] else ""))
+    if db is not None and shown != "json":
+        from report.power import format_power, power_plan
+
+        click.echo("\n" + format_power(*power_plan(compiled, db), db), nl=False)
 
 
 def _plan_predictions(compiled: Any, db: Path) -> dict[str, Any]:
