@@ -162,10 +162,17 @@ def summarize(records: Sequence[Record], concurrency: int | None, *, burst: bool
 
     spans = [(r.sent_s, r.end_s) for r in measured]
     in_flight = in_flight_integral(spans, win.start_s, win.end_s) / span
+    lam_w: float | None
+    expected: float | None
     if closed and (burst or phase is None):  # a burst, or one wave: no phase in which L = C must hold
         lam_w, expected = None, None
+    elif closed:
+        # lambda * W in its exact finite-window form: each request's time inside the phase, summed,
+        # over the phase's length (completions/s times the mean latency carries a boundary error of
+        # about W / T, tens of percent over a few waves).
+        lam_w, expected = in_flight, float(concurrency or 0)
     else:
-        lam_w, expected = little(measured, ok, sel, done, span, concurrency)
+        lam_w, expected = open_loop_little(measured, ok)
     return replace(
         base,
         window_s=span,
@@ -189,25 +196,16 @@ def summarize(records: Sequence[Record], concurrency: int | None, *, burst: bool
     )
 
 
-def little(
-    measured: Sequence[Record], ok: Sequence[Record], steady: Sequence[Record], done: Sequence[Record],
-    span: float, concurrency: int | None,
-) -> tuple[float | None, float | None]:
-    """(lambda * W from the records, what it must equal by the study's own load).
+def open_loop_little(measured: Sequence[Record], ok: Sequence[Record]) -> tuple[float | None, float | None]:
+    """Open loop: (lambda * W from the records, what it must equal by the offered load).
 
-    Closed loop: lambda = completions per second in the steady phase, W = mean send-to-end time of
-    the steady requests; must equal the configured concurrency (a client that idles between a
-    completion and the next send, or sends late, makes it smaller). Open loop: lambda = completions
-    per second (first to last completion), W = mean time from the scheduled send to the end; must
-    equal the offered rate (from the schedule, first to last scheduled send) times the same W, so
-    the error is that of completions/s against the offered rate (a server or client that does not
-    keep up makes it smaller). None where the terms are not measured.
+    lambda = completions per second (first to last completion), W = mean time from the scheduled
+    send to the end; it must equal the offered rate (from the schedule, first to last scheduled
+    send) times the same W, so the error is that of completions/s against the offered rate (a
+    server or client that does not keep up makes it smaller). Closed loop, the summary compares the
+    steady phase's lambda * W (time-average in flight) with the configured concurrency: a client
+    that idles between a completion and its next send makes it smaller.
     """
-    if concurrency is not None:
-        w = mean([r.end_s - r.sent_s for r in steady])
-        if w is None or not done:
-            return None, float(concurrency)
-        return len(done) / span * w, float(concurrency)
     if len(ok) < 2:
         return None, None
     w_sched = mean([r.end_s - r.scheduled_s for r in ok]) or 0.0
