@@ -156,7 +156,7 @@ def run_launch(
             emit(ServerEvent(record, status="starting"))
             cancel.add(server)
             server.start()
-        for server, record, start in zip(servers, records, starts, strict=True):
+        for server, record, start in zip(servers, list(records), starts, strict=True):
             try:
                 info = server.wait_ready()
             except EngineError as exc:
@@ -164,18 +164,21 @@ def run_launch(
                                          warnings=log_warnings(server.log_path, start)), status="failed"))
                 raise
             infos.append(info)
-            emit(ServerEvent(replace(
+            ready = replace(
                 record, status="ready", startup_s=info.startup_s, kv_capacity_tokens=info.kv_capacity_tokens,
                 vllm_version=info.vllm_version, torch_version=info.torch_version, gpu_name=info.gpu_name,
                 warnings=log_warnings(server.log_path, start),
-            ), info=info, status=f"ready in {info.startup_s:.1f} s, KV {info.kv_capacity_tokens or '?'} tokens"))
+            )
+            records[records.index(record)] = ready
+            emit(ServerEvent(ready, info=info,
+                             status=f"ready in {info.startup_s:.1f} s, KV {info.kv_capacity_tokens or '?'} tokens"))
         _measure(spec, servers, infos, emit, cancel, interlude)
     finally:
         for server, record in zip(servers, records, strict=True):
             server.stop()
             cancel.discard(server)
             if server.info is not None:
-                emit(ServerEvent(replace(record, status="ready", stopped_at=datetime.now(UTC)), status="stopped"))
+                emit(ServerEvent(replace(record, stopped_at=datetime.now(UTC)), status="stopped"))
 
 
 def _measure(spec: LaunchSpec, servers: list[Any], infos: list[Any], emit: Callable[[Event], None],

@@ -6,8 +6,9 @@ Turns: a launch of block b starts once every launch of the blocks before b has s
 together in time, so the arms of a block are measured side by side). After the interference gate
 closes, a launch starts only once every launch before it in plan order has finished (one at a time).
 
-Interference, once per run: the first launch's first point is measured alone (the point itself, and
-again, still alone: two alone measurements), then once more while another launch measures beside it.
+Interference, once per run: the first launch's first point is measured twice more alone, right after
+it ran (the point itself is left out: a launch's first point may run cold), then once more while
+another launch measures beside it.
 Rule: with a = the two alone output throughputs and b the one beside, the noise is |a1 - a2| / mean(a)
 and the effect |b / mean(a) - 1|; launches keep running side by side only while the effect is at most
 max(2 x noise, 1%). Above it, or when it cannot be measured, the rest of the run goes one launch at a
@@ -121,13 +122,13 @@ def run_parallel(specs: list[LaunchSpec], driver: _Driver, options: RunOptions) 
         events.put(("event", event))
 
     def interlude(again: Callable[[], PointOutcome], first_outcome: PointOutcome) -> None:
-        alone2 = again()
+        alone = [again(), again()]
         turns.update(hold=None)
         wait_s = (options.startup_timeout_s or 600.0) + 60.0
         beside = again() if other_measuring.wait(wait_s) else None
         beside_id = next((specs[i].launch.id for i in todo if i != first and turns.started[i]), None)
         events.put(("interference", interference_result(
-            first_outcome.point.id, [_throughput(first_outcome), _throughput(alone2)], _throughput(beside),
+            first_outcome.point.id, [_throughput(o) for o in alone], _throughput(beside),
             beside_id)))
 
     def slot_body(slot_launches: list[int]) -> None:

@@ -77,3 +77,16 @@ def test_gpu_host_refuses_a_launch_larger_than_the_devices(two_arms_four_blocks)
     assert {p.server_devices for p in placed} == {(("0",), ("1",))}
     shared = place(big, ("0",), gpu_host=False)  # CPU: logical devices are slots, servers share them
     assert {p.server_devices for p in shared} == {(("0",), ("0",))}
+
+
+def test_interference_gate_rule() -> None:
+    from runner.parallel import interference_result
+
+    calm = interference_result("p", [100.0, 98.0], 97.0, "other")  # 2% gap: threshold 4%, effect 2%
+    assert calm["parallel"] and calm["threshold"] == pytest.approx(2 * 2 / 99)
+    loud = interference_result("p", [100.0, 99.5], 80.0, "other")  # 20% slower, noise 0.5%: gated
+    assert not loud["parallel"] and loud["effect"] == pytest.approx(1 - 80 / 99.75)
+    floor = interference_result("p", [100.0, 100.0], 100.9, "other")  # no noise: the 1% floor applies
+    assert floor["parallel"]
+    missing = interference_result("p", [100.0, None], 90.0, None)  # fails closed: one at a time
+    assert not missing["parallel"] and missing["effect"] is None
