@@ -230,3 +230,10 @@ def test_no_measured_request_leaves_rates_none() -> None:
     s = summarize([Rec(0.0, 1.0, 0.5, warmup=True)], None)
     assert s.window_s is None and s.output_throughput is None and s.requests_ok == 0
     assert math.isclose(summarize([Rec(0.0, 2.0, 1.0)], None).window_s or 0, 2.0)
+
+
+def test_a_request_without_token_times_adds_no_tokens_to_the_phase() -> None:
+    # An empty completion (no chunk arrived) inside the steady phase: no tokens, not one.
+    recs = [*CLOSED[:2], Rec(1.0, 5.0, None, (), output_tokens=0, prompt_tokens=11, chunks=0), *CLOSED[3:]]
+    s = summarize(recs, 3)
+    assert s.output_throughput == (1 + 6) / 4 and s.chunk_throughput == 4 / 4
