@@ -73,3 +73,39 @@ def test_reset_answered_true_but_not_done(vllm_server: Any, complete: Any) -> No
     after = metrics.scrape(vllm_server.base_url, vllm_server.api_key)
     assert proxy.log.resets_seen == 1 and proxy.log.resets_forwarded == 0
     assert metrics.delta(before, after, "vllm:prefix_cache_hits") == 96  # 3 whole blocks of 32 hit
+
+
+# ------------------------------------------------------ whole points through the judge, real server
+def _point(server: Any, model: Path, faults: Faults, salt: int) -> Any:
+    from compiler.study import Checks
+    from runner.point import Endpoint, PointContext, run_point
+    from tests.runner.steps import step
+
+    point = step(id=f"faults/a/w/c2/r{salt}", concurrency=2, requests=8, warmup=2, input_len=64, output_len=16,
+                 prompt_seed=salt, vocab_lo=16, vocab_hi=4000)
+    with FaultProxy(server.base_url, faults) as proxy:
+        endpoint = Endpoint(proxy.base_url, server.api_key, str(model))
+        ctx = PointContext(thresholds=Checks(), client_ceiling_chunks_per_s=None, gpu_index=0, clock_origin_s=0.0,
+                           client_cpus=(1,))
+        return run_point(point, endpoint, ctx)
+
+
+@pytest.mark.parametrize(("faults", "check", "text"), [
+    # warmup requests are completions 0-1: completion 4 is the 3rd measured request
+    (Faults(drop=(4,)), "reconciliation", "requests: server counted 7, client 8"),
+    (Faults(duplicate=(5,)), "reconciliation", "generation_tokens: server counted"),
+    (Faults(hide_metrics=("vllm:request_success",)), "reconciliation", "does not export vllm:request_success"),
+    (Faults(reset="false"), "cache_cold", "reset refused"),
+    (Faults(hide_metrics=("vllm:prefix_cache",)), "cache_cold", "counters missing: cannot verify"),
+])
+def test_fault_makes_the_point_not_valid(vllm_server: Any, tiny_model_dir: Path, faults: Faults, check: str,
+                                         text: str) -> None:
+    """A point run through the fault proxy (counts judged there; latency sums against the proxy's own
+    delay are not asserted here: the hop adds up to ~30 ms of TTFT on two shared cores)."""
+    out = _point(vllm_server, tiny_model_dir, faults, salt=sum(map(ord, text)) % 1000 + 1)
+    assert out.status == "ok" and out.judgement is not None
+    got = {c.name: c for c in out.judgement.checks}
+    assert got[check].status != "pass" and text in got[check].detail, got[check].detail
+    if "cannot verify" in text:
+        assert got[check].status == "unverified"
+    assert not out.valid and out.judgement.reason.startswith(("invalid", "unverified"))
