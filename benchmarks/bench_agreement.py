@@ -33,6 +33,7 @@ from runner.cache import reset
 from runner.engine import VllmServer
 from runner.loadgen import RequestSpec, make_prompts, run_load
 from runner.stats import percentile
+from runner.tokenizer import ensure_tokenizer
 
 METRICS = ("output_tok_s", "tpot_mean_ms", "itl_p50_ms", "itl_p99_ms")
 
@@ -103,6 +104,7 @@ def main() -> None:
     if len(counts) == 1:
         counts *= len(levels)
     engine = shlex.split(args.engine)
+    ensure_tokenizer(args.model_dir)  # vLLM and `vllm bench serve` both read the model folder's tokenizer
     config = json.loads(Path(args.model_dir, "config.json").read_text())
     vocab = (16, max(32, int(int(config["vocab_size"]) * 0.9)))  # the plan's prompt-id range
     argv = ["serve", args.model_dir, "--load-format", "dummy", "--served-model-name", args.served_name,

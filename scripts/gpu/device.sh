@@ -3,6 +3,8 @@
 #
 #   bash scripts/gpu/device.sh unpack [STUDY...] # after the bundle's pieces arrived: unpack and check
 #   bash scripts/gpu/device.sh run STUDY...      # run studies/STUDY.toml, one DuckDB file each
+#   bash scripts/gpu/device.sh agree             # benchmarks/bench_agreement.py on the 8B shape
+#   bash scripts/gpu/device.sh disturb           # benchmarks/telemetry_disturbance.py on the 0.6B shape
 #
 # Wheels carried in .whl/ (scripts/offline_wheels.sh) are installed into /tmp/site. Results go to
 # /tmp/results (kept while the machine stays warm) and are copied to $OUT when it is set.
@@ -34,5 +36,18 @@ print(gpu_info(0)); print(calibrate(['python3']))" 2>&1 | tail -2
       cp "/tmp/results/h200-$s.duckdb" "$OUT/" 2>/dev/null
     done
     tar -C /tmp/results -czf "$OUT/logs.tgz" --exclude='*.duckdb' . 2>/dev/null
+    ;;
+  agree)
+    # studyc's client vs `vllm bench serve --temperature 0` on one Qwen3-8B server (issue: gates, item 8)
+    python3 benchmarks/bench_agreement.py --model-dir models/qwen3-8b --engine "$STUDYC_VLLM" \
+      --engine-arg=--max-model-len=4096 --levels 1,32 --requests 8,96 --input-len 128 --output-len 256 \
+      --blocks "${BLOCKS:-3}" --json "$OUT/agreement.json" --log /tmp/results/agreement-server.log 2>&1 | grep -v '━' | tail -40
+    ;;
+  disturb)
+    # token gaps of measured vs unmeasured requests, with and without the /metrics poller and NVML
+    python3 benchmarks/telemetry_disturbance.py --engine "$STUDYC_VLLM" --model models/qwen3-0.6b \
+      --serve-args "--load-format dummy --max-model-len 4096" --input-len 128 --output-len 256 \
+      --concurrency 1 --requests 4 --blocks "${BLOCKS:-4}" --gpu-index 0 --client-cpus none \
+      --json "$OUT/disturbance.json" 2>&1 | grep -v '━' | tail -40
     ;;
 esac
