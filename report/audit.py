@@ -146,8 +146,8 @@ def markdown_table(result: Audit) -> str:
             continue
         engine = f", vLLM {data.run.vllm_version}" if data.run.vllm_version else ""
         runs.append(f"`{sid}` run {data.run_id} ({gpu_name(data.run)}{engine})")
-    lines += ["", md_cell("Measured: mean of the repeats with its 95% t interval (a ratio: geometric mean, "
-                             "interval on the log scale). Runs: " + "; ".join(runs) + ".")]
+    lines += ["", md_cell("Measured: mean of the repeats with its 95% t interval (a ratio: on the log scale, "
+                             "never negative). Runs: " + "; ".join(runs) + ".")]
     return "\n".join(lines)
 
 
