@@ -51,6 +51,7 @@ class RunOptions:
     calibrate: bool = True
     client_selftest: bool = True
     gpus: str | None = None  # --gpus: device ids ("0,1"); None: every idle GPU, or one logical device on a CPU host
+    ray: str | None = None  # --ray: None off; "local" a Ray cluster started here; else the address to join
 
 
 def run_options(settings: Settings, db: Path, **flags: Any) -> RunOptions:
@@ -157,7 +158,11 @@ def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) 
         driver = _Driver(store, run_id, plan, report, progress, predictions, options)
         status = "interrupted"
         try:
-            if report.slots > 1:
+            if options.ray is not None:
+                from runner.ray_exec import run_ray
+
+                run_ray(specs, driver, options, devices=len(devices))
+            elif report.slots > 1:
                 progress.message(f"running launches on {report.slots} device slots at once ({','.join(devices)})")
                 run_parallel(specs, driver, options)
             else:

@@ -224,8 +224,11 @@ def _print_stepmodel(db: Path, ledger: bool, shown: str) -> None:
 @click.option("--gpus", default=None, metavar="IDS",
               help="Devices to place launches on, e.g. 0,1 (default: every idle GPU; on a CPU host one "
                    "logical device, or the logical ids named here). Independent launches run at once.")
+@click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
+              help="Run each launch as a Ray actor holding its GPUs: on the cluster at ADDRESS, or without one "
+                   "on a Ray cluster started here (as many logical GPUs as --gpus names). Needs studyc[ray].")
 def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry_run: bool, no_calibrate: bool,
-        allow_hardware_mismatch: bool, gpus: str | None) -> None:
+        allow_hardware_mismatch: bool, gpus: str | None, ray_address: str | None) -> None:
     """Carry out studies against real vLLM servers and store every measurement in DuckDB.
 
     Every study file is validated and compiled, and the engine and the hardware are checked,
@@ -235,6 +238,12 @@ def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry
     from compiler.plan import compile_study
     from compiler.plan_table import format_plan
 
+    if ray_address is not None and (ray_address.endswith(".toml") or Path(ray_address).is_file()):
+        studies, ray_address = (*studies, Path(ray_address)), "local"  # `--ray study.toml`: no address given
+    if ray_address is not None and not dry_run:
+        from runner.ray_exec import require_ray
+
+        require_ray()
     loaded_studies = load_studies(list(studies))
     for loaded in loaded_studies:
         _warn(loaded)
@@ -256,7 +265,7 @@ def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry
     version = check_engine(settings.vllm_argv)
     click.echo(f"engine: {' '.join(settings.vllm_argv)} ({version}); GPU: {gpu_name or 'none'}", err=True)
     options = run_options(settings, db, resume=resume, keep_going=keep_going, calibrate=not no_calibrate,
-                          gpus=gpus)
+                          gpus=gpus, ray=ray_address)
     failed = False
     for plan in plans:
         try:

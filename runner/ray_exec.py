@@ -1,0 +1,391 @@
+"""Launches on a Ray cluster (`studyc run --ray [ADDRESS]`): each launch (its servers and its load
+generator) runs in a Ray actor that reserves the launch's GPUs; a launch of several GPUs (replicas or
+tensor parallelism) reserves them as one placement group bundle, STRICT_PACK, so its servers share a
+node. The actor runs `runner.launch.run_launch` and streams its events back as they happen (a Ray
+streaming generator); the driver (this process) is the only one that writes the database.
+
+Turns as on one host: a launch of block b is dispatched once every launch of the blocks before b has
+started. Ray places each on a node with free GPUs; a launch waits in Ray's queue until one is free.
+
+A lost worker (its process killed, its node gone): the point in flight is recorded failed (like any
+failed point: the run stops unless --keep-going); the points it had committed are kept; the rest of
+that launch is dispatched once more on a fresh actor (a new server start, wherever Ray finds GPUs).
+Lost a second time, the rest is left for `--resume`. The servers a lost worker started are stopped by
+a small reaper process it left beside them (the node itself gone, they are gone with it).
+
+No interference measurement here: each launch holds its own GPUs, and nodes differ.
+Ray is imported only here and only when asked for: the base install does not need it.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from runner.launch import (
+    Cancel,
+    LaunchSpec,
+    PointEvent,
+    PointStartEvent,
+    ServerEvent,
+    StartedEvent,
+    run_launch,
+)
+from runner.placement import Placement
+from runner.point import PointOutcome
+from studyc.errors import EngineError, StudycError
+
+if TYPE_CHECKING:
+    from runner.run import RunOptions, _Driver
+
+LOCAL = "local"  # --ray without an address: start a Ray cluster on this host
+MISSING = "studyc run --ray needs Ray, which is not installed: pip install 'studyc[ray]'"
+RETRIES = 1  # a launch whose worker is lost is dispatched this many more times
+STOP_WAIT_S = 60.0
+
+
+def require_ray() -> Any:
+    """The ray module, or a StudycError saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise StudycError(MISSING) from None
+    return ray
+
+
+def connect(address: str, devices: int) -> tuple[Any, bool]:
+    """Join the cluster at `address`, or (LOCAL) start one here with `devices` logical GPUs. Returns
+    (ray, started_here). A local cluster gets no dashboard, and 127.0.0.1 as its node address."""
+    ray = require_ray()
+    if ray.is_initialized():
+        return ray, False
+    common: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
+    if address != LOCAL:
+        ray.init(address=address, **common)
+        return ray, False
+    ray.init(num_gpus=devices, num_cpus=os.cpu_count() or 1, include_dashboard=False,
+             dashboard_host="127.0.0.1", _node_ip_address="127.0.0.1", **common)
+    return ray, True
+
+
+@dataclass(frozen=True)
+class End:
+    """The last item a launch streams: how run_launch ended."""
+
+    kind: str = "done"  # done | server (EngineError) | cancelled | error
+    message: str = ""
+
+
+REAPER = r"""
+import os, signal, sys, time
+parent, me = int(sys.argv[1]), os.getpid()
+groups = set()
+def scan():
+    kids = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = open(f"/proc/{d}/stat").read()
+            except OSError:
+                continue
+            rest = stat[stat.rfind(")") + 2:].split()
+            kids.setdefault(int(rest[1]), []).append((int(d), int(rest[2])))
+    found, frontier = set(), [parent]
+    while frontier:
+        for pid, pgrp in kids.get(frontier.pop(), []):
+            if pid != me:
+                frontier.append(pid)
+                if pgrp == pid:
+                    found.add(pid)
+    return found
+while os.getppid() == parent:
+    groups = scan()
+    time.sleep(0.5)
+for sig in (signal.SIGTERM, signal.SIGKILL):
+    for g in groups:
+        try:
+            os.killpg(g, sig)
+        except OSError:
+            pass
+    time.sleep(5)
+"""
+
+
+class LaunchWorker:
+    """The actor body: runs one launch at a time on the GPUs Ray gave it, streams its events."""
+
+    def __init__(self) -> None:
+        self.cancel = Cancel()
+        # Stops the process groups this worker started (vLLM servers run in their own session)
+        # if this process dies without stopping them.
+        self.reaper = subprocess.Popen([sys.executable, "-c", REAPER, str(os.getpid())],
+                                       stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def run(self, spec: LaunchSpec) -> Iterator[Any]:
+        spec = localize(spec, _gpu_ids())
+        items: queue.Queue[Any] = queue.Queue()
+
+        def body() -> None:
+            try:
+                run_launch(spec, items.put, cancel=self.cancel)
+                items.put(End())
+            except EngineError as exc:
+                items.put(End("server", exc.message))
+            except KeyboardInterrupt:
+                items.put(End("cancelled", "stopped by the driver"))
+            except BaseException as exc:
+                items.put(End("error", f"{type(exc).__name__}: {exc}"))
+
+        threading.Thread(target=body, name="studyc-launch", daemon=True).start()
+        while True:
+            item = items.get()
+            yield item
+            if isinstance(item, End):
+                return
+
+    def stop(self) -> None:
+        self.cancel.stop_all()
+
+
+def _gpu_ids() -> list[str]:
+    import ray
+
+    return [str(g) for g in ray.get_gpu_ids()]
+
+
+def localize(spec: LaunchSpec, gpu_ids: list[str]) -> LaunchSpec:
+    """The spec on the node Ray chose: its servers on the GPU ids Ray reserved (in order), GPU
+    telemetry from the first, the load generator unpinned (the driver does not know the node's CPUs).
+    A GPU host is one where NVML sees a GPU; on a CPU host the ids are logical, as with --gpus."""
+    from runner.nvml import gpu_info
+
+    placed = spec.placement
+    shape = [len(ds) for ds in placed.server_devices]
+    if len(gpu_ids) >= sum(shape):
+        cut, start = [], 0
+        for n in shape:
+            cut.append(tuple(gpu_ids[start:start + n]))
+            start += n
+        placed = Placement(placed.launch_id, placed.slot, tuple(cut), None)
+    else:
+        placed = replace(placed, client_cpus=None)
+    first = placed.server_devices[0][0]
+    gpu_host = gpu_info(int(first) if first.isdigit() else 0) is not None
+    ctx = replace(spec.ctx, client_cpus=None, gpu_index=int(first) if gpu_host and first.isdigit() else 0)
+    return replace(spec, placement=placed, ctx=ctx, gpu_host=gpu_host)
+
+
+@dataclass
+class _Follow:
+    """What the driver knows of one dispatched launch."""
+
+    index: int
+    spec: LaunchSpec
+    attempt: int
+    actor: Any = None
+    group: Any = None
+    in_flight: Any = None  # the PointStep started and not yet emitted
+    emitted: set[str] = field(default_factory=set)
+    servers: dict[str, Any] = field(default_factory=dict)  # server_id -> latest ServerRecord
+
+
+def run_ray(specs: list[LaunchSpec], driver: _Driver, options: RunOptions, devices: int) -> None:
+    """Run the wanted launches as Ray actors; returns when all are done. A failed point or server
+    without --keep-going, and Ctrl-C, stop every launch (their servers too), then propagate."""
+    ray, started_here = connect(options.ray or LOCAL, devices)
+    try:
+        _run(ray, specs, driver)
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def _run(ray: Any, specs: list[LaunchSpec], driver: _Driver) -> None:
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    todo = [i for i, s in enumerate(specs) if driver.wanted(s)]
+    if not todo:
+        return
+    have = float(ray.cluster_resources().get("GPU", 0))
+    need = max(specs[i].launch.gpus for i in todo)
+    if need > have:
+        raise StudycError(f"the Ray cluster has {have:g} GPU(s); a launch of this study needs {need} "
+                          "(start it with more, or with --ray and no address: --gpus names the logical devices)")
+    worker = ray.remote(LaunchWorker)
+    events: queue.Queue[tuple[str, Any]] = queue.Queue()
+    started = {i: False for i in todo}
+    dispatched: set[int] = set()
+    live: dict[int, _Follow] = {}
+    lock = threading.Lock()
+    driver.progress.message(f"Ray: {have:g} GPU(s) in the cluster; {len(todo)} launch(es) to run")
+
+    def follow(f: _Follow) -> None:
+        launch = f.spec.launch
+        try:
+            opts: dict[str, Any] = {"num_gpus": launch.gpus, "num_cpus": 0, "max_restarts": 0,
+                                    "max_concurrency": 2}
+            if launch.gpus > 1 or launch.replicas > 1:
+                f.group = placement_group([{"GPU": float(launch.gpus)}], strategy="STRICT_PACK")
+                opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                    placement_group=f.group, placement_group_bundle_index=0)
+            f.actor = worker.options(**opts).remote()
+            stream = f.actor.run.options(num_returns="streaming").remote(f.spec)
+            for ref in stream:
+                item = ray.get(ref)
+                if isinstance(item, End):
+                    events.put(("end", (f, item)))
+                    return
+                if isinstance(item, PointStartEvent):
+                    f.in_flight = item.point
+                elif isinstance(item, PointEvent):
+                    f.emitted.add(item.outcome.point.id)
+                    f.in_flight = None
+                elif isinstance(item, ServerEvent):
+                    f.servers[item.record.server_id] = item.record
+                events.put(("event", item))
+            events.put(("lost", (f, "the launch's stream ended without its end")))
+        except ray.exceptions.RayError as exc:
+            events.put(("lost", (f, f"{type(exc).__name__}: {_first_line(exc)}")))
+        except BaseException as exc:
+            events.put(("error", exc))
+        finally:
+            if f.actor is not None:
+                ray.kill(f.actor)
+            if f.group is not None:
+                remove_placement_group(f.group)
+
+    def dispatch(i: int, spec: LaunchSpec, attempt: int) -> None:
+        f = _Follow(i, spec, attempt)
+        with lock:
+            live[i] = f
+        threading.Thread(target=follow, args=(f,), name=f"studyc-ray-{i}", daemon=True).start()
+
+    def dispatch_ready() -> None:
+        for i in todo:
+            if i in dispatched:
+                continue
+            block = specs[i].launch.block
+            if all(started[j] for j in todo if specs[j].launch.block < block):
+                dispatched.add(i)
+                dispatch(i, specs[i], 0)
+
+    dispatch_ready()
+    try:
+        while live:
+            kind, payload = events.get()
+            if kind == "event":
+                if isinstance(payload, StartedEvent):
+                    started[_index(live, payload.launch.id)] = True
+                    dispatch_ready()
+                driver.handle(payload)
+            elif kind == "end":
+                f, end = payload
+                _finish(live, lock, f, started)
+                dispatch_ready()
+                if end.kind == "server":
+                    driver.server_failed(f.spec.launch, EngineError(end.message))
+                elif end.kind == "error":
+                    raise StudycError(f"launch {f.spec.launch.id} on Ray: {end.message}")
+            elif kind == "lost":
+                f, why = payload
+                _finish(live, lock, f, started)
+                dispatch_ready()
+                rest = _lost(driver, f, why)
+                if rest:
+                    dispatch(f.index, replace(f.spec, points=rest), f.attempt + 1)
+            elif kind == "error":
+                raise payload
+    except BaseException:
+        _stop(ray, live, lock)
+        _drain(events, driver)
+        raise
+
+
+def _index(live: dict[int, _Follow], launch_id: str) -> int:
+    return next(i for i, f in live.items() if f.spec.launch.id == launch_id)
+
+
+def _finish(live: dict[int, _Follow], lock: threading.Lock, f: _Follow, started: dict[int, bool]) -> None:
+    started[f.index] = True
+    with lock:
+        if live.get(f.index) is f:
+            del live[f.index]
+
+
+def _lost(driver: _Driver, f: _Follow, why: str) -> tuple[Any, ...]:
+    """Record the loss: servers that were up marked failed, the point in flight failed. Returns the
+    points to dispatch again (none once the launch is out of retries)."""
+    launch = f.spec.launch
+    now = datetime.now(UTC)
+    message = f"Ray worker lost: {why}"
+    for record in f.servers.values():
+        if record.status == "ready":
+            driver.store.record_server(replace(record, status="failed", error=message, stopped_at=now))
+    rest = tuple(p for p in f.spec.points if p.id not in f.emitted and (f.in_flight is None or p.id != f.in_flight.id))
+    again = bool(rest) and f.attempt < RETRIES
+    driver.progress.message(
+        f"launch {launch.id}: {message}"
+        + (f"; its {len(rest)} remaining point(s) go to a fresh worker" if again else "")
+        + (f"; {len(rest)} point(s) left for --resume" if rest and not again else ""))
+    if f.in_flight is not None:
+        outcome = PointOutcome(point=f.in_flight, status="failed", error=f"{message} (during this point)",
+                               started_at=now)
+        device = ";".join(",".join(ds) for ds in f.spec.placement.server_devices)
+        driver.handle(PointEvent(launch, outcome, launch.id, device, ""))
+    if not again and rest:
+        driver.report.points_failed.extend(p.id for p in rest)
+    return rest if again else ()
+
+
+def _stop(ray: Any, live: dict[int, _Follow], lock: threading.Lock) -> None:
+    """Stop every live launch: ask each actor to stop its servers, then end the actors."""
+    with lock:
+        follows = list(live.values())
+    waits = []
+    for f in follows:
+        if f.actor is not None:
+            try:
+                waits.append(f.actor.stop.remote())
+            except Exception:
+                pass
+    if waits:
+        try:
+            ray.wait(waits, num_returns=len(waits), timeout=STOP_WAIT_S)
+        except Exception:
+            pass
+    for f in follows:
+        if f.actor is not None:
+            try:
+                ray.kill(f.actor)
+            except Exception:
+                pass
+
+
+def _drain(events: queue.Queue[tuple[str, Any]], driver: _Driver) -> None:
+    """Commit the points that completed before the stop (they are valid measurements)."""
+    while True:
+        try:
+            kind, payload = events.get_nowait()
+        except queue.Empty:
+            return
+        if kind == "event" and isinstance(payload, PointEvent) and payload.outcome.status == "ok":
+            try:
+                driver.handle(payload)
+            except Exception:
+                return
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
