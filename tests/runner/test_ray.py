@@ -1,0 +1,205 @@
+"""`studyc run --ray` on a local Ray cluster with two logical GPUs on the CPU, against real vLLM CPU
+servers: the quickstart (at a lighter load) runs both launches as Ray actors and is scored; a Ray worker
+killed mid-point fails that point only, and --resume completes the run. Without Ray installed, --ray
+says how to install it, and the base install never imports Ray."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.store import Store
+from tests.conftest import REPO, vllm_missing
+from tests.runner.test_run import alive, children, wait_for_line
+
+RAY_MISSING = None
+try:
+    import ray  # noqa: F401
+except ImportError:
+    RAY_MISSING = "ray not installed (pip install -e '.[test]')"
+
+def studyc(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "studyc", *args], cwd=REPO, text=True, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, env=os.environ | {"PYTHONUNBUFFERED": "1", "COLUMNS": "200"} | (env or {}),
+    )
+
+
+def quickstart(tmp: Path) -> Path:
+    """studies/quickstart.toml at a lighter load (8 requests, one repeat), its model path absolute."""
+    text = (REPO / "studies/quickstart.toml").read_text()
+    text = text.replace('path = "../models/tiny-qwen3"', f'path = "{REPO / "models/tiny-qwen3"}"')
+    text = re.sub(r"(?m)^requests = 16.*$", "requests = 8", text)
+    text = re.sub(r"(?m)^warmup = 4.*$", "warmup = 2", text)
+    text = re.sub(r"(?m)^repeats = 3.*$", "repeats = 1", text)
+    path = tmp / "quickstart.toml"
+    path.write_text(text)
+    return path
+
+
+KILLED = '''[study]
+id = "killed"
+title = "A Ray worker killed mid-point"
+question = "q"
+hardware = "cpu"
+
+[model]
+path = "{model}"
+name = "tiny-qwen3"
+
+[engine]
+max_model_len = 512
+max_num_seqs = 4
+kv_cache_memory_bytes = "64M"
+block_size = 32
+enforce_eager = true
+distributed_executor_backend = "uni"
+
+[env]
+VLLM_ENABLE_V1_MULTIPROCESSING = "0"
+
+[arms.a]
+
+[workloads.long]
+input_len = 32
+output_len = 256
+
+[load]
+concurrency = [1]
+requests = 6
+warmup = 1
+launches = 1
+repeats = 3
+
+[[hypothesis]]
+id = "it-streams"
+claim = "The arm streams tokens"
+metric = "output_throughput"
+where = {{ arm = "a" }}
+predict = {{ relation = ">", value = 0 }}
+'''
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(vllm_missing() is not None or RAY_MISSING is not None,
+                    reason=str(vllm_missing() or RAY_MISSING))
+def test_quickstart_on_a_local_ray_cluster_is_scored(tmp_path: Path) -> None:
+    study = quickstart(tmp_path)
+    db = tmp_path / "q.duckdb"
+    proc = studyc("run", str(study), "--db", str(db), "--no-calibrate", "--gpus", "0,1", "--ray",
+                  env={"STUDYC_RUNS_DIR": str(tmp_path / "runs")})
+    out, _ = proc.communicate(timeout=400)
+    assert proc.returncode == 0, out
+    assert "Ray: 2 GPU(s) in the cluster; 2 launch(es) to run" in out
+    with Store(db, read_only=True) as store:
+        run = store.latest_run("quickstart")
+        assert run is not None and run.status == "complete"
+        rows = store.points(run.run_id)
+        assert len(rows) == 4 and all(r.status == "ok" for r in rows)
+        servers = store.servers(run.run_id)
+        assert {s.server_id for s in servers} == {"quickstart/cold", "quickstart/warm"}
+        assert all(s.status == "ready" and s.stopped_at is not None for s in servers)
+        # both launches ran at once, each on its own logical GPU from Ray
+        (a, b) = servers
+        assert {a.device, b.device} == {"0", "1"}
+        assert a.started_at < b.stopped_at and b.started_at < a.stopped_at
+    audit = subprocess.run([sys.executable, "-m", "studyc", "audit", str(study), "--db", str(db), "--json"],
+                           cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    verdicts = {h["hypothesis"]: h["verdict"] for h in json.loads(audit.stdout)}
+    assert set(verdicts) == {"batching-helps", "cold-means-cold", "kept-cache-hits", "fast-first-token"}
+    assert all(v not in ("not run", "no data") for v in verdicts.values()), verdicts
+
+
+def ray_workers(pid: int, name: str = "ray::LaunchWorker") -> list[int]:
+    found = []
+    for p in children(pid):
+        try:
+            if Path(f"/proc/{p}/cmdline").read_bytes().startswith(name.encode()):
+                found.append(p)
+        except OSError:
+            continue
+    return found
+
+
+def engines(pid: int) -> list[int]:
+    return [p for p in children(pid) if b"vllm" in _cmdline(p) and b"ray::" not in _cmdline(p)]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(vllm_missing() is not None or RAY_MISSING is not None,
+                    reason=str(vllm_missing() or RAY_MISSING))
+def test_killed_ray_worker_fails_one_point_and_resume_completes(tmp_path: Path) -> None:
+    study = tmp_path / "killed.toml"
+    study.write_text(KILLED.format(model=REPO / "models/tiny-qwen3"))
+    db = tmp_path / "k.duckdb"
+    env = {"STUDYC_RUNS_DIR": str(tmp_path / "runs")}
+    proc = studyc("run", str(study), "--db", str(db), "--no-calibrate", "--keep-going", "--ray", env=env)
+    wait_for_line(proc, "killed/a/long/c1/r1: ok", timeout_s=240)
+    time.sleep(0.5)  # r2 (6 x 256 tokens at c1, a few seconds) is in flight
+    workers = ray_workers(proc.pid)
+    assert len(workers) == 1, workers
+    servers = engines(workers[0])
+    assert servers, "no vLLM server under the Ray worker"
+    os.kill(workers[0], signal.SIGKILL)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 1, out  # a failed point: the run is partial
+    assert "Ray worker lost" in out and "remaining point(s) go to a fresh worker" in out
+    deadline = time.monotonic() + 15
+    while any(alive(p) for p in servers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(p) for p in servers), "the killed worker's vLLM server was left running"
+    with Store(db, read_only=True) as store:
+        run = store.latest_run("killed")
+        assert run is not None and run.status == "partial"
+        rows = {r.point_id: r for r in store.points(run.run_id)}
+        assert rows["killed/a/long/c1/r1"].status == "ok"  # committed before the kill: kept
+        assert rows["killed/a/long/c1/r2"].status == "failed"
+        assert "Ray worker lost" in (rows["killed/a/long/c1/r2"].error or "")
+        assert rows["killed/a/long/c1/r3"].status == "ok"  # the rest went to a fresh worker
+        run_id = run.run_id
+    proc = studyc("run", str(study), "--db", str(db), "--no-calibrate", "--keep-going", "--resume", "--ray",
+                  env=env)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    assert "resuming run" in out
+    with Store(db, read_only=True) as store:
+        assert len(store.runs()) == 1
+        run = store.latest_run("killed")
+        assert run is not None and run.run_id == run_id and run.status == "complete"
+        rows = store.points(run_id)
+        assert len(rows) == 3 and all(r.status == "ok" for r in rows), [(r.point_id, r.status) for r in rows]
+
+
+def test_ray_missing_says_how_to_install(tmp_path: Path) -> None:
+    """Without Ray, --ray stops before anything starts, naming the extra; the base install never
+    imports Ray."""
+    fake = tmp_path / "noray" / "ray"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError(\"No module named 'ray'\")\n")
+    env = os.environ | {"PYTHONPATH": str(fake.parent)}
+    out = subprocess.run([sys.executable, "-m", "studyc", "run", "studies/quickstart.toml", "--db",
+                          str(tmp_path / "x.duckdb"), "--ray"], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode != 0
+    assert "pip install 'studyc[ray]'" in out.stdout + out.stderr
+    assert "Traceback" not in out.stdout + out.stderr
+    assert not (tmp_path / "x.duckdb").exists()
+    probe = subprocess.run([sys.executable, "-c", "import sys, studyc.cli, runner.run, runner.parallel; "
+                            "print('ray' in sys.modules)"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert probe.stdout.strip() == "False", probe.stdout + probe.stderr
