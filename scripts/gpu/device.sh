@@ -35,7 +35,7 @@ print(gpu_info(0)); print(calibrate(['python3']))" 2>&1 | tail -2
       python3 -m studyc run "studies/$s.toml" --db "/tmp/results/h200-$s.duckdb" --keep-going 2>&1 | grep -v '━' | tail -60
       cp "/tmp/results/h200-$s.duckdb" "$OUT/" 2>/dev/null
     done
-    tar -C /tmp/results -czf "$OUT/logs.tgz" --exclude='*.duckdb' . 2>/dev/null
+    tar -C /tmp/results -czf "$OUT/logs.tgz" --exclude='*.duckdb' --exclude='compile-cache' . 2>/dev/null
     ;;
   agree)
     # studyc's client vs `vllm bench serve --temperature 0` on one Qwen3-8B server (issue: gates, item 8)
