@@ -134,12 +134,44 @@ def test_gpu_hardware_on_a_cpu_host_is_refused(tmp_path: Path, monkeypatch: pyte
     assert not db.exists()
 
 
-def test_validate_prints_warnings_on_stderr_and_passes(tmp_path: Path) -> None:
-    path = _variant(tmp_path, "requests = 8 ", "requests = 4 ")
+ONE_WAVE = f"""
+[study]
+id = "one-wave"
+title = "One wave at c4"
+question = "Does a single wave validate with a warning?"
+hardware = "cpu"
+
+[model]
+path = "{ROOT / "models/tiny-qwen3"}"
+
+[arms.base]
+
+[workloads.short]
+input_len = 16
+output_len = 8
+
+[load]
+concurrency = [4]
+requests = {{requests}}
+launches = 1
+repeats = 1
+
+[[hypothesis]]
+id = "fast"
+claim = "fast enough"
+metric = "output_throughput"
+predict = {{{{ relation = ">", value = 1.0 }}}}
+"""
+
+
+@pytest.mark.parametrize(("requests", "warned"), [(4, True), (16, False)])
+def test_validate_prints_warnings_on_stderr_and_passes(tmp_path: Path, requests: int, warned: bool) -> None:
+    path = tmp_path / "one_wave.toml"
+    path.write_text(ONE_WAVE.format(requests=requests))
     result = CliRunner().invoke(main, ["validate", str(path)])
-    assert result.exit_code == 0
-    assert result.stdout == f"{path}: ok (4 hypotheses)\n"
-    assert "load.requests: warning: 4 requests at concurrency 4 is one wave" in result.stderr
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"{path}: ok (1 hypotheses)\n"
+    assert ("load.requests: warning: 4 requests at concurrency 4 is one wave" in result.stderr) is warned
 
 
 def test_progress_console_does_not_wrap_when_not_a_terminal(tmp_path: Path) -> None:
