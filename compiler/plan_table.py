@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 from compiler.plan import HypothesisSide, HypothesisStep, Launch, Plan
-
-
-def _duration(seconds: float) -> str:
-    minutes, secs = divmod(int(round(seconds)), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+from studyc import format as fmt
 
 
 def summary(plan: Plan) -> list[str]:
@@ -25,9 +20,9 @@ def summary(plan: Plan) -> list[str]:
         f"  {len(blocks)} block(s) of {len(design.launches)} arm(s), {len(required)} launch(es), "
         f"{design.repeats} repeat(s) per launch, {points} point(s); block order seed {design.seed} "
         f"(from {design.seed_from})",
-        f"  {starts} server start(s) ~{_duration(start_s)}, GPUs per launch {per_launch}"
+        f"  {starts} server start(s) ~{fmt.duration(start_s)}, GPUs per launch {per_launch}"
         + (f" of {design.gpus} available" if design.gpus is not None else ""),
-        f"  estimated {_duration(plan.estimated_s)} one launch at a time on {plan.hardware}"
+        f"  estimated {fmt.duration(plan.estimated_s)} one launch at a time on {plan.hardware}"
         f" (server starts {100 * start_s / plan.estimated_s:.0f}%)" if plan.estimated_s else "",
     ]
     if design.budget is not None:
@@ -35,7 +30,7 @@ def summary(plan: Plan) -> list[str]:
         minutes = f", at most {design.budget.minutes:g} min" if design.budget.minutes is not None else ""
         lines.append(
             f"  sequential: up to {len(extra)} more block(s) while a hypothesis is undecided "
-            f"(budget {design.budget.blocks} blocks{minutes}; all blocks {_duration(plan.estimated_max_s)})"
+            f"(budget {design.budget.blocks} blocks{minutes}; all blocks {fmt.duration(plan.estimated_max_s)})"
         )
     return [line for line in lines if line]
 
@@ -56,14 +51,14 @@ def format_plan(plan: Plan) -> str:
             lines.append(f"block {block}{kind}")
         lines += _launch_lines(launch)
     for hyp in plan.hypotheses:
-        lines.append(f"hypothesis {hyp.id}: {hyp.metric} {_sides(hyp)}")
+        lines.append(f"hypothesis {hyp.id}: {hyp.metric} {_sides(hyp)}, predicted {predicted(hyp)}")
     return "\n".join(lines).rstrip() + "\n"
 
 
 def _launch_lines(launch: Launch) -> list[str]:
     servers = f"{launch.replicas} servers ({launch.balance}), " if launch.replicas > 1 else ""
     lines = [f"launch {launch.id}  [{launch.fingerprint}]  {servers}{launch.gpus} GPU(s), "
-             f"start ~{_duration(launch.estimated_start_s)}"]
+             f"start ~{fmt.duration(launch.estimated_start_s)}"]
     env = " ".join(f"{k}={v}" for k, v in sorted(launch.env.items()))
     lines.append(f"  vllm {' '.join(launch.argv)}" + (f"  (env {env})" if env else ""))
     lines.append(f"  {'point':<44} {'cache':<6} {'requests':>8} {'warmup':>6} {'in/out':>11} {'est':>8}")
@@ -71,9 +66,18 @@ def _launch_lines(launch: Launch) -> list[str]:
         shape = f"{p.input_len}/{p.output_len}"
         mark = "  not exchangeable: first send on a kept cache" if not p.exchangeable else ""
         lines.append(f"  {p.id:<44} {p.cache:<6} {p.requests:>8} {p.warmup:>6} {shape:>11} "
-                     f"{_duration(p.estimated_s):>8}{mark}")
+                     f"{fmt.duration(p.estimated_s):>8}{mark}")
     lines.append("")
     return lines
+
+
+def predicted(hyp: HypothesisStep) -> str:
+    """The hypothesis' prediction as written in the study (expressions not evaluated), in display units."""
+    p = hyp.prediction
+    unit = fmt.display_unit(hyp.unit, ratio=hyp.denominator is not None)
+    low, high = p.range if p.range is not None else (None, None)
+    return fmt.prediction(p.kind, unit=unit, relation=p.relation, value=p.value, low=low, high=high,
+                          tolerance=p.tolerance)
 
 
 def _sides(hyp: HypothesisStep) -> str:
@@ -92,7 +96,7 @@ def markdown_plan(plan: Plan) -> str:
     """The plan as GitHub markdown: one row per point, then the hypotheses and their points."""
     lines = [
         f"**{plan.study_id}**: {plan.title} ({plan.server_starts} server start(s), {len(plan.points)} point(s), "
-        f"estimated {_duration(plan.estimated_s)} on {plan.hardware})",
+        f"estimated {fmt.duration(plan.estimated_s)} on {plan.hardware})",
         "",
         "| launch | point | cache | requests | warmup | in/out | est | block | GPUs |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|",
@@ -100,8 +104,8 @@ def markdown_plan(plan: Plan) -> str:
     for launch in plan.launches:
         for p in launch.points:
             lines.append(f"| {launch.id} | {p.id} | {p.cache} | {p.requests} | {p.warmup} | "
-                         f"{p.input_len}/{p.output_len} | {_duration(p.estimated_s)} | {launch.block} | {launch.gpus} |")
+                         f"{p.input_len}/{p.output_len} | {fmt.duration(p.estimated_s)} | {launch.block} | {launch.gpus} |")
     if plan.hypotheses:
-        lines += ["", "| hypothesis | metric | measured on |", "|---|---|---|"]
-        lines += [f"| {h.id} | {h.metric} | {_sides(h)} |" for h in plan.hypotheses]
+        lines += ["", "| hypothesis | metric | measured on | predicted |", "|---|---|---|---|"]
+        lines += [f"| {h.id} | {h.metric} | {_sides(h)} | {predicted(h)} |" for h in plan.hypotheses]
     return "\n".join(lines)

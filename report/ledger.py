@@ -28,6 +28,7 @@ from compiler.stepmodel import (
     fit,
     predict,
 )
+from studyc import format as fmt
 
 if TYPE_CHECKING:
     from runner.store import Store
@@ -342,18 +343,15 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 
 
 # ---- text for the command line -------------------------------------------------------------------
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value * 1e3:.2f}"
+def _predicted(value: float | None, unit: str) -> str:
+    """A predicted number in display unit `unit` (the column names it), through the one formatter."""
+    return fmt.NOTHING if value is None else fmt.digits(value, unit, measured=False)
 
 
 def prediction_rows(predicted: dict[str, PointPrediction]) -> list[tuple[str, str, str, str, str]]:
     """(point, tok/s, TPOT ms, TTFT ms, note) for each predicted point, as text."""
-    rows = []
-    for pid, pp in predicted.items():
-        v = pp.values
-        tput = "-" if v["output_throughput"] is None else f"{v['output_throughput']:.0f}"
-        rows.append((pid, tput, _ms(v["tpot_s"]), _ms(v["ttft_s"]), pp.note))
-    return rows
+    return [(pid, _predicted(pp.values["output_throughput"], "tok/s"), _predicted(pp.values["tpot_s"], "ms"),
+             _predicted(pp.values["ttft_s"], "ms"), pp.note) for pid, pp in predicted.items()]
 
 
 def model_rows(points: Sequence[StoredPoint]) -> list[dict[str, Any]]:

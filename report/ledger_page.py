@@ -12,6 +12,7 @@ from typing import Any
 from jinja2 import Environment
 
 from report import ledger
+from studyc import format as fmt
 
 METRIC_LABELS = {"output_throughput": "output throughput", "tpot_s": "TPOT", "ttft_s": "TTFT"}
 
@@ -51,9 +52,7 @@ def ledger_page(dbs: Sequence[Path]) -> LedgerPage:
 
 
 def _value(metric: str, value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:,.0f} tok/s" if metric == "output_throughput" else f"{value * 1e3:.2f} ms"
+    return fmt.quantity(value, "tok/s" if metric == "output_throughput" else "ms", measured=False)
 
 
 def write_page(dbs: Sequence[Path], out: Path, env: Environment) -> Path:

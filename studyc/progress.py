@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from compiler.plan import Plan
 from runner import run as run_mod
+from studyc import format as fmt
 
 
 def console_for(stream: Any) -> Console:
@@ -40,9 +41,7 @@ def remaining_s(plan: Plan, done_points: set[str], started_servers: set[str], pa
 
 
 def eta_text(seconds: float) -> str:
-    minutes, secs = divmod(int(round(seconds)), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"eta {hours}h{minutes:02d}m" if hours else f"eta {minutes}m{secs:02d}s"
+    return f"eta {fmt.duration(seconds)}"
 
 
 class LiveProgress(run_mod.Progress):

@@ -204,3 +204,21 @@ def test_check_engine_runs_the_real_vllm() -> None:
     if not Path(command).exists():
         pytest.skip("CPU vLLM not installed")
     assert check_engine([command]).startswith("0.")
+
+
+def test_plan_shows_each_prediction_through_the_one_formatter() -> None:
+    table = CliRunner().invoke(main, ["plan", str(QUICKSTART)])
+    assert "hypothesis batching-helps: output_throughput ratio of 3 point(s) over 3 point(s), predicted > 2x" \
+        in table.stdout
+    assert "hypothesis kept-cache-hits: prefix_hit_rate on 3 point(s), predicted 75% ± 5% (relative)" in table.stdout
+    assert "hypothesis fast-first-token: ttft_p50_s on 3 point(s), predicted < 100 ms" in table.stdout
+    markdown = CliRunner().invoke(main, ["plan", str(QUICKSTART), "--format", "markdown"])
+    assert "| cold-means-cold | prefix_hit_rate | on 3 point(s) | < 1% |" in markdown.stdout
+
+
+def test_eta_and_plan_durations_are_the_formatters() -> None:
+    from studyc import format as fmt
+    from studyc.progress import eta_text
+
+    assert eta_text(3723.4) == "eta " + fmt.duration(3723.4) == "eta 1h02m03s"
+    assert eta_text(65) == "eta 1m05s"
