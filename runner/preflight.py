@@ -1,4 +1,5 @@
-"""Checks before any measuring: the engine command runs, and the study's hardware is this host's.
+"""Checks before any measuring: the study's hardware is this host's (the engine command is checked by
+`runner.engine.check_engine`).
 
 Called by `studyc run` after compiling and before calibration, the client self-test or the first
 run record, so a machine that cannot run a study costs neither time nor a stray row in the database.
@@ -6,39 +7,10 @@ run record, so a machine that cannot run a study costs neither time nor a stray 
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from collections.abc import Sequence
 
 from compiler.hardware import HardwareError, get_hardware
-from studyc.errors import EngineError, StudycError
-
-ENGINE_CHECK_TIMEOUT_S = 180.0
-
-
-def check_engine(command: Sequence[str], timeout_s: float = ENGINE_CHECK_TIMEOUT_S) -> str:
-    """Run `COMMAND --version`; its last output line, or EngineError saying what to change."""
-    if not command:
-        raise EngineError("the engine command is empty: set STUDYC_VLLM to the command that starts vLLM")
-    if shutil.which(command[0]) is None:
-        raise EngineError(
-            f"engine command not found: {command[0]!r} (set STUDYC_VLLM to the command that starts vLLM, "
-            "e.g. .venv-vllm/bin/vllm)"
-        )
-    try:
-        done = subprocess.run(
-            [*command, "--version"], capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL
-        )
-    except subprocess.TimeoutExpired:
-        raise EngineError(f"`{' '.join(command)} --version` did not answer within {timeout_s:.0f} s") from None
-    except OSError as exc:
-        raise EngineError(f"cannot run the engine command {command[0]!r}: {exc.strerror}") from None
-    lines = [line.strip() for line in (done.stdout + "\n" + done.stderr).splitlines() if line.strip()]
-    if done.returncode != 0:
-        cause = lines[-1] if lines else f"exit status {done.returncode}"
-        raise EngineError(f"the engine command fails: `{' '.join(command)} --version`: {cause}")
-    versions = [line for line in done.stdout.splitlines() if line.strip()]
-    return versions[-1].strip() if versions else (lines[-1] if lines else "")
+from studyc.errors import StudycError
 
 
 def hardware_mismatch(study_hardware: str, gpu_name: str | None) -> str | None:

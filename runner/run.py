@@ -52,6 +52,7 @@ class RunOptions:
     client_selftest: bool = True
     gpus: str | None = None  # --gpus: device ids ("0,1"); None: every idle GPU, or one logical device on a CPU host
     ray: str | None = None  # --ray: None off; "local" a Ray cluster started here; else the address to join
+    warnings: tuple[str, ...] = ()  # preflight warnings a flag let through: stored in the run's notes
 
 
 def run_options(settings: Settings, db: Path, **flags: Any) -> RunOptions:
@@ -289,7 +290,8 @@ def _open_run(store: Store, plan: Plan, options: RunOptions, progress: Progress)
     if options.resume:
         previous = store.latest_run(plan.study_id)
         if previous is not None:
-            store.save_run(replace(previous, status="running", plan_json=plan.to_json()))
+            store.save_run(replace(previous, status="running", plan_json=plan.to_json(),
+                                   notes=_with_notes(previous.notes, options.warnings)))
             progress.message(f"resuming run {previous.run_id}")
             return previous.run_id, store.done_points(previous.run_id)
         progress.message("nothing to resume: starting a new run")
@@ -298,12 +300,18 @@ def _open_run(store: Store, plan: Plan, options: RunOptions, progress: Progress)
         run_id=run_id, study_id=plan.study_id, study_path=plan.study_path, study_sha256=plan.study_sha256,
         plan_json=plan.to_json(), studyc_version=__version__, git_sha=git_sha(), host=socket.gethostname(),
         started_at=datetime.now(UTC), status="running", engine_command=" ".join(options.engine_command),
-        notes=platform.platform(),
+        notes=_with_notes(platform.platform(), options.warnings),
     )
     run = _calibration(run, options, progress)
     run = _client_ceiling(run, options, progress)
     store.save_run(_gpu(run, options))
     return run_id, {}
+
+
+def _with_notes(notes: str | None, more: tuple[str, ...]) -> str | None:
+    """The run's notes with each of `more` added once ("; " between)."""
+    added = [m for m in dict.fromkeys(more) if m not in (notes or "")]
+    return "; ".join(x for x in (notes, *added) if x) or None
 
 
 def _run(store: Store, run_id: str) -> RunRecord:

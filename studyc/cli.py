@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -251,8 +252,9 @@ def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry
     if dry_run:
         click.echo("\n".join(format_plan(plan) for plan in plans), nl=False)
         return
+    from runner.engine import check_engine
     from runner.nvml import gpu_info
-    from runner.preflight import check_engine, check_hardware
+    from runner.preflight import check_hardware
     from runner.run import run_options, run_plan
     from studyc.progress import LiveProgress
     from studyc.settings import load_settings
@@ -260,16 +262,19 @@ def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry
     settings = load_settings()
     gpu = gpu_info(settings.gpu_index)
     gpu_name = gpu.get("name") if gpu else None
-    for warning in check_hardware([(p.study_id, p.hardware) for p in plans], gpu_name, allow_hardware_mismatch):
+    mismatches = check_hardware([(p.study_id, p.hardware) for p in plans], gpu_name, allow_hardware_mismatch)
+    for warning in mismatches:
         click.echo(f"warning: {warning}", err=True)
-    version = check_engine(settings.vllm_argv)
-    click.echo(f"engine: {' '.join(settings.vllm_argv)} ({version}); GPU: {gpu_name or 'none'}", err=True)
+    engine = check_engine(settings.vllm_argv)
+    click.echo(f"engine: {' '.join(settings.vllm_argv)} ({engine.version}); GPU: {gpu_name or 'none'}", err=True)
     options = run_options(settings, db, resume=resume, keep_going=keep_going, calibrate=not no_calibrate,
                           gpus=gpus, ray=ray_address)
     failed = False
     for plan in plans:
+        allowed = tuple(f"hardware mismatch allowed (--allow-hardware-mismatch): {w}" for w in mismatches
+                        if w.startswith(f"{plan.study_id}: "))
         try:
-            report = run_plan(plan, options, LiveProgress(plan))
+            report = run_plan(plan, replace(options, warnings=allowed), LiveProgress(plan))
         except KeyboardInterrupt:
             click.echo("interrupted: servers stopped, committed points kept (use --resume to continue)", err=True)
             sys.exit(130)

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from runner.preflight import check_engine, check_hardware, hardware_mismatch
+from runner.engine import check_engine
+from runner.preflight import check_hardware, hardware_mismatch
 from studyc.cli import main
 from studyc.errors import EngineError, StudycError
 
@@ -100,7 +101,7 @@ def test_check_engine_reports_a_failing_command(tmp_path: Path) -> None:
     with pytest.raises(EngineError, match="no module named torch"):
         check_engine([str(script)])
     script.write_text("#!/bin/sh\necho 0.32.0+cpu\n")
-    assert check_engine([str(script)]) == "0.32.0+cpu"
+    assert check_engine([str(script)]).version == "0.32.0+cpu"
     with pytest.raises(EngineError, match="empty"):
         check_engine([])
 
@@ -203,7 +204,7 @@ def test_check_engine_runs_the_real_vllm() -> None:
     command = os.environ.get("STUDYC_VLLM", "")
     if not Path(command).exists():
         pytest.skip("CPU vLLM not installed")
-    assert check_engine([command]).startswith("0.")
+    assert check_engine([command]).version.startswith("0.")
 
 
 def test_plan_shows_each_prediction_through_the_one_formatter() -> None:
@@ -222,3 +223,27 @@ def test_eta_and_plan_durations_are_the_formatters() -> None:
 
     assert eta_text(3723.4) == "eta " + fmt.duration(3723.4) == "eta 1h02m03s"
     assert eta_text(65) == "eta 1m05s"
+
+
+def test_an_allowed_hardware_mismatch_is_stored_in_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warning --allow-hardware-mismatch lets through is in the run record's notes, not only on stderr.
+    The engine answers --version and then fails to serve, so the run stops at its first server."""
+    from runner.nvml import gpu_info
+    from runner.store import Store
+
+    if gpu_info(0) is not None:
+        pytest.skip("this host has a GPU")
+    engine = tmp_path / "vllm"
+    engine.write_text('#!/bin/sh\nif [ "$1" = "--version" ]; then echo 0.0.0+fake; exit 0; fi\n'
+                      "echo 'RuntimeError: no engine here' >&2\nexit 3\n")
+    engine.chmod(0o755)
+    monkeypatch.setenv("STUDYC_VLLM", str(engine))
+    path = _variant(tmp_path, 'hardware = "cpu"', 'hardware = "b200"')
+    db = tmp_path / "results.duckdb"
+    result = CliRunner().invoke(main, ["run", str(path), "--db", str(db), "--no-calibrate", "--allow-hardware-mismatch"])
+    assert "warning: quickstart: the study names hardware 'b200'" in result.stderr
+    with Store(db, read_only=True) as store:
+        runs = store.runs()
+    assert len(runs) == 1
+    assert f"hardware mismatch allowed (--allow-hardware-mismatch): quickstart: {hardware_mismatch('b200', None)}" \
+        in (runs[0].notes or "")
