@@ -13,7 +13,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -53,6 +53,9 @@ class RunOptions:
     gpus: str | None = None  # --gpus: device ids ("0,1"); None: every idle GPU, or one logical device on a CPU host
     ray: str | None = None  # --ray: None off; "local" a Ray cluster started here; else the address to join
     warnings: tuple[str, ...] = ()  # preflight warnings a flag let through: stored in the run's notes
+    # The sequential rule, asked before each budget block (`required = false` launches): given the open
+    # store and the run id, whether a hypothesis is still undecided. None: no budget block runs.
+    decide_more: Callable[[Store, str], bool] | None = None
 
 
 def run_options(settings: Settings, db: Path, **flags: Any) -> RunOptions:
@@ -116,13 +119,6 @@ def git_sha(root: Path = SOURCE_ROOT) -> str | None:
     return sha
 
 
-def should_continue(report_so_far: RunReport) -> bool:
-    """Whether to run the next budget block (`required = false`): True while a hypothesis is not
-    decided yet and the budget allows. The sequential-decision rule fills this in; until then no
-    budget block runs."""
-    return False
-
-
 def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) -> RunReport:
     """Carry out a plan: its launches in plan order (blocks), each on the devices `runner.placement`
     gives it; on one device one after another, on several at the same time (one thread per device
@@ -156,7 +152,7 @@ def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) 
             specs.append(_spec(launch, points, placed, ctx, run_id, options, gpu_host))
         report.points_skipped = len(plan.points) - sum(len(sp.points) for sp in specs)
         progress.start(len(plan.points), report.points_skipped)
-        driver = _Driver(store, run_id, plan, report, progress, predictions, options)
+        driver = _Driver(store, run_id, plan, report, progress, predictions, options, origin=origin)
         status = "interrupted"
         try:
             if options.ray is not None:
@@ -204,10 +200,13 @@ class _Driver:
     """Commits what launches emit: the one writer of the database."""
 
     def __init__(self, store: Store, run_id: str, plan: Plan, report: RunReport, progress: Progress,
-                 predictions: dict[str, PointPrediction], options: RunOptions) -> None:
+                 predictions: dict[str, PointPrediction], options: RunOptions, origin: float | None = None) -> None:
         self.store, self.run_id, self.report, self.progress = store, run_id, report, progress
         self.predictions, self.options = predictions, options
         self.launches = {launch.id: launch for launch in plan.launches}
+        self.budget = plan.design.budget
+        self.origin = time.monotonic() if origin is None else origin
+        self.blocks: dict[int, bool] = {}  # budget block -> run it (decided once, for all its launches)
 
     def handle(self, event: Event) -> None:
         if isinstance(event, ServerEvent):
@@ -241,10 +240,29 @@ class _Driver:
         """Whether to run the launch: it has points left and is required, or its budget block is."""
         if not spec.points:
             return False
-        if spec.launch.required or should_continue(self.report):
+        if spec.launch.required or self.more(spec.launch.block):
             return True
         self.report.launches_not_needed.append(spec.launch.id)
         return False
+
+    def more(self, block: int) -> bool:
+        """Whether budget block `block` runs: asked once per block, so its arms run together; never
+        after a block was declined, past the budget's minutes, or without a sequential rule."""
+        if block not in self.blocks:
+            self.blocks[block] = self._decide(block)
+        return self.blocks[block]
+
+    def _decide(self, block: int) -> bool:
+        if self.options.decide_more is None or self.budget is None or not all(self.blocks.values()):
+            return False
+        spent_s = time.monotonic() - self.origin
+        if self.budget.minutes is not None and spent_s >= 60 * self.budget.minutes:
+            self.progress.message(f"budget of {self.budget.minutes:g} min spent: block {block} not run")
+            return False
+        more = self.options.decide_more(self.store, self.run_id)
+        self.progress.message(f"block {block}: " + ("a hypothesis is undecided: running it" if more
+                                                    else "every hypothesis decided (or budget spent): not run"))
+        return more
 
 
 def run_sequential(specs: list[LaunchSpec], driver: _Driver, options: RunOptions) -> None:

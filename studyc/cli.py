@@ -273,8 +273,10 @@ def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry
     for plan in plans:
         allowed = tuple(f"hardware mismatch allowed (--allow-hardware-mismatch): {w}" for w in mismatches
                         if w.startswith(f"{plan.study_id}: "))
+        loaded = loaded_studies[plans.index(plan)]
         try:
-            report = run_plan(plan, replace(options, warnings=allowed), LiveProgress(plan))
+            report = run_plan(plan, replace(options, warnings=allowed, decide_more=decide_more(loaded)),
+                              LiveProgress(plan))
         except KeyboardInterrupt:
             click.echo("interrupted: servers stopped, committed points kept (use --resume to continue)", err=True)
             sys.exit(130)
@@ -300,6 +302,23 @@ def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry
         failed = failed or bool(report.points_failed or report.servers_failed)
     if failed:
         sys.exit(1)
+
+
+def decide_more(loaded: Any) -> Callable[[Any, str], bool]:
+    """The sequential rule for `run_plan`: reads the run's stored points through the open store and asks
+    `report.sequential.should_continue` (the runner never imports the report)."""
+
+    def ask(store: Any, run_id: str) -> bool:
+        from report.results import RunData
+        from report.sequential import should_continue
+
+        run = store.run(run_id)
+        data = RunData(db=store.path, run=run, servers=tuple(store.servers(run_id)),
+                       points=tuple(store.points(run_id)), checks=tuple(store.checks(run_id)),
+                       telemetry=tuple(store.telemetry(run_id)))
+        return bool(should_continue(loaded, data))
+
+    return ask
 
 
 _DBS = click.option("--db", "dbs", multiple=True, type=click.Path(path_type=Path), default=[DEFAULT_DB],

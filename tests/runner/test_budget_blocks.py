@@ -1,0 +1,79 @@
+"""Budget blocks (`required = false` launches) run only while the sequential rule says a hypothesis is
+undecided, decided once per block (so a block's arms run together), within the budget's minutes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from compiler.load import load_study
+from compiler.plan import compile_study
+from runner.launch import LaunchSpec
+from runner.run import Progress, RunOptions, RunReport, _Driver
+from runner.store import Store
+from tests.conftest import REPO
+
+BUDGET = "[design]\nbudget = { blocks = 4, minutes = 30 }\n\n[load]"
+
+
+def _plan(tmp_path: Path, design: str = BUDGET):
+    text = (REPO / "studies/quickstart.toml").read_text()
+    text = text.replace('path = "../models/tiny-qwen3"', f'path = "{REPO / "models/tiny-qwen3"}"')
+    text = text.replace("launches = 1 ", "launches = 2 ").replace("[load]", design, 1)
+    path = tmp_path / "budget.toml"
+    path.write_text(text)
+    return compile_study(load_study(path))
+
+
+def _wanted(tmp_path: Path, answers: list[bool], *, origin: float | None = None, design: str = BUDGET):
+    plan = _plan(tmp_path, design)
+    asked: list[str] = []
+
+    def decide(store: Store, run_id: str) -> bool:
+        asked.append(run_id)
+        return answers[len(asked) - 1]
+
+    options = RunOptions(db=tmp_path / "r.duckdb", engine_command=[], python_argv=[], runs_dir=tmp_path,
+                         decide_more=decide)
+    with Store(tmp_path / "r.duckdb") as store:
+        driver = _Driver(store, "run-1", plan, RunReport("run-1"), Progress(), {}, options, origin=origin)
+        ran = [(launch.block, launch.required) for launch in plan.launches
+               if driver.wanted(LaunchSpec(launch=launch, points=launch.points, run_id="run-1", placement=None,  # type: ignore[arg-type]
+                                           ctx=None, engine_command=(), log_dir=tmp_path))]  # type: ignore[arg-type]
+    return plan, ran, asked, driver.report
+
+
+def test_budget_blocks_run_while_undecided_up_to_the_budget(tmp_path: Path) -> None:
+    plan, ran, asked, report = _wanted(tmp_path, [True, True])
+    assert {launch.block for launch in plan.launches} == {1, 2, 3, 4}
+    assert [b for b, _ in ran] == [launch.block for launch in plan.launches]  # every block, both arms each
+    assert len(asked) == 2 and report.launches_not_needed == []  # asked once per budget block, not per launch
+
+
+def test_a_decided_study_runs_no_budget_block_and_is_not_asked_again(tmp_path: Path) -> None:
+    plan, ran, asked, report = _wanted(tmp_path, [False, True])
+    assert all(required for _, required in ran) and {b for b, _ in ran} == {1, 2}
+    assert len(asked) == 1  # block 4 is not asked once block 3 was declined
+    assert len(report.launches_not_needed) == len([s for s in plan.launches if not s.required])
+
+
+def test_spent_minutes_stop_budget_blocks_without_asking(tmp_path: Path) -> None:
+    import time
+
+    _, ran, asked, _ = _wanted(tmp_path, [True, True], origin=time.monotonic() - 31 * 60)
+    assert {b for b, _ in ran} == {1, 2} and asked == []
+
+
+def test_the_cli_rule_reads_the_stored_run_and_stops_a_fixed_design(tmp_path: Path) -> None:
+    """The CLI's callback reads the run back through the open store and asks report.sequential; the
+    committed fixed-design runs have no budget, so nothing more runs."""
+    import shutil
+
+    from studyc.cli import decide_more
+
+    db = tmp_path / "h200.duckdb"
+    shutil.copyfile(REPO / "results/h200.duckdb", db)
+    loaded = load_study(REPO / "studies/decode_roofline.toml")
+    with Store(db) as store:
+        run = store.latest_run("decode-roofline")
+        assert run is not None
+        assert decide_more(loaded)(store, run.run_id) is False
