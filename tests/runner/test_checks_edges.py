@@ -1,5 +1,6 @@
-"""Each check's whole result (point id, name, passed, severity, value, threshold, detail, status) in
-each of its branches, so a wrong field, a lost sentence or a wrong number in a detail shows up."""
+"""Each check's whole result (point id, name, passed, severity, value, threshold, status, and the
+measured sentence that opens its detail) in each of its branches, so a wrong field or a wrong number
+in a detail shows up. The advice that follows the measured sentence is checked by its key words only."""
 
 from __future__ import annotations
 
@@ -17,35 +18,42 @@ PID = P.id
 OPEN = step(concurrency=None, rate_rps=2.0)
 
 
+def same(got: CheckResult | None, want: CheckResult, *words: str) -> None:
+    """Every field equal, the detail opening with `want.detail` and holding each of `words`."""
+    assert got is not None
+    assert (got.point_id, got.name, got.passed, got.severity, got.value, got.threshold, got.status) == (
+        want.point_id, want.name, want.passed, want.severity, want.value, want.threshold, want.status)
+    assert got.detail.startswith(want.detail), (got.detail, want.detail)
+    for word in words:
+        assert word in got.detail, (word, got.detail)
+
+
 def test_steady_state_results() -> None:
-    assert checks.steady_state(P, PointSummary(steady_requests=4)) == CheckResult(
-        PID, "steady_state", True, "fail", 4.0, 4.0,
-        "4 of 8 requests ran wholly in the steady phase (every one of 4 slots busy), need at least 4", "pass")
-    assert checks.steady_state(P, PointSummary(steady_requests=0)) == CheckResult(
-        PID, "steady_state", False, "fail", 0.0, 4.0,
-        "0 of 8 requests ran wholly in the steady phase (every one of 4 slots busy), need at least 4; fix: give "
-        "at least 12 requests (3 waves) or set load.burst = true to measure one wave", "fail")
-    assert checks.steady_state(P, PointSummary()) == CheckResult(
-        PID, "steady_state", False, "fail", None, 4.0,
-        "n/a of 8 requests ran wholly in the steady phase (every one of 4 slots busy), need at least 4; fix: give "
-        "at least 12 requests (3 waves) or set load.burst = true to measure one wave", "unverified")
+    measured = "of 8 requests ran wholly in the steady phase (every one of 4 slots busy), need at least 4"
+    same(checks.steady_state(P, PointSummary(steady_requests=4)),
+         CheckResult(PID, "steady_state", True, "fail", 4.0, 4.0, f"4 {measured}", "pass"))
+    assert checks.steady_state(P, PointSummary(steady_requests=4)).detail == f"4 {measured}"  # type: ignore[union-attr]
+    same(checks.steady_state(P, PointSummary(steady_requests=0)),
+         CheckResult(PID, "steady_state", False, "fail", 0.0, 4.0, f"0 {measured}; ", "fail"),
+         "at least 12 requests (3 waves)", "load.burst = true")
+    same(checks.steady_state(P, PointSummary()),
+         CheckResult(PID, "steady_state", False, "fail", None, 4.0, f"n/a {measured}; ", "unverified"))
 
 
 def test_littles_law_closed_loop_results() -> None:
     base = "lambda*W = 3.100 vs configured concurrency 4 over the steady phase: error 22.50% (tolerance 25.00%)"
-    assert checks.littles_law(P, PointSummary(littles_law_error=0.225, little_lambda_w=3.1), 0.25) == CheckResult(
-        PID, "littles_law", True, "fail", 0.225, 0.25, base, "pass")
-    low = checks.littles_law(P, PointSummary(littles_law_error=0.5, little_lambda_w=2.0), 0.25)
-    assert low == CheckResult(
-        PID, "littles_law", False, "fail", 0.5, 0.25,
-        "lambda*W = 2.000 vs configured concurrency 4 over the steady phase: error 50.00% (tolerance 25.00%); "
-        "the client held fewer requests in flight than configured: it idled between a completion and the next "
-        "send (starved of CPU, a GC pause). Fix: give the load generator its own cores (STUDYC_CLIENT_CPUS) or "
-        "a quieter machine", "fail")
-    assert checks.littles_law(P, PointSummary(), 0.25) == CheckResult(
-        PID, "littles_law", False, "fail", None, 0.25,
-        "lambda*W = n/a vs configured concurrency 4 over the steady phase: error n/a (tolerance 25.00%)",
-        "unverified")
+    ok = checks.littles_law(P, PointSummary(littles_law_error=0.225, little_lambda_w=3.1), 0.25)
+    same(ok, CheckResult(PID, "littles_law", True, "fail", 0.225, 0.25, base, "pass"))
+    assert ok is not None and ok.detail == base
+    same(checks.littles_law(P, PointSummary(littles_law_error=0.5, little_lambda_w=2.0), 0.25),
+         CheckResult(PID, "littles_law", False, "fail", 0.5, 0.25,
+                     "lambda*W = 2.000 vs configured concurrency 4 over the steady phase: error 50.00% "
+                     "(tolerance 25.00%); ", "fail"),
+         "fewer requests in flight than configured", "STUDYC_CLIENT_CPUS")
+    same(checks.littles_law(P, PointSummary(), 0.25),
+         CheckResult(PID, "littles_law", False, "fail", None, 0.25,
+                     "lambda*W = n/a vs configured concurrency 4 over the steady phase: error n/a (tolerance 25.00%)",
+                     "unverified"))
 
 
 def test_littles_law_occupancy_needs_both_sides() -> None:
@@ -61,26 +69,27 @@ def test_littles_law_occupancy_needs_both_sides() -> None:
 
 def test_littles_law_open_loop_results() -> None:
     summary = PointSummary(littles_law_error=0.3, client_lag_p99_s=0.5)
-    assert checks.littles_law(OPEN, summary, 0.25, open_allowance=0.05) == CheckResult(
+    passed = checks.littles_law(OPEN, summary, 0.25, open_allowance=0.05)
+    same(passed, CheckResult(
         OPEN.id, "littles_law", True, "fail", 0.3, 0.3,
         "completions/s vs the offered rate: error 30.00% (allowed 30.00%: tolerance 25.00% + span boundary "
-        "5.00%); client lag p99 500.0 ms", "pass")
-    behind = checks.littles_law(OPEN, summary, 0.25)
-    assert behind == CheckResult(
+        "5.00%); client lag p99 500.0 ms", "pass"))
+    assert passed is not None and passed.detail.endswith("client lag p99 500.0 ms")
+    same(checks.littles_law(OPEN, summary, 0.25), CheckResult(
         OPEN.id, "littles_law", False, "fail", 0.3, 0.25,
         "completions/s vs the offered rate: error 30.00% (allowed 25.00%: tolerance 25.00% + span boundary "
-        "n/a); client lag p99 500.0 ms; completions fell behind the offered rate: the server saturated (queue "
-        "growing) or the client sent late. Fix: a lower rate, or a client with its own cores", "fail")
-    assert checks.littles_law(OPEN, PointSummary(), 0.25) == CheckResult(
+        "n/a); client lag p99 500.0 ms; completions fell behind the offered rate: the server saturated", "fail"),
+         "client sent late", "Fix: a lower rate")
+    same(checks.littles_law(OPEN, PointSummary(), 0.25), CheckResult(
         OPEN.id, "littles_law", False, "fail", None, 0.25,
         "completions/s vs the offered rate: error n/a (allowed 25.00%: tolerance 25.00% + span boundary n/a); "
-        "client lag p99 n/a", "unverified")
+        "client lag p99 n/a", "unverified"))
 
 
 def test_reconciliation_results() -> None:
-    assert checks.reconciliation(P, None) == CheckResult(
+    same(checks.reconciliation(P, None), CheckResult(
         PID, "reconciliation", False, "fail", None, None,
-        "no server counters at the window's edges were recorded: cannot verify", "unverified")
+        "no server counters at the window's edges were recorded", "unverified"), "cannot verify")
     good = Reconciliation((Item("requests", "pass", 8.0, 8.0, "exact", "ok"),))
     assert checks.reconciliation(P, good) == CheckResult(
         PID, "reconciliation", True, "fail", 0.0, 0.0,
@@ -88,60 +97,60 @@ def test_reconciliation_results() -> None:
     bad = Reconciliation((Item("requests", "fail", 8.0, 9.0, "exact", "server counted 9"),
                           Item("tokens", "unverified", 64.0, None, "exact", "no counter"),
                           Item("ttft", "pass", 1.0, 1.0, "exact", "ok")))
-    assert checks.reconciliation(P, bad) == CheckResult(
-        PID, "reconciliation", False, "fail", 2.0, 0.0, "requests: server counted 9; tokens: no counter", "fail")
+    same(checks.reconciliation(P, bad), CheckResult(
+        PID, "reconciliation", False, "fail", 2.0, 0.0, "requests: server counted 9; tokens: no counter", "fail"))
 
 
 def test_cache_cold_results() -> None:
-    assert checks.cache_cold(P, CacheState(True, 100.0, 5.0), 0.05) == CheckResult(
-        PID, "cache_cold", True, "fail", 0.05, 0.05, "reset + verify: hit rate 5.00% (max 5.00%)", "pass")
+    same(checks.cache_cold(P, CacheState(True, 100.0, 5.0), 0.05), CheckResult(
+        PID, "cache_cold", True, "fail", 0.05, 0.05, "reset + verify: hit rate 5.00% (max 5.00%)", "pass"))
     kept = step(cache="keep")
-    assert checks.cache_cold(kept, CacheState(None, 100.0, 30.0), 0.05) == CheckResult(
+    same(checks.cache_cold(kept, CacheState(None, 100.0, 30.0), 0.05), CheckResult(
         kept.id, "cache_cold", False, "warn", 0.3, None,
-        "prefix cache kept between points: hit rate 30.00%; this is not a cold measurement")
-    assert checks.cache_cold(kept, CacheState(None, None, None), 0.05).detail == (
+        "prefix cache kept between points: hit rate 30.00%; this is not a cold measurement"))
+    assert checks.cache_cold(kept, CacheState(None, None, None), 0.05).detail.startswith(
         "prefix cache kept between points: hit rate n/a; this is not a cold measurement")
 
 
 def test_output_exact_results() -> None:
-    assert checks.output_exact(P, [Output(8, 8)] * 3) == CheckResult(
-        PID, "output_exact", True, "fail", 0.0, 0.0, "3/3 requests returned exactly 8 tokens", "pass")
-    assert checks.output_exact(P, [Output(8, 8), Output(0, 5), Output(0, 5)]) == CheckResult(
+    same(checks.output_exact(P, [Output(8, 8)] * 3), CheckResult(
+        PID, "output_exact", True, "fail", 0.0, 0.0, "3/3 requests returned exactly 8 tokens", "pass"))
+    same(checks.output_exact(P, [Output(8, 8), Output(0, 5), Output(0, 5)]), CheckResult(
         PID, "output_exact", False, "fail", 0.0, 0.0,
-        "1/3 requests returned exactly 8 tokens; 2 reported no usage: cannot count their tokens", "unverified")
+        "1/3 requests returned exactly 8 tokens; 2 reported no usage: cannot count their tokens", "unverified"))
     # One chunk without usage is still "no usage"; no chunk and no tokens is a wrong count.
     assert checks.output_exact(P, [Output(8, 8), Output(0, 1)]).status == "unverified"
-    assert checks.output_exact(P, [Output(8, 8), Output(0, 0)]) == CheckResult(
-        PID, "output_exact", False, "fail", 1.0, 0.0, "1/2 requests returned exactly 8 tokens", "fail")
-    assert checks.output_exact(P, [Output(7, 7), Output(0, 1)]) == CheckResult(
-        PID, "output_exact", False, "fail", 1.0, 0.0,
-        "0/2 requests returned exactly 8 tokens; 1 reported no usage: cannot count their tokens", "fail")
+    same(checks.output_exact(P, [Output(8, 8), Output(0, 0)]), CheckResult(
+        PID, "output_exact", False, "fail", 1.0, 0.0, "1/2 requests returned exactly 8 tokens", "fail"))
+    assert "no usage" not in checks.output_exact(P, [Output(8, 8), Output(0, 0)]).detail
+    same(checks.output_exact(P, [Output(7, 7), Output(0, 1)]), CheckResult(
+        PID, "output_exact", False, "fail", 1.0, 0.0, "0/2 requests returned exactly 8 tokens", "fail"),
+         "; 1 reported no usage: cannot count their tokens")
 
 
 def test_errors_results() -> None:
-    assert checks.errors(P, PointSummary(requests_ok=8)) == CheckResult(
-        PID, "errors", True, "fail", 0.0, 0.0, "8/8 requests ok, 0 failed")
-    assert checks.errors(P, PointSummary(requests_ok=7, requests_failed=1)) == CheckResult(
-        PID, "errors", False, "fail", 1.0, 0.0, "7/8 requests ok, 1 failed")
+    same(checks.errors(P, PointSummary(requests_ok=8)), CheckResult(
+        PID, "errors", True, "fail", 0.0, 0.0, "8/8 requests ok, 0 failed"))
+    same(checks.errors(P, PointSummary(requests_ok=7, requests_failed=1)), CheckResult(
+        PID, "errors", False, "fail", 1.0, 0.0, "7/8 requests ok, 1 failed"))
 
 
 def test_warmup_sufficient_results() -> None:
-    assert checks.warmup_sufficient(P, 0.1, 0.2) == CheckResult(
-        PID, "warmup_sufficient", True, "warn", 0.1, 0.2,
-        "time per output token: the first half of the steady requests was 10.00% slower than the second", "pass")
-    assert checks.warmup_sufficient(P, None, 0.2) == CheckResult(
-        PID, "warmup_sufficient", False, "warn", None, 0.2,
-        "time per output token: the first half of the steady requests was n/a slower than the second",
-        "unverified")
+    measured = "time per output token: the first half of the steady requests was"
+    same(checks.warmup_sufficient(P, 0.1, 0.2), CheckResult(
+        PID, "warmup_sufficient", True, "warn", 0.1, 0.2, f"{measured} 10.00% slower than the second", "pass"))
+    same(checks.warmup_sufficient(P, None, 0.2), CheckResult(
+        PID, "warmup_sufficient", False, "warn", None, 0.2, f"{measured} n/a slower than the second",
+        "unverified"))
 
 
 def test_client_headroom_results() -> None:
-    assert checks.client_headroom(P, PointSummary(chunk_throughput=250.0), 1000.0, 0.5) == CheckResult(
+    same(checks.client_headroom(P, PointSummary(chunk_throughput=250.0), 1000.0, 0.5), CheckResult(
         PID, "client_headroom", True, "warn", 0.25, 0.5, "250 chunks/s = 25.00% of the client's measured ceiling",
-        "pass")
-    assert checks.client_headroom(P, PointSummary(), 1000.0, 0.5) == CheckResult(
+        "pass"))
+    same(checks.client_headroom(P, PointSummary(), 1000.0, 0.5), CheckResult(
         PID, "client_headroom", False, "warn", None, 0.5, "0 chunks/s = n/a of the client's measured ceiling",
-        "unverified")
+        "unverified"))
     # A ceiling below one chunk per second is still a measured ceiling.
     slow = checks.client_headroom(P, PointSummary(chunk_throughput=0.25), 0.5, 0.6)
     assert slow is not None and slow.value == 0.5 and slow.passed
