@@ -26,7 +26,8 @@ MODULES=(
   "stats|runner/stats.py|tests/runner/test_stats.py tests/runner/test_stats_edges.py"
   "checks|runner/checks.py|tests/runner/test_checks.py tests/runner/test_checks_edges.py"
   "judge|runner/judge.py|tests/runner/test_judge.py tests/runner/test_judge_edges.py"
-  "scoring|report/scoring.py|tests/report/test_scoring.py tests/report/test_scoring_edges.py"
+  "scoring|report/scoring.py|tests/report/test_scoring.py tests/report/test_scoring_edges.py tests/report/test_scoring_branches.py"
+  "intervals|report/intervals.py|tests/report/test_intervals.py tests/report/test_intervals_edges.py"
 )
 
 [ -x "$MUTMUT" ] || { echo "mutmut missing: .venv/bin/pip install -e '.[mutation]'" >&2; exit 2; }
