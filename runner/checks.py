@@ -55,7 +55,10 @@ def steady_state(point: PointStep, summary: PointSummary) -> CheckResult | None:
         f"{n if n is not None else 'n/a'} of {point.requests} requests ran wholly in the steady phase "
         f"(every one of {c} slots busy), need at least {c}"
         + ("" if status == "pass" else
-           f"; fix: give at least {3 * c} requests (3 waves) or set load.burst = true to measure one wave"),
+           "; cannot verify: no request completed, so there is no steady phase. Fix: make the requests complete "
+           "(see the errors check), then re-run the point" if n is None else
+           f"; too few waves for a steady phase. Fix: give at least {3 * c} requests (3 waves), or set "
+           "load.burst = true to measure one wave on purpose"),
     )
 
 
@@ -77,19 +80,27 @@ def littles_law(
         ok = within(err, tolerance)
         detail = (f"lambda*W = {_num(summary.little_lambda_w)} vs configured concurrency {point.concurrency} "
                   f"over the steady phase: error {_pct(err)} (tolerance {_pct(tolerance)})")
-        if err is not None and not ok:
-            detail += ("; the client held fewer requests in flight than configured: it idled between a "
-                       "completion and the next send (starved of CPU, a GC pause). Fix: give the load "
-                       "generator its own cores (STUDYC_CLIENT_CPUS) or a quieter machine")
+        if err is None:
+            detail += ("; cannot verify: no steady-phase requests to compute lambda*W from. Fix: at least "
+                       f"{3 * point.concurrency} requests (3 waves), then re-run the point")
+        elif not ok:
+            detail += ("; the client could not keep the slots full: it held fewer requests in flight than "
+                       "configured, idling between a completion and the next send (likely CPU contention on the "
+                       "client's cores, or a GC pause). Fix: run fewer jobs on the machine at once, give the load "
+                       "generator its own cores (STUDYC_CLIENT_CPUS), or more requests so a stall weighs less; "
+                       "then re-run the point")
         return _result(point, "littles_law", _judged(err, ok), "fail", err, tolerance, detail + occupancy)
     allowed = tolerance + (open_allowance or 0.0)
     ok = within(err, allowed)
     detail = (f"completions/s vs the offered rate: error {_pct(err)} (allowed {_pct(allowed)}: tolerance "
               f"{_pct(tolerance)} + span boundary {_pct(open_allowance)}); client lag p99 "
               f"{_ms(summary.client_lag_p99_s)}")
-    if err is not None and not ok:
-        detail += ("; completions fell behind the offered rate: the server saturated (queue growing) or the "
-                   "client sent late. Fix: a lower rate, or a client with its own cores")
+    if err is None:
+        detail += "; cannot verify: no completed requests to count. Fix: make the requests complete, then re-run"
+    elif not ok:
+        detail += ("; completions fell behind the offered rate: the server saturated (its queue grew) or the "
+                   "client sent late (see the client lag). Fix: a lower rate, or give the load generator its own "
+                   "cores (STUDYC_CLIENT_CPUS) and run fewer jobs at once; then re-run the point")
     return _result(point, "littles_law", _judged(err, ok), "fail", err, allowed, detail + occupancy)
 
 
@@ -106,7 +117,9 @@ def reconciliation(point: PointStep, rec: Reconciliation | None) -> CheckResult:
     counts exact, latency sums within the stated bound. No edge counters stored: unverified."""
     if rec is None:
         return _result(point, "reconciliation", "unverified", "fail", None, None,
-                       "no server counters at the window's edges were recorded: cannot verify")
+                       "no server counters at the window's edges were recorded (a point stored before they "
+                       "were, or /metrics could not be scraped): cannot verify. Fix: re-run the point on a "
+                       "server whose /metrics answers")
     bad = sum(1 for i in rec.items if i.status != "pass")
     return _result(point, "reconciliation", rec.status, "fail", float(bad), 0.0, rec.message)
 
@@ -119,11 +132,28 @@ def cache_cold(point: PointStep, cache: CacheState, max_hit_rate: float) -> Chec
     if point.cache == "reset":
         cold, why = cache.cold(max_hit_rate)
         status: CheckStatus = "pass" if cold else "unverified" if "cannot verify" in why else "fail"
-        return _result(point, "cache_cold", status, "fail", rate, max_hit_rate, f"reset + verify: {why}")
+        return _result(point, "cache_cold", status, "fail", rate, max_hit_rate, f"reset + verify: {why}"
+                       + ("" if cold else _cache_fix(why)))
     return CheckResult(
         point.id, "cache_cold", False, "warn", rate, None,
         f"prefix cache kept between points: hit rate {_pct(rate)}; this is not a cold measurement",
     )
+
+
+def _cache_fix(why: str) -> str:
+    if why.startswith(("reset refused", "no reset")):
+        return ("; the prefix cache may hold earlier points' prompts. Fix: start the server with "
+                "VLLM_SERVER_DEV_MODE=1 so POST /reset_prefix_cache works, and nothing in between that answers "
+                "for it; then re-run the point")
+    if "counters missing" in why:
+        return ("; the engine does not export vllm:prefix_cache_queries/hits. Fix: enable prefix caching and "
+                "metrics (no --disable-log-stats), or set cache = \"keep\" to measure a warm cache on purpose")
+    if "no prefix-cache queries" in why:
+        return ("; the engine counted no prefix-cache lookups. Fix: enable prefix caching "
+                "(--enable-prefix-caching), or set cache = \"keep\" when it is off on purpose")
+    return ("; the window's prompts hit a cache the reset should have emptied: the reset was not done (a proxy "
+            "answered it) or the prompts repeat within the point. Fix: reset the server itself, give distinct "
+            "prompts (prompt_seed), then re-run the point")
 
 
 @dataclass(frozen=True)
@@ -141,29 +171,43 @@ def output_exact(point: PointStep, outputs: Sequence[Output]) -> CheckResult:
     wrong = [o.tokens for o in outputs if o.tokens != point.output_len and not (o.tokens == 0 and o.chunks > 0)]
     status: CheckStatus = "fail" if wrong else "unverified" if no_usage or not outputs else "pass"
     detail = f"{len(outputs) - len(wrong) - no_usage}/{len(outputs)} requests returned exactly {point.output_len} tokens"
+    if wrong:
+        detail += ("; the server ended requests early or late (max_model_len reached, a stop condition, or "
+                   "max_tokens not honoured). Fix: max_model_len of at least input_len + output_len, and a server "
+                   "that honours ignore_eos and max_tokens; then re-run the point")
     if no_usage:
-        detail += f"; {no_usage} reported no usage: cannot count their tokens"
+        detail += (f"; {no_usage} reported no usage: cannot count their tokens. Fix: a server that sends the "
+                   "final usage event (stream_options.include_usage), then re-run the point")
+    elif not outputs:
+        detail += "; no request completed: nothing to count. Fix: see the errors check, then re-run the point"
     return _result(point, "output_exact", status, "fail", float(len(wrong)), 0.0, detail)
 
 
 def errors(point: PointStep, summary: PointSummary) -> CheckResult:
     failed = summary.requests_failed
-    return CheckResult(
-        point.id, "errors", failed == 0 and summary.requests_ok == point.requests, "fail", float(failed), 0.0,
-        f"{summary.requests_ok}/{point.requests} requests ok, {failed} failed",
-    )
+    ok = failed == 0 and summary.requests_ok == point.requests
+    detail = f"{summary.requests_ok}/{point.requests} requests ok, {failed} failed"
+    if not ok:
+        detail += ("; the server refused, dropped or timed out requests (their errors are in the requests table, "
+                   "the server's in its log). Fix: the cause the errors name, e.g. a longer request_timeout_s, "
+                   "a lower load, or a larger max_model_len; then re-run the point")
+    return CheckResult(point.id, "errors", ok, "fail", float(failed), 0.0, detail)
 
 
 def warmup_sufficient(point: PointStep, halves_gap: float | None, tolerance: float) -> CheckResult | None:
     """TPOT of the first half of the steady requests against the second half. Not for a burst."""
     if is_burst(point):
         return None
-    return _result(
-        point, "warmup_sufficient", _judged(halves_gap, within(halves_gap, tolerance)), "warn", halves_gap,
-        tolerance,
-        f"time per output token: the first half of the steady requests was {_pct(halves_gap)} slower than the "
-        "second",
-    )
+    status = _judged(halves_gap, within(halves_gap, tolerance))
+    detail = (f"time per output token: the first half of the steady requests was {_pct(halves_gap)} slower than "
+              f"the second (tolerance {_pct(tolerance)})")
+    if status == "fail":
+        detail += ("; the server was still warming up (compiling, filling caches) or the machine got busier "
+                   "early in the window. Fix: more warmup requests (load.warmup), run fewer jobs on the machine "
+                   "at once; then re-run the point")
+    elif status == "unverified":
+        detail += "; cannot verify: too few steady requests to split in halves. Fix: more requests"
+    return _result(point, "warmup_sufficient", status, "warn", halves_gap, tolerance, detail)
 
 
 def client_headroom(
@@ -174,17 +218,24 @@ def client_headroom(
         return None
     chunks = summary.chunk_throughput
     ratio = None if chunks is None else chunks / ceiling_chunks_per_s
-    return _result(
-        point, "client_headroom", _judged(ratio, within(ratio, fraction)), "warn", ratio, fraction,
-        f"{chunks or 0:,.0f} chunks/s = {_pct(ratio)} of the client's measured ceiling",
-    )
+    status = _judged(ratio, within(ratio, fraction))
+    detail = f"{chunks or 0:,.0f} chunks/s = {_pct(ratio)} of the client's measured ceiling (max {_pct(fraction)})"
+    if status == "fail":
+        detail += ("; the load generator ran near its own limit, so its timings may describe the client. Fix: "
+                   "give it more cores (STUDYC_CLIENT_CPUS), run fewer jobs on the machine at once; then re-run")
+    elif status == "unverified":
+        detail += "; cannot verify: no chunk rate measured (no completed request). Fix: see the errors check"
+    return _result(point, "client_headroom", status, "warn", ratio, fraction, detail)
 
 
 def itl_trusted(point: PointStep, fidelity: Fidelity) -> CheckResult:
     """The client's token gaps are real (`runner.fidelity`): warn-level, and the point's ITL
     percentiles are withheld when it fails (TPOT and throughput stand)."""
+    detail = fidelity.message
+    if fidelity.status == "unverified":
+        detail += ": cannot verify. Fix: output_len of at least 2 tokens streamed in separate chunks"
     return _result(point, "itl_trusted", fidelity.status, "warn", fidelity.bunched_share, MAX_BUNCHED_SHARE,
-                   fidelity.message)
+                   detail)
 
 
 @dataclass(frozen=True)

@@ -129,6 +129,7 @@ def judge(
         energy_per_token_j=server.gpu.energy_per_token_j(client.output_tokens),
         server_in_flight=in_server,
         itl_bunched_share=fidelity.bunched_share,
+        frontend_delay_s=None if rec is None else rec.frontend_delay_s,
     )
     if fidelity.status == "fail":  # bunched gaps: ITL percentiles would describe the client
         summary = replace(summary, itl_p50_s=None, itl_p90_s=None, itl_p95_s=None, itl_p99_s=None)

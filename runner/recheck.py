@@ -3,16 +3,19 @@
 Results are the truth: when a check's definition is corrected, old runs are re-judged from their
 own records, never re-measured. What the server said (the edge counters, prefix-cache counters, GPU
 telemetry) is kept as stored; a point stored without edge counters (schema < 3) cannot be
-reconciled, so its reconciliation is `unverified` and the point is not valid. Opening the database
-for writing also migrates an older schema.
+reconciled, so its reconciliation is `unverified` and the point is not valid. A point run on several
+replicas gets its per-replica reconciliation again from the deltas stored in `replicas_json`.
+Opening the database for writing also migrates an older schema.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from compiler.plan import Plan
+from runner import replicas
 from runner.judge import ServerSide, judge
 from runner.store import Store
 from studyc import __version__
@@ -43,6 +46,9 @@ def recheck(db: Path) -> RecheckReport:
                 records = store.request_records(run.run_id, point.point_id)
                 judged = judge(step, records, ServerSide.stored(point), thresholds=plan.checks,
                                client_ceiling_chunks_per_s=run.client_ceiling_chunks_per_s)
+                if point.replicas_json:  # run on replicas: judge each one's counters again
+                    rows = json.loads(point.replicas_json)
+                    judged = replicas.with_check(judged, replicas.replica_check(point.point_id, rows))
                 old = stored.get(point.point_id, set())
                 new = {(c.name, str(c.status)) for c in judged.checks}
                 report.points += 1

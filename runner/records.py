@@ -138,6 +138,9 @@ class PointSummary:
     client_lag_p99_s: float | None = None
     client_lag_max_s: float | None = None
     itl_bunched_share: float | None = None  # token gaps far below the server's step (runner.fidelity)
+    # Mean TTFT excess of the client over the server (runner.reconcile): the API server's front end and
+    # the transport before the engine saw the request. Measured and reported, not a fault.
+    frontend_delay_s: float | None = None
 
     def metric(self, name: str) -> float | None:
         """A metric by name, as a float (None where unmeasured); KeyError for a name it lacks."""

@@ -234,6 +234,9 @@ class Store:
             elif found != str(SCHEMA_VERSION):
                 self._migrate(found)
                 found = str(SCHEMA_VERSION)
+            elif self._missing_columns():  # a nullable field added within a version: added here
+                with self.transaction():
+                    self._add_columns()
         if found != str(SCHEMA_VERSION):
             self.con.close()
             if found is not None and found.isdigit() and int(found) < SCHEMA_VERSION:
@@ -275,19 +278,31 @@ class Store:
         if found not in ("1", "2", "3"):
             raise StoreError(f"{self.path}: schema version {found}, this studyc reads {SCHEMA_VERSION}")
         with self.transaction():
-            for table in TABLES:
-                have = {r[0] for r in self.con.execute(
-                    "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [table.name]
-                ).fetchall()}
-                for c in table.columns:
-                    if c.name not in have:
-                        self.con.execute(f"ALTER TABLE {table.name} ADD COLUMN {c.name} {c.sql}")
+            self._add_columns()
             self.con.execute(
                 "UPDATE checks SET status = CASE WHEN passed THEN 'pass' ELSE 'fail' END WHERE status IS NULL"
             )
             if found == "1":
                 self._migrate_v1_rows()
             self.con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
+
+    def _columns(self, table: str, schema: str = "main", catalog: str | None = None) -> set[str]:
+        return {r[0] for r in self.con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = ? AND table_schema = ? "
+            "AND table_catalog = coalesce(?, current_database())", [table, schema, catalog]
+        ).fetchall()}
+
+    def _missing_columns(self) -> list[tuple[Table, Column]]:
+        out = []
+        for table in TABLES:
+            have = self._columns(table.name)
+            out += [(table, c) for c in table.columns if c.name not in have]
+        return out
+
+    def _add_columns(self) -> None:
+        """Add the columns the records have and the tables lack (nullable: old rows read None)."""
+        for table, c in self._missing_columns():
+            self.con.execute(f"ALTER TABLE {table.name} ADD COLUMN {c.name} {c.sql}")
 
     def _migrate_v1_rows(self) -> None:
         """Version 1 rows: the API key scrubbed from argv, a git_sha that is not a commit made NULL."""
@@ -462,7 +477,8 @@ class Store:
                     if not new:
                         break
                     marks = ", ".join("?" for _ in new)
-                    names = ", ".join(table.column_names)
+                    have = self._columns(table.name, catalog=alias)  # a source of the same version may lack
+                    names = ", ".join(c for c in table.column_names if c in have)  # a column added since
                     self.con.execute(
                         f"INSERT INTO {table.name} ({names}) SELECT {names} FROM {alias}.{table.name} "
                         f"WHERE run_id IN ({marks})", new,

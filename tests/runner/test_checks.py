@@ -238,3 +238,40 @@ def test_within_is_inclusive_and_fails_closed() -> None:
     assert checks.within(0.5, 0.5) and checks.within(0.0, 0.5) and checks.within(-1.0, 0.5)
     assert not checks.within(0.5000001, 0.5)
     assert not checks.within(None, 0.5)
+
+
+def test_every_failed_or_unverified_check_names_its_cause_and_fix() -> None:
+    """What happened and what to change, for each check that did not pass (key words of each)."""
+    p = step(concurrency=4, requests=16)
+    cases: list[tuple[CheckResult | None, tuple[str, ...]]] = [
+        (checks.steady_state(p, PointSummary(steady_requests=3)), ("too few waves", "Fix: give at least 12")),
+        (checks.steady_state(p, PointSummary()), ("no request completed", "Fix:")),
+        (checks.littles_law(p, PointSummary(littles_law_error=0.2), 0.03),
+         ("could not keep the slots full", "CPU contention", "fewer jobs", "STUDYC_CLIENT_CPUS", "more requests")),
+        (checks.littles_law(p, PointSummary(), 0.03), ("cannot verify", "Fix: at least 12 requests")),
+        (checks.littles_law(step(concurrency=None, rate_rps=2.0), PointSummary(littles_law_error=0.5), 0.03, 0.0),
+         ("fell behind the offered rate", "Fix: a lower rate", "STUDYC_CLIENT_CPUS")),
+        (checks.reconciliation(p, None), ("no server counters", "Fix: re-run the point")),
+        (checks.cache_cold(p, CacheState(False, 10.0, 0.0), TOL), ("reset refused", "VLLM_SERVER_DEV_MODE=1")),
+        (checks.cache_cold(p, CacheState(True, None, None), TOL), ("counters missing", "Fix: enable prefix caching")),
+        (checks.cache_cold(p, CacheState(True, 0.0, 0.0), TOL), ("no prefix-cache queries", "--enable-prefix-caching")),
+        (checks.cache_cold(p, CacheState(True, 100.0, 90.0), TOL), ("reset was not done", "Fix: reset the server")),
+        (checks.output_exact(step(output_len=8), [Output(7, 7)]), ("ended requests early", "Fix: max_model_len")),
+        (checks.output_exact(step(output_len=8), [Output(0, 8)]), ("no usage", "include_usage")),
+        (checks.output_exact(step(output_len=8), []), ("no request completed", "errors check")),
+        (checks.errors(step(requests=8), PointSummary(requests_ok=7, requests_failed=1)),
+         ("refused, dropped or timed out", "Fix:", "request_timeout_s")),
+        (checks.warmup_sufficient(p, 0.5, TOL), ("still warming up", "Fix: more warmup requests (load.warmup)")),
+        (checks.warmup_sufficient(p, None, TOL), ("cannot verify", "Fix: more requests")),
+        (checks.client_headroom(p, PointSummary(chunk_throughput=900.0), 1000.0, 0.5),
+         ("near its own limit", "STUDYC_CLIENT_CPUS", "fewer jobs")),
+        (checks.client_headroom(p, PointSummary(), 1000.0, 0.5), ("cannot verify", "Fix:")),
+        (checks.itl_trusted(p, Fidelity("unverified", 0, 0, None, "none", "no token gaps to judge")),
+         ("cannot verify", "Fix: output_len of at least 2")),
+    ]
+    for got, words in cases:
+        assert got is not None and not got.passed, got
+        for w in words:
+            assert w in got.detail, (got.name, w, got.detail)
+    passed = checks.littles_law(p, PointSummary(littles_law_error=0.0), 0.03)
+    assert passed is not None and passed.passed and "Fix" not in passed.detail  # a pass names no fix

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,9 @@ def _window(server: Any, model: Path, faults: Faults, salt: str, scrape_via_prox
 def test_proxy_without_faults_passes(vllm_server: Any, tiny_model_dir: Path) -> None:
     result, log = _window(vllm_server, tiny_model_dir, Faults(), "proxy-clean")
     assert log.completions == 10  # 2 warmup + 8 measured, all through the proxy
-    # Every count agrees. The latency items may fire here: the proxy is a real hop in front of the
-    # server (on two shared cores it added up to ~30 ms of TTFT), which is what they are for.
+    # Every count agrees. The proxy's own delay (up to ~30 ms of TTFT on two shared cores) comes at
+    # both ends of a request, like the server's front end: it shows as frontend_delay_s; whether its
+    # chunk forwarding also skews first-token-to-end on a busy machine is not asserted here.
     counts = [i for i in result.items if i.bound == "exact"]
     assert len(counts) >= 6 and all(i.status == "pass" for i in counts), result.message
 
@@ -73,6 +75,26 @@ def test_reset_answered_true_but_not_done(vllm_server: Any, complete: Any) -> No
     after = metrics.scrape(vllm_server.base_url, vllm_server.api_key)
     assert proxy.log.resets_seen == 1 and proxy.log.resets_forwarded == 0
     assert metrics.delta(before, after, "vllm:prefix_cache_hits") == 96  # 3 whole blocks of 32 hit
+
+
+def test_client_that_lags_while_streaming_fails_on_the_real_server(vllm_server: Any, tiny_model_dir: Path) -> None:
+    """Real counters and records of a clean window; the fault made on demand: the client reads each
+    measured request's end 40 ms late (as a client starved of CPU while streaming does)."""
+    from runner.loadgen import run_load
+    from runner.reconcile import reconcile
+    from tests.runner.test_reconcile import _specs
+
+    model, url, key = str(tiny_model_dir), vllm_server.base_url, vllm_server.api_key
+    run_load(url, model, [], warmup=_specs(2, "lag-warm"), api_key=key, concurrency=2, cpus=(1,))
+    before = metrics.scrape(url, key)
+    records = list(run_load(url, model, _specs(8, "lag"), api_key=key, concurrency=2, cpus=(1,)).records)
+    after = metrics.scrape(url, key)
+    assert reconcile(before, after, records).item("first_to_end").status == "pass"
+    lagged = [dataclasses.replace(r, end_s=r.end_s + 0.040) for r in records]
+    result = reconcile(before, dataclasses.replace(after, t_s=after.t_s + 1.0), lagged)
+    item = result.item("first_to_end")
+    assert item.status == "fail" and "lagged while streaming" in item.message, result.message
+    assert all(i.status == "pass" for i in result.items if i.bound == "exact")
 
 
 # ------------------------------------------------------ whole points through the judge, real server

@@ -180,3 +180,17 @@ def test_no_measured_request_is_invalid() -> None:
     warm_only = [rec(0, 0.0, 1.0, warmup=True)]
     j = judge(step(), warm_only, COLD, thresholds=Checks(), client_ceiling_chunks_per_s=1000.0)
     assert not j.valid and j.summary.requests_ok == 0 and j.summary.window_s is None
+
+
+def test_front_end_delay_is_measured_and_stored_not_judged() -> None:
+    """The client's TTFT excess over the server's is the point's front-end delay: in the summary and
+    the reconciliation's detail, and no fault however large when both ends carry it."""
+    j = judge(step(), closed_loop(), COLD, thresholds=Checks(), client_ceiling_chunks_per_s=None)
+    assert j.summary.frontend_delay_s == pytest.approx(0.002)  # the fixture's transport
+    base = closed_loop()
+    before, after = edges(base, transport_s=0.080)  # 80 ms at both ends: a busy API server's admission queue
+    slow = judge(step(), base, ServerSide(cache=CacheState(True, 100.0, 0.0), before=before, after=after),
+                 thresholds=Checks(), client_ceiling_chunks_per_s=None)
+    rec = next(c for c in slow.checks if c.name == "reconciliation")
+    assert slow.valid and rec.status == "pass" and slow.summary.frontend_delay_s == pytest.approx(0.080)
+    assert "front-end and transport delay before the engine saw the request: 80.00 ms mean" in rec.detail

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from compiler.load import load_study
 from compiler.plan import compile_study
-from runner import metrics
+from runner import metrics, replicas
 from runner.cache import CacheState
 from runner.checks import verdict_reason
 from runner.judge import ServerSide, judge
@@ -30,13 +30,15 @@ def _records(n: int, out: int) -> list[RequestRecord]:
     return recs
 
 
-def _db(tmp: Path, queries: float, counters: bool = True) -> tuple[Path, str]:
+def _db(tmp: Path, queries: float, counters: bool = True, replica_rows: list[dict] | None = None) -> tuple[Path, str]:
     plan = compile_study(load_study(write_study(tmp, "")))
     step = next(p for p in plan.points if p.cache == "reset" and p.concurrency == 4)
     records = _records(step.requests, step.output_len)
     before, after = edges(records, queries=queries)
     side = ServerSide(cache=CacheState(True, queries, 0.0), before=before, after=after)
     judged = judge(step, records, side, thresholds=plan.checks, client_ceiling_chunks_per_s=None)
+    if replica_rows is not None:  # what the point runner adds when the launch has replicas
+        judged = replicas.with_check(judged, replicas.replica_check(step.id, replica_rows))
     checks = list(judged.checks)
     valid = judged.valid
     if queries == 0 or not counters:  # what the old checks stored: no reconciliation, zero queries passed as cold
@@ -51,7 +53,8 @@ def _db(tmp: Path, queries: float, counters: bool = True) -> tuple[Path, str]:
                             summary=judged.summary, valid=valid, flagged=judged.flagged,
                             verdict=verdict_reason(checks),
                             counters_before_json=metrics.edge_json(before) if counters else None,
-                            counters_after_json=metrics.edge_json(after) if counters else None)
+                            counters_after_json=metrics.edge_json(after) if counters else None,
+                            replicas_json=None if replica_rows is None else replicas.replicas_json(replica_rows))
         s.commit_point(point, records, checks, [])
     return db, step.id
 
@@ -105,3 +108,45 @@ def test_recheck_restores_tampered_checks(tmp_path: Path) -> None:
     with Store(db, read_only=True) as s:
         assert s.points("run-1")[0].valid
         assert {c.name for c in s.checks("run-1")} >= {"littles_law", "errors", "output_exact", "cache_cold"}
+
+
+def _rows(records: int, tokens: int, server_requests: float) -> list[dict]:
+    """Two replicas, each sent half the point's requests; the second's counters say `server_requests`."""
+    half = records // 2
+    row = {"client": {"requests": half, "sent": half, "prompt_tokens": 128 * half, "generation_tokens": tokens * half},
+           "server": {"requests": float(half), "prompt_tokens": 128.0 * half, "generation_tokens": float(tokens * half)},
+           "failed": 0}
+    other = {**row, "server": {**row["server"], "requests": server_requests}}
+    return [{"server_id": "s0", **row}, {"server_id": "s1", **other}]
+
+
+def test_recheck_keeps_the_per_replica_reconciliation(tmp_path: Path) -> None:
+    plan = compile_study(load_study(write_study(tmp_path, "")))
+    step = next(p for p in plan.points if p.cache == "reset" and p.concurrency == 4)
+    db, pid = _db(tmp_path, queries=100.0, replica_rows=_rows(step.requests, step.output_len, step.requests // 2))
+    report = recheck(db)
+    assert (report.changed, report.details) == (0, [])
+    with Store(db, read_only=True) as s:
+        kept = next(c for c in s.checks("run-1") if c.name == "replica_reconciliation")
+        assert kept.status == "pass" and "s0:" in kept.detail and s.points("run-1")[0].valid
+
+
+def test_recheck_recomputes_the_per_replica_reconciliation(tmp_path: Path) -> None:
+    """Stored rows where one replica's server counted a request its client did not send: the stored
+    check passed (tampered); recheck finds the difference from replicas_json."""
+    plan = compile_study(load_study(write_study(tmp_path, "")))
+    step = next(p for p in plan.points if p.cache == "reset" and p.concurrency == 4)
+    rows = _rows(step.requests, step.output_len, step.requests // 2 + 1)
+    db, pid = _db(tmp_path, queries=100.0, replica_rows=rows)
+    with Store(db) as s:  # the stored verdict said valid
+        point = s.points("run-1")[0]
+        checks = [dataclasses.replace(c, passed=True, status="pass") if c.name == "replica_reconciliation" else c
+                  for c in s.checks("run-1")]
+        s.replace_judgement(dataclasses.replace(point, valid=True, verdict="valid"), checks)
+    report = recheck(db)
+    assert report.changed == 1 and "replica_reconciliation" in report.details[0]
+    with Store(db, read_only=True) as s:
+        got = next(c for c in s.checks("run-1") if c.name == "replica_reconciliation")
+        point = s.points("run-1")[0]
+    assert got.status == "fail" and "s1 requests" in got.detail and not point.valid
+    assert point.verdict == "invalid: replica_reconciliation"
