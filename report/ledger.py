@@ -31,10 +31,17 @@ from compiler.stepmodel import (
 from studyc import format as fmt
 
 if TYPE_CHECKING:
+    from runner.records import PointSummary
     from runner.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
 METRICS = ("output_throughput", "tpot_s", "ttft_s")
+# Checks about the steady phase inside the window. The model replays the whole measured window (warm-up
+# sends excluded, ramp and drain included), so a point that fails only these still measures what it
+# predicts; a point with any other failed fail-level check (errors, output, reconciliation) is left out.
+# Warn-level failures (a kept cache, by design) and unverified checks do not leave a point out: the
+# replay models the cache, and the client-side numbers are exact either way.
+WINDOW_CHECKS = frozenset({"steady_state", "warmup_sufficient", "littles_law"})
 
 
 @dataclass(frozen=True)
@@ -153,19 +160,31 @@ def store_points(store: Store, root: Path = REPO) -> list[StoredPoint]:
         loads = plan_loads(json.loads(run.plan_json), root)
         card = Card(float(run.bandwidth_Bps), float(run.flops_bf16))
         sends = store.send_times(run.run_id)
+        failed: dict[str, set[str]] = defaultdict(set)
+        for check in store.checks(run.run_id):
+            if check.status == "fail" and check.severity == "fail":
+                failed[check.point_id].add(check.name)
         for point in store.points(run.run_id):
-            if point.status != "ok" or not point.valid or point.point_id not in loads:
+            if point.status != "ok" or failed[point.point_id] - WINDOW_CHECKS or point.point_id not in loads:
                 continue
             engine, shape, load = loads[point.point_id]
             key = ModelKey(_gpu_label(run.gpu_name), str(run.vllm_version), shape.family, engine.enforce_eager,
                            engine.kv_cache_dtype)
-            s = point.summary
+            s = whole_window(store.request_records(run.run_id, point.point_id), load.concurrency)
             measured = {"output_throughput": s.output_throughput, "tpot_s": s.tpot_mean_s,
                         "ttft_s": s.ttft_mean_s, "window_s": s.window_s,
                         "burst_s": _burst(sends.get(point.point_id, []), min(load.concurrency, load.requests))}
             out.append(StoredPoint(run.study_id, run.run_id, point.point_id, point.arm, point.workload,
                                    load.concurrency, key, shape.name, shape, load, engine, card, measured))
     return out
+
+
+def whole_window(records: Sequence[Any], concurrency: int) -> PointSummary:
+    """The point's statistics over its whole measured window (ramp and drain included), as the model
+    replays it; the stored summary holds the steady phase where the point has one."""
+    from runner.stats import summarize
+
+    return summarize(records, concurrency, burst=True)
 
 
 def _burst(sends: Sequence[tuple[float, float | None]], slots: int) -> float | None:
@@ -181,27 +200,69 @@ def _burst(sends: Sequence[tuple[float, float | None]], slots: int) -> float | N
 
 # ---- fitting and validation -------------------------------------------------------------------
 def fit_keys(points: Iterable[StoredPoint]) -> dict[ModelKey, Coefficients]:
-    """Coefficients for every key the points cover."""
-    by_key: dict[ModelKey, list[Observation]] = defaultdict(list)
+    """Coefficients for every key the points cover (ValueError when a key's fit does not converge)."""
+    by_key: dict[ModelKey, list[StoredPoint]] = defaultdict(list)
     for p in points:
-        by_key[p.key].append(p.observation)
-    return {key: fit(obs).coefficients for key, obs in sorted(by_key.items(), key=lambda kv: kv[0].label())}
+        by_key[p.key].append(p)
+    out = {}
+    for key, used in sorted(by_key.items(), key=lambda kv: kv[0].label()):
+        found = _fit_key(key, used)
+        if isinstance(found, str):
+            raise ValueError(found)
+        out[key] = found
+    return out
+
+
+# Fits within one process, keyed by the model key and the training points' (run id, point id): a fit
+# is a pure function of its observations, and the leave-one-study-out folds share most of theirs.
+_FITS: dict[tuple[ModelKey, tuple[tuple[str, str], ...]], Coefficients | str] = {}
+
+
+def _fit_key(key: ModelKey, points: Sequence[StoredPoint]) -> Coefficients | str:
+    """The key's coefficients fitted on `points`, or why the fit failed; cached for the process."""
+    ids = (key, tuple(sorted((p.run_id, p.point_id) for p in points)))
+    if ids not in _FITS:
+        try:
+            _FITS[ids] = fit([p.observation for p in points]).coefficients
+        except ValueError as exc:
+            _FITS[ids] = f"the fit of {key.label()} failed: {exc}"
+    return _FITS[ids]
+
+
+_PREDICTIONS: dict[tuple[str, Load, EngineShape, Card, Coefficients], Prediction] = {}
+
+
+def _predict(p: StoredPoint, coef: Coefficients) -> Prediction:
+    """`predict` for the point, once per input (repeats of one config replay the same)."""
+    inputs = (p.model, p.load, p.engine, p.card, coef)
+    if inputs not in _PREDICTIONS:
+        _PREDICTIONS[inputs] = predict(p.shape, p.load, p.engine, p.card, coef)
+    return _PREDICTIONS[inputs]
 
 
 def leave_one_study_out(points: Sequence[StoredPoint]) -> list[Scored]:
     """For each study: fit on every other study, predict the held-out one. A point whose key (GPU,
-    vLLM version, family, eager, KV dtype) or model shape no other study measured is not validated."""
+    vLLM version, family, eager, KV dtype) or model shape no other study measured, or whose key's fit
+    on the other studies does not converge, is not validated. Each fold fits only the keys its held-out
+    study needs, and a fit on the same training points is done once (see `_fit_key`)."""
     scored: list[Scored] = []
     for study in sorted({p.study for p in points}):
         train = [p for p in points if p.study != study]
-        coefs = fit_keys(train)
+        held = [q for q in points if q.study == study]
+        by_key: dict[ModelKey, list[StoredPoint]] = defaultdict(list)
+        for p in train:
+            by_key[p.key].append(p)
+        coefs = {key: _fit_key(key, by_key[key]) for key in {q.key for q in held} if by_key.get(key)}
         shapes = {(p.key, p.model) for p in train}
-        for p in (q for q in points if q.study == study):
+        for p in held:
             coef = coefs.get(p.key)
             if coef is None:
                 scored.append(Scored(p, None, False, f"no other study runs {p.key.label()}"))
                 continue
-            prediction = predict(p.shape, p.load, p.engine, p.card, coef)
+            if isinstance(coef, str):
+                scored.append(Scored(p, None, False, coef))
+                continue
+            prediction = _predict(p, coef)
             if (p.key, p.model) not in shapes:
                 reason = (f"{p.model} appears in no other study: fixed cost and weight streaming were "
                           f"fitted on other model sizes only")

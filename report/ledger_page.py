@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +46,20 @@ def ledger_page(dbs: Sequence[Path]) -> LedgerPage:
             "predicted": _value(r["metric"], worst["predicted"]), "measured": _value(r["metric"], worst["measured"]),
         })
     tables = tuple(LedgerTable(gpu, vllm, tuple(rs)) for (gpu, vllm), rs in sorted(groups.items()))
-    return LedgerPage("Step-time model: error by study", datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    return LedgerPage("Step-time model: error by study", _as_of(dbs, {p.run_id for p in points}),
                       len({p.run_id for p in points}), tables, tuple(ledger.not_validated(scored)))
+
+
+def _as_of(dbs: Sequence[Path], run_ids: set[str]) -> str:
+    """The data's own date, not the build clock (a rebuild from the same databases is byte-identical):
+    "as of" the newest run start among the runs the page rests on."""
+    from runner.store import Store
+
+    starts = []
+    for db in dbs:
+        with Store(db, read_only=True) as store:
+            starts += [r.started_at for r in store.runs() if r.run_id in run_ids and r.started_at is not None]
+    return f"runs up to {max(starts).strftime('%Y-%m-%d %H:%M UTC')}" if starts else "no runs"
 
 
 def _value(metric: str, value: float | None) -> str:

@@ -24,12 +24,20 @@ COMMITTED = REPO / "results" / "h200.duckdb"
 LEDGER_KEYS = {"study", "gpu", "vllm_version", "metric", "n", "median_abs_pct_error", "worst_point"}
 
 
+# The four studies' first H200 runs: the data the pinned numbers below describe. Runs added to the
+# committed file later (re-runs, new studies) change the fits, so the pins stay on these.
+PINNED_RUNS = ("20261129T234538-8c267f", "20261129T232436-d4a41c", "20261129T233113-f588ef",
+               "20261129T234035-9c799a")
+
+
 @pytest.fixture(scope="module")
 def db(tmp_path_factory):
-    """The committed H200 results, migrated to this schema in a copy (the committed file is untouched)."""
+    """The committed H200 results of the pinned runs, migrated to this schema in a copy (the committed
+    file is untouched)."""
     path = tmp_path_factory.mktemp("h200") / "h200.duckdb"
     shutil.copyfile(COMMITTED, path)
-    Store(path).close()
+    with Store(path) as store:
+        store.con.execute(f"DELETE FROM runs WHERE run_id NOT IN {PINNED_RUNS}")
     return path
 
 

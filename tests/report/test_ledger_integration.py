@@ -30,11 +30,12 @@ STUDY = REPO / "studies" / "cuda_graphs.toml"
 
 @pytest.fixture(scope="module")
 def small_db(tmp_path_factory):
-    """The committed H200 results of two studies (cuda-graphs, decode-roofline), migrated in a copy."""
+    """The committed H200 results of two studies (their first runs: cuda-graphs, decode-roofline), migrated
+    in a copy."""
     path = tmp_path_factory.mktemp("small") / "small.duckdb"
     shutil.copyfile(COMMITTED, path)
     with Store(path) as store:
-        store.con.execute("DELETE FROM runs WHERE study_id NOT IN ('cuda-graphs', 'decode-roofline')")
+        store.con.execute("DELETE FROM runs WHERE run_id NOT IN ('20261129T234538-8c267f', '20261129T232436-d4a41c')")
     return path
 
 
@@ -123,3 +124,15 @@ def test_site_ledger_page(small_db, tmp_path):
     assert "cuda-graphs/graphs/decode" in html and "Not validated" in html
     index = (REPO / "site_templates" / "index.html").read_text(encoding="utf-8")
     assert 'href="ledger.html"' in index
+
+
+def test_ledger_page_rebuilds_byte_identical_without_the_build_clock(small_db, tmp_path):
+    from report.ledger_page import write_page
+    from report.site import environment
+
+    first = write_page([small_db], tmp_path / "a", environment()).read_bytes()
+    second = write_page([small_db], tmp_path / "b", environment()).read_bytes()
+    assert first == second
+    with Store(small_db, read_only=True) as store:
+        newest = max(r.started_at for r in store.runs() if r.started_at is not None)
+    assert f"runs up to {newest:%Y-%m-%d %H:%M} UTC".encode() in first  # the data's date, not the build clock
