@@ -1,4 +1,5 @@
-"""Model math from a Hugging Face config.json: parameters, weight and KV bytes, decode roofline.
+"""Model math from a Hugging Face config.json: parameters, weight and KV bytes, decode roofline, and where
+a measured decode point sits on a card's roofline.
 
 Pure: it reads the config file and nothing else. Prediction expressions (`compiler.predict_env`) and
 `studyc` reports use these numbers as the "predict first" half of predict-then-measure.
@@ -483,3 +484,30 @@ def describe(
         "decode_step_s_roofline": step_s,
         "decode_tokens_per_s_roofline": batch / step_s,
     }
+
+
+# -- roofline placement of a measured decode point ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RooflinePlacement:
+    """Where the model math places a measured decode point on a card's roofline."""
+
+    intensity: float  # decode FLOPs / bytes read per step
+    flops_per_s: float  # FLOPs per token x measured output tokens/s
+    fraction: float  # of the card's ceiling at this intensity
+
+
+def ceiling(hw: Hardware, intensity: float) -> float:
+    """The roofline at `intensity` FLOPs/byte: min(peak bf16 FLOP/s, bandwidth x intensity)."""
+    return min(hw.flops_bf16, hw.bandwidth_Bps * intensity)
+
+
+def decode_placement(shape: ModelShape, dtype: str, kv_dtype: str, hw: Hardware, batch: float, context: float,
+                     tokens_per_s: float) -> RooflinePlacement:
+    """One decode step at `batch` sequences in flight and `context` tokens each: intensity = FLOPs /
+    bytes read (weights + KV), attained = FLOPs per token x measured output tokens/s."""
+    flops = shape.decode_flops(batch, context)
+    intensity = flops / shape.decode_step_bytes(batch, context, dtype, kv_dtype)
+    attained = flops / batch * tokens_per_s
+    return RooflinePlacement(intensity, attained, attained / ceiling(hw, intensity))

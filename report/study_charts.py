@@ -10,11 +10,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from compiler.load import LoadedStudy
-from compiler.modelmath import ModelError, ModelShape, load_model
+from compiler.modelmath import ModelError, ModelShape, ceiling, decode_placement, load_model
 from report import charts
 from report.contexts import Chart
 from report.results import RunData
-from report.roofline import ceiling, decode_placement
 from report.scoring import hardware_pair, model_dir, serving_dtypes
 from runner.records import TelemetrySample
 from studyc import format as fmt
