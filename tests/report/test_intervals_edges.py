@@ -410,3 +410,47 @@ def test_a_v2_plan_with_servers_is_not_read_as_v1() -> None:
     assert layout(json.dumps(plan)).points == {"a": Place("S1", 1, 1, True, "")}
     v1_launches = {"schema_version": 1, "launches": [{"id": "S1", "points": [_v1_point("a", 8)]}]}
     assert layout(json.dumps(v1_launches)).points == {"a": Place("S1", 1, 1, True, "")}
+
+
+@pytest.mark.parametrize("key", ["input_len", "prefix_len", "prompt_seed", "vocab_lo", "vocab_hi"])
+def test_v1_prompt_sets_differ_by_each_key(key: str) -> None:
+    """A point whose prompts differ in any one key sends a new prompt set: it runs cold too."""
+    other = _v1_point("b", 8)
+    other[key] = 999
+    plan = {"schema_version": 1, "servers": [{"id": "S1", "points": [_v1_point("a", 8), other, _v1_point("c", 8)]}]}
+    got = layout(json.dumps(plan)).points
+    assert [got[i].exchangeable for i in "abc"] == [False, False, True]
+
+
+def test_v1_reset_points_do_not_stop_the_scan_and_requests_default_to_none_sent() -> None:
+    no_requests = {k: v for k, v in _v1_point("c", 8, prompt_seed=7).items() if k != "requests"}
+    points = [_v1_point("r", 8, cache="reset"), _v1_point("a", 8), no_requests, _v1_point("d", 4, prompt_seed=7)]
+    got = layout(json.dumps({"schema_version": 1, "servers": [{"id": "S1", "points": points}]})).points
+    assert [got[i].exchangeable for i in "racd"] == [True, False, True, False]
+    assert got["d"].why.startswith("cache = keep: the first point of this launch to send 4 of its 4 prompts")
+
+
+def test_a_v2_point_marked_not_exchangeable_without_a_reason() -> None:
+    plan = {"schema_version": 2, "launches": [{"id": "L", "points": [{"id": "p", "exchangeable": False}]}]}
+    assert layout(json.dumps(plan)).points == {"p": Place("L", 1, 1, False, "")}
+
+
+def test_unpaired_ratios_report_what_they_left_out() -> None:
+    cold = Obs("tc", 1.0, "T", 1, 2, False, "cold")
+    got = ratio_interval([Obs("t", 3.0, "T", 1), cold], [Obs("b", 2.0, "B", 2), Obs("bc", 1.0, "B", 2, 2, False)])
+    assert got.log_scale and got.excluded == (("tc", "cold"), ("bc", "not exchangeable"))
+    got = ratio_interval([Obs("t", -3.0, "T", 1), cold], [Obs("b", 2.0, "B", 2)])
+    assert not got.log_scale and got.excluded == (("tc", "cold"),)
+
+
+def test_unpaired_linear_with_one_degree_of_freedom() -> None:
+    top = [Obs("t1", -1.0, "T", 1, 1), Obs("t2", 3.0, "T", 1, 2)]
+    got = ratio_interval(top, [Obs("b", 2.0, "B", 2)])
+    half = t_quantile(0.975, 1) * math.sqrt(4.0 / 4.0)  # var of the top mean 4, over 2^2
+    assert got.df == pytest.approx(1.0)
+    assert (got.ci_low, got.ci_high) == pytest.approx((0.5 - half, 0.5 + half))
+
+
+def test_two_repeats_of_one_launch_are_repeats_not_a_value() -> None:
+    got = mean_interval([Obs("r1", 1.0, "L", 1, 1), Obs("r2", 3.0, "L", 1, 2)])
+    assert (got.level, got.method, got.single_launch, got.df) == ("repeats", "t on 2 repeats of one launch, df 1", True, 1.0)
