@@ -182,3 +182,78 @@ def test_sigint_stops_cleanly(tmp_path: Path) -> None:
         run = store.latest_run("faults")
         assert run is not None and run.status == "interrupted"
         assert store.points(run.run_id)[0].point_id == "faults/good/w/c1/r1"
+
+
+SEQUENTIAL = """
+[study]
+id = "{id}"
+title = "Sequential budget on the CPU"
+question = "Do budget blocks run only while a hypothesis is undecided?"
+hardware = "cpu"
+
+[model]
+path = "{model}"
+
+[engine]
+max_model_len = 2048
+max_num_seqs = 16
+kv_cache_memory_bytes = "256M"
+block_size = 32
+enforce_eager = true
+distributed_executor_backend = "uni"
+
+[env]
+VLLM_ENABLE_V1_MULTIPROCESSING = "0"
+
+[arms.base]
+
+[workloads.short]
+input_len = 128
+output_len = 32
+
+[design]
+budget = {{ blocks = 3, minutes = 20 }}
+
+[load]
+concurrency = [1]
+requests = 16
+warmup = 4
+launches = 2
+repeats = 1
+cache = "reset"
+
+[[hypothesis]]
+id = "h"
+claim = "{claim}"
+metric = "{metric}"
+predict = {predict}
+"""
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize(
+    ("metric", "predict", "launches"),
+    [
+        # Launch means differ a little, and the first look's interval (2 launches, df 1, its share of alpha)
+        # is many SDs wide around them: it straddles 0 tok/s, so block 3 runs.
+        ("output_throughput", '{ relation = ">", value = 0.0 }', 3),
+        # A reset cache has a hit rate of exactly 0 on every launch: decided at the first look.
+        ("prefix_hit_rate", '{ relation = "<", value = 0.5 }', 2),
+    ],
+)
+def test_budget_blocks_run_only_while_undecided(tmp_path: Path, metric: str, predict: str, launches: int) -> None:
+    study = tmp_path / "seq.toml"
+    study.write_text(SEQUENTIAL.format(id=f"seq-{launches}", model=REPO / "models/tiny-qwen3", claim=metric,
+                                       metric=metric, predict=predict))
+    db = tmp_path / "seq.duckdb"
+    proc = studyc("run", str(study), "--db", str(db), "--no-calibrate")
+    out, _ = proc.communicate(timeout=1200)
+    assert proc.returncode == 0, out
+    with Store(db, read_only=True) as store:
+        run = store.runs()[0]
+        servers = store.servers(run.run_id)
+        points = store.points(run.run_id)
+    assert all(p.status == "ok" and p.valid for p in points), out  # a verdict needs valid points
+    assert len({s.launch_id or s.server_id for s in servers}) == launches, out
+    assert len(points) == launches
+    assert ("budget launches not run: 1" in out) is (launches == 2), out
