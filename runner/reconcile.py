@@ -99,9 +99,10 @@ class LatencyBound:
     server's, so only clock noise goes below 0.
     `stream_abs_s + stream_rel * server span`: the largest |e2e excess - TTFT excess|. Seen: at most
     3.3 ms per request on the H200 (vLLM 0.26, c1 to c100, 8 to 400 requests, mean front-end delay
-    up to 45 ms at c64: the fixture in tests/runner/test_reconcile.py) and 5.0 ms on the shared
-    2-core CPU (c1 to c16); 10 ms is twice the largest, plus 1% of the server's first-token-to-end
-    span for long requests.
+    up to 45 ms at c64: the fixture in tests/runner/test_reconcile.py); on the 2-core CPU shared with
+    other work (load average ~10), -15 to +2 ms in windows whose tokens were not bunched, and -28 to
+    -37 ms in windows whose client read a request's 32 tokens within 4 ms (starved). 20 ms, plus 1%
+    of the server's first-token-to-end span for long requests.
     `abs_s + rel * server mean`: the largest |decode span excess| (both ends transport-delayed;
     seen: 4.5 ms at most on the H200).
     """
@@ -109,7 +110,7 @@ class LatencyBound:
     abs_s: float = 0.020
     rel: float = 0.05
     floor_s: float = -0.001
-    stream_abs_s: float = 0.010
+    stream_abs_s: float = 0.020
     stream_rel: float = 0.01
 
     def high(self, server_mean_s: float) -> float:
@@ -253,7 +254,8 @@ def _first_to_end(e2e: tuple[float, float | None], ttft: tuple[float | None, flo
            "lagged while streaming (starved of CPU, a GC pause), so its e2e, TPOT and ITL are inflated"
            if diff > 0 else
            "the client saw the first token later, relative to the end, than the server made it: the client was "
-           "slow to read the first token (starved of CPU), so its TTFT is inflated")
+           "slow to read the first token, so its TTFT is inflated (the client, or on a shared CPU the API "
+           "server's writer, starved of CPU; the itl_trusted check shows whether tokens came bunched)")
     return Item(name, "fail", client, server, text_bound, f"{text}: {why}. {CLIENT_FIX}")
 
 

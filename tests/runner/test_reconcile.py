@@ -173,8 +173,8 @@ def test_h200_front_end_delay_is_not_a_fault(repeat: str, front_ms: float) -> No
     assert result.status == "pass", result.message
     assert result.frontend_delay_s is not None and round(result.frontend_delay_s * 1e3, 2) == front_ms
     assert f"{front_ms:.2f} ms mean" in result.message
-    # The same point with a client that read each end 30 ms late still fails.
-    lagged = _h200_window(point, end_lag_s=0.030)
+    # The same point with a client that read each end 40 ms late still fails (allowed 31.8 ms).
+    lagged = _h200_window(point, end_lag_s=0.040)
     assert lagged.status == "fail" and lagged.item("first_to_end").status == "fail", lagged.message
 
 
@@ -211,7 +211,7 @@ def test_server_step_from_histogram() -> None:
 def test_bound_text() -> None:
     b = LatencyBound()
     assert b.describe() == "mean client-server excess >= -1 ms"
-    assert b.describe_stream() == "|client - server first-token-to-end span| <= 10 ms + 1%"
+    assert b.describe_stream() == "|client - server first-token-to-end span| <= 20 ms + 1%"
     assert b.describe_decode() == "|client - server decode span| <= 20 ms + 5%"
 
 
