@@ -16,8 +16,9 @@ from typing import Any
 
 from compiler.load import LoadedStudy, load_studies
 from report import units
+from report.context import build_context
 from report.results import RunData, latest_runs
-from report.scoring import Score, Why, score_study
+from report.scoring import Score, Why, score
 from report.seed import gpu_name
 
 VERDICT_STYLE = {
@@ -42,7 +43,7 @@ def audit_studies(studies: Sequence[LoadedStudy], dbs: Sequence[Path]) -> Audit:
     runs = latest_runs(dbs)
     scores: list[Score] = []
     for loaded in studies:
-        scores.extend(score_study(loaded, runs.get(loaded.study.study.id)))
+        scores.extend(score(build_context(loaded, runs.get(loaded.study.study.id))))
     return Audit(tuple(studies), runs, tuple(scores))
 
 

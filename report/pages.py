@@ -12,10 +12,11 @@ from typing import Any
 
 from compiler.hardware import Hardware
 from compiler.load import LoadedStudy
-from compiler.modelmath import ModelError, ModelShape, describe, load_model
+from compiler.modelmath import ModelShape, describe
 from compiler.study import Study
 from report import charts, units
 from report.audit import spec_differs
+from report.context import StudyContext
 from report.contexts import (
     ArgChange,
     ArmRow,
@@ -36,7 +37,7 @@ from report.contexts import (
     WorkloadRow,
 )
 from report.results import RunData
-from report.scoring import Score, Why, hardware_pair, model_dir, serving_dtypes, verdict_counts
+from report.scoring import Score, Why, verdict_counts
 from report.seed import seed_note
 from report.study_charts import study_charts
 from studyc import format as fmt
@@ -155,8 +156,9 @@ def _spec_cell(s: Score) -> SpecCell | None:
 # -- study page ----------------------------------------------------------------------------------------
 
 
-def study_page(loaded: LoadedStudy, data: RunData | None, scores: Sequence[Score]) -> StudyPage:
-    study = loaded.study
+def study_page(ctx: StudyContext, scores: Sequence[Score]) -> StudyPage:
+    """The study page of a context scored by report.scoring."""
+    loaded, data, study = ctx.loaded, ctx.data, ctx.study
     meta = study.study
     warnings: list[str] = []
     hyps = tuple(_hypothesis_row(study, s) for s in scores)
@@ -178,16 +180,15 @@ def study_page(loaded: LoadedStudy, data: RunData | None, scores: Sequence[Score
         if p.status != "ok":
             warnings.append(f"{meta.id}: point {p.point_id} status {p.status}: {p.error or ''}".rstrip(": "))
 
-    chart_list, chart_notes = study_charts(loaded, data) if data else ((), ("no run: nothing to chart",))
+    chart_list, chart_notes = study_charts(ctx, data) if data else ((), ("no run: nothing to chart",))
     return StudyPage(
         root="../../", title=meta.title, study_id=meta.id, question=meta.question, notes=meta.notes,
         source=meta.source, study_path=str(loaded.path), has_run=data is not None,
-        calibrated=hardware_pair(study, data.run if data else None)[2], counts=counts_of(scores),
-        seed=seed_note(loaded, scores, data.run if data else None),
-        models=_models(loaded, data), base_engine=tuple(Fact(f"--{k.replace('_', '-')}", _value(v))
+        calibrated=ctx.calibrated, counts=counts_of(scores), seed=seed_note(ctx, scores),
+        models=_models(ctx), base_engine=tuple(Fact(f"--{k.replace('_', '-')}", _value(v))
                                                         for k, v in sorted(study.engine.items())),
         arms=_arms(study), workloads=_workloads(study), load=_load(study), provenance=_provenance(loaded, data),
-        calibration=_calibration(study, data), hypotheses=hyps, show_spec=any(h.spec is not None for h in hyps),
+        calibration=_calibration(ctx), hypotheses=hyps, show_spec=any(h.spec is not None for h in hyps),
         charts=tuple(chart_list),
         chart_notes=tuple(chart_notes), problems=tuple(problems), checks_total=checks_total,
         checks_passed=checks_passed, points_total=len(data.points) if data else 0,
@@ -207,24 +208,25 @@ def _hypothesis_row(study: Study, s: Score) -> HypothesisRow:
     )
 
 
-def _models(loaded: LoadedStudy, data: RunData | None) -> tuple[ModelBlock, ...]:
-    study = loaded.study
-    cal, spec, calibrated = hardware_pair(study, data.run if data else None)
+def _models(ctx: StudyContext) -> tuple[ModelBlock, ...]:
+    study = ctx.study
+    cal, spec, calibrated = ctx.calibrated_hw, ctx.spec_hw, ctx.calibrated
     by_folder: dict[str, list[str]] = {}
     for arm in sorted(study.arms):
-        folder = model_dir(loaded, arm)
-        by_folder.setdefault(folder or f"(hub: {study.model.name})", []).append(arm)
+        by_folder.setdefault(ctx.model(arm).folder or f"(hub: {study.model.name})", []).append(arm)
     blocks = []
     for folder, arms in sorted(by_folder.items()):
         facts: list[Fact] = []
         error = ""
+        model = ctx.model(arms[0])
         try:
             if spec is None or folder.startswith("(hub"):
-                raise ModelError("no local config.json to describe")
-            shape = load_model(folder)
-            dtype, kv = serving_dtypes(study, arms[0], shape)
-            facts = _model_facts(shape, dtype, kv, spec, cal if calibrated else None)
-        except (ModelError, ValueError) as exc:
+                error = "no local config.json to describe"
+            elif model.shape is None:
+                error = str(model.error)
+            else:
+                facts = _model_facts(model.shape, model.dtype, model.kv_dtype, spec, cal if calibrated else None)
+        except ValueError as exc:
             error = str(exc)
         blocks.append(ModelBlock(folder=folder, arms=", ".join(arms), facts=tuple(facts), error=error))
     return tuple(blocks)
@@ -322,11 +324,10 @@ def _provenance(loaded: LoadedStudy, data: RunData | None) -> tuple[Fact, ...]:
     return tuple(facts)
 
 
-def _calibration(study: Study, data: RunData | None) -> tuple[CalibrationRow, ...]:
-    _, spec, calibrated = hardware_pair(study, data.run if data else None)
+def _calibration(ctx: StudyContext) -> tuple[CalibrationRow, ...]:
+    spec, calibrated, run = ctx.spec_hw, ctx.calibrated, ctx.run
     if spec is None:
         return ()
-    run = data.run if data else None
 
     try:
         reason = json.loads((run.calibration_json if run else None) or "{}").get("reason") or ""

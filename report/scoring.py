@@ -1,6 +1,7 @@
 """Hypotheses x a run -> scores: predicted value, measured value with its spread and 95% interval,
-the distance from the band, a verdict and the structured reasons behind it. Pure (reads model configs
-only); shared by `studyc audit` and the site.
+the distance from the band, a verdict and the structured reasons behind it. Pure: it reads a study
+context (report.context: the run's plan, model shapes, hardware); shared by `studyc audit` and the site.
+Each side of a hypothesis is exactly the plan's point ids (server ids for a server metric).
 
 Predictions are resolved twice: against the run's calibrated ceilings (the verdict) and against the
 spec sheet (how far the vendor number would have misled).
@@ -13,27 +14,25 @@ with the stopping rule's repeated confidence interval at the block it stopped (r
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
 from compiler.expr import ExprError, parse
-from compiler.hardware import Hardware, HardwareError, get_hardware
+from compiler.hardware import Hardware, HardwareError
 from compiler.load import LoadedStudy
 from compiler.metrics import METRICS
-from compiler.modelmath import ModelError, ModelShape, load_model
+from compiler.modelmath import ModelError
 from compiler.predict_env import build_env
-from compiler.select import Target, sides
-from compiler.study import Hypothesis, Study
-from report.intervals import Interval, Layout, Obs, layout, mean_interval, ratio_interval
+from compiler.study import Hypothesis
+from report.context import ArmModel, StudyContext, arm_models, build_context, side_label
+from report.intervals import Interval, Layout, Obs, mean_interval, ratio_interval
 from report.results import RunData
 from report.sequential import look_critical
-from runner.records import CheckResult, PointRecord, RunRecord
+from runner.records import CheckResult, PointRecord
 from studyc import format as fmt
 
 Verdict = Literal["confirmed", "refuted", "inconclusive", "invalid", "not run"]
@@ -280,55 +279,6 @@ class Score:
 # -- prediction --------------------------------------------------------------------------------------
 
 
-def model_dir(loaded: LoadedStudy, arm: str) -> str | None:
-    """The folder of the model an arm serves: arm.model overrides study.model.path."""
-    study = loaded.study
-    rel = study.arms[arm].model if arm in study.arms else None
-    rel = rel or study.model.path
-    return os.path.normpath(os.path.join(loaded.directory, rel)) if rel else None
-
-
-def serving_dtypes(study: Study, arm: str, shape: ModelShape) -> tuple[str, str]:
-    """(weight dtype, KV dtype) the arm's server runs with; `auto` weights follow the checkpoint,
-    served in 16-bit when it is fp32 (vLLM's default)."""
-    dtype = study.model.dtype
-    if dtype == "auto":
-        dtype = "bf16" if shape.dtype == "fp32" else shape.dtype
-    options = {**study.engine, **(study.arms[arm].args if arm in study.arms else {})}
-    kv = str(options.get("kv_cache_dtype", options.get("kv-cache-dtype", "auto")))
-    return dtype, kv
-
-
-def hardware_pair(study: Study, run: RunRecord | None) -> tuple[Hardware | None, Hardware | None, bool]:
-    """(calibrated card, spec card, calibrated?): the study's hardware entry, with the run's measured
-    bandwidth and matmul rate in place of the sheet's when the run calibrated."""
-    try:
-        spec = get_hardware(study.study.hardware)
-    except HardwareError:
-        return None, None, False
-    if run and run.calibrated and (run.bandwidth_Bps or run.flops_bf16):
-        return spec.calibrated(bandwidth_Bps=run.bandwidth_Bps, flops_bf16=run.flops_bf16), spec, True
-    return spec, spec, False
-
-
-class _Models:
-    """Model shapes by folder, loaded once per scoring pass."""
-
-    def __init__(self) -> None:
-        self._cache: dict[str, ModelShape | ModelError] = {}
-
-    def get(self, folder: str) -> ModelShape:
-        if folder not in self._cache:
-            try:
-                self._cache[folder] = load_model(folder)
-            except ModelError as exc:
-                self._cache[folder] = exc
-        found = self._cache[folder]
-        if isinstance(found, ModelError):
-            raise found
-        return found
-
-
 def _evaluate(value: float | str, env: Callable[[], dict[str, Any]]) -> float:
     if isinstance(value, int | float):
         return float(value)
@@ -336,20 +286,19 @@ def _evaluate(value: float | str, env: Callable[[], dict[str, Any]]) -> float:
 
 
 def resolve_prediction(
-    loaded: LoadedStudy, hyp: Hypothesis, arm: str, hw: Hardware | None, models: _Models | None = None
+    loaded: LoadedStudy, hyp: Hypothesis, arm: str, hw: Hardware | None, models: dict[str, ArmModel] | None = None
 ) -> Resolved:
-    """Numbers of a prediction on one card. Raises ExprError/ModelError/ValueError when it cannot."""
-    models = models or _Models()
-    study = loaded.study
+    """Numbers of a prediction on one card, with the arm's model (from the study context; read from the
+    study file when none is given). Raises ExprError/ModelError/ValueError when it cannot."""
+    models = models if models is not None else arm_models(loaded)
+    model = models.get(arm, models[""])
 
     def env() -> dict[str, Any]:
-        folder = model_dir(loaded, arm)
-        if folder is None:
-            raise ModelError(f"arm {arm!r} names no local model folder: expressions need a config.json")
+        if model.folder is None:
+            model.require()
         if hw is None:
-            raise HardwareError(f"unknown hardware {study.study.hardware!r}")
-        shape = models.get(folder)
-        dtype, kv = serving_dtypes(study, arm, shape)
+            raise HardwareError(f"unknown hardware {loaded.study.study.hardware!r}")
+        shape, dtype, kv = model.require()
         return build_env(shape, hw, dtype=dtype, kv_dtype=kv)
 
     p = hyp.predict
@@ -380,13 +329,12 @@ class _Side:
     flags: dict[str, list[str]] = field(default_factory=dict)  # what is flagged -> point ids
 
 
-def _point_side(data: RunData, target: Target, metric: str, failed_checks: dict[str, list[CheckResult]]) -> _Side:
+def _point_side(data: RunData, ids: Sequence[str], metric: str, failed_checks: dict[str, list[CheckResult]],
+                design: Layout) -> _Side:
+    """The stored points of one side of a hypothesis: exactly the plan's point ids."""
     side = _Side()
-    rows: list[PointRecord] = [
-        p for p in data.points
-        if p.arm == target.arm and p.workload == target.workload
-        and target.level is not None and math.isclose(p.level, target.level)
-    ]
+    wanted = set(ids)
+    rows: list[PointRecord] = [p for p in data.points if p.point_id in wanted]
     for row in sorted(rows, key=lambda r: (r.repeat, r.point_id)):
         side.rows += 1
         side.point_ids.append(row.point_id)
@@ -407,14 +355,16 @@ def _point_side(data: RunData, target: Target, metric: str, failed_checks: dict[
                 side.flags.setdefault(f"warning {name}", []).append(row.point_id)
         value = row.metric(metric)
         if value is not None and math.isfinite(value):
-            at = _layout(data).point(row.point_id, row.server_id, row.repeat)
+            at = design.point(row.point_id, row.server_id, row.repeat)
             side.values.append(Obs(row.point_id, value, at.launch, at.block, at.repeat, at.exchangeable, at.why))
     return side
 
 
-def _server_side(data: RunData, target: Target, metric: str) -> _Side:
+def _server_side(data: RunData, ids: Sequence[str], metric: str, design: Layout) -> _Side:
+    """The stored servers of one side of a server-metric hypothesis: exactly the plan's server ids."""
     side = _Side()
-    servers = sorted((s for s in data.servers if s.arm == target.arm), key=lambda s: s.server_id)
+    wanted = set(ids)
+    servers = sorted((s for s in data.servers if s.server_id in wanted), key=lambda s: s.server_id)
     for index, server in enumerate(servers):
         side.rows += 1
         side.point_ids.append(server.server_id)
@@ -423,44 +373,42 @@ def _server_side(data: RunData, target: Target, metric: str) -> _Side:
                                        detail=str(server.error or "")))
         value = server.metric(metric)
         if value is not None and math.isfinite(float(value)):
-            at = _layout(data).server(server.server_id, index)
+            at = design.server(server.server_id, index)
             side.values.append(Obs(server.server_id, float(value), at.launch, at.block, at.repeat))
     return side
 
 
 def score_study(loaded: LoadedStudy, data: RunData | None) -> list[Score]:
     """Score every hypothesis of a study against one run (None: the study has not run)."""
-    models = _Models()
+    return score(build_context(loaded, data))
+
+
+def score(ctx: StudyContext) -> list[Score]:
+    """Score every hypothesis of the context's study against its run."""
     failed: dict[str, list[CheckResult]] = {}
-    for check in data.checks if data else ():
+    for check in ctx.data.checks if ctx.data else ():
         if not check.passed:
             failed.setdefault(check.point_id, []).append(check)
-    return [_score(loaded, hyp, data, models, failed) for hyp in loaded.study.hypothesis]
+    return [_score(ctx, hyp, failed) for hyp in ctx.study.hypothesis]
 
 
-def _score(
-    loaded: LoadedStudy, hyp: Hypothesis, data: RunData | None, models: _Models,
-    failed: dict[str, list[CheckResult]],
-) -> Score:
-    study = loaded.study
+def _score(ctx: StudyContext, hyp: Hypothesis, failed: dict[str, list[CheckResult]]) -> Score:
+    study, data = ctx.study, ctx.data
     metric = METRICS.get(hyp.metric)
     notes: list[Reason] = []
     unit = fmt.display_unit(metric.unit if metric else "", ratio=hyp.predict.ratio is not None)
-    try:
-        top, bottom = sides(study, hyp)
-    except ValueError as exc:
-        top, bottom = None, None
-        notes.append(Reason(Why.SELECTOR, detail=str(exc)))
-    targets = tuple(t.label for t in (top, bottom) if t is not None)
-    run = data.run if data else None
-    hw_cal, hw_spec, calibrated = hardware_pair(study, run)
-    if data is not None and not calibrated:
+    step = ctx.hypotheses.get(hyp.id)
+    if step is None:
+        notes.append(Reason(Why.SELECTOR, detail=ctx.unresolved.get(hyp.id, "not in the plan")))
+    plan_sides = [s for s in (step.numerator, step.denominator) if s is not None] if step else []
+    targets = tuple(side_label(s) for s in plan_sides)
+    if data is not None and not ctx.calibrated:
         notes.append(Reason(Why.NOT_CALIBRATED))
 
     resolved: list[Resolved | None] = []
-    for hw in (hw_cal, hw_spec):
+    for hw in (ctx.calibrated_hw, ctx.spec_hw):
         try:
-            resolved.append(resolve_prediction(loaded, hyp, top.arm if top else "", hw, models))
+            resolved.append(resolve_prediction(ctx.loaded, hyp, step.numerator.arm if step else "", hw, ctx.models))
         except (ExprError, ModelError, HardwareError, ValueError) as exc:
             resolved.append(None)
             if Reason(Why.PREDICTION, detail=str(exc)) not in notes:
@@ -468,16 +416,13 @@ def _score(
     cal, spec = resolved
 
     side_list: list[_Side] = []
-    if data is not None and top is not None and metric is not None:
-        for target in (top, bottom):
-            if target is None:
-                continue
+    if data is not None and metric is not None:
+        for plan_side in plan_sides:
             if metric.level == "server":
-                side_list.append(_server_side(data, target, hyp.metric))
+                side_list.append(_server_side(data, plan_side.servers, hyp.metric, ctx.layout))
             else:
-                side_list.append(_point_side(data, target, hyp.metric, failed))
-    values, stats, method = _estimate(side_list, notes, _layout(data) if data else Layout())
-
+                side_list.append(_point_side(data, plan_side.points, hyp.metric, failed, ctx.layout))
+    values, stats, method = _estimate(side_list, notes, ctx.layout)
     checks = sorted(set().union(*(s.checks for s in side_list))) if side_list else []
     flagged: dict[str, list[str]] = {}
     for s in side_list:
@@ -524,18 +469,10 @@ def _score(
         spread_low=stats.low if stats else None, spread_high=stats.high if stats else None,
         error=rel_error(cal), error_spec=rel_error(spec), off_band=distance(cal), off_band_spec=distance(spec),
         verdict=verdict, verdict_spec=verdict_spec,
-        run_id=data.run_id if data else None, calibrated=calibrated, checks=tuple(checks),
+        run_id=data.run_id if data else None, calibrated=ctx.calibrated, checks=tuple(checks),
         flags=tuple(flags), reasons=tuple(notes),
         point_ids=tuple(p for s in side_list for p in s.point_ids), interval=method,
     )
-
-
-def _layout(data: RunData) -> Layout:
-    """The design of the run's stored plan: launches, blocks, exchangeability, the budget."""
-    return _layouts(data.run.plan_json)
-
-
-_layouts = functools.lru_cache(maxsize=64)(layout)
 
 
 def _estimate(side_list: list[_Side], notes: list[Reason], design: Layout) -> tuple[list[float], Stats | None, str]:

@@ -1,7 +1,7 @@
 """The "Against the seed" note of a study page: for every hypothesis quoting its seed study (`source`),
 one sentence of what the seed said, what this run measured on its GPU and whether it held, and one
-summary sentence for the study. Pure: scores and run provenance in, sentences out (model configs are
-read for the roofline fraction).
+summary sentence for the study. Pure: the study context (report.context: run, plan, model shapes,
+hardware) and scores in, sentences out.
 
 A batch-1 output-throughput hypothesis also gets the measured fraction of the weight-streaming ceiling,
 `roofline.decode_tokens_per_s(batch=1, context=input_len + output_len/2)`, at the run's calibrated
@@ -16,13 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from compiler.hardware import Hardware
-from compiler.load import LoadedStudy
-from compiler.modelmath import ModelError, load_model
 from compiler.predict_env import build_env
-from compiler.select import sides
 from compiler.study import Hypothesis
 from report import units
-from report.scoring import Score, Verdict, Why, hardware_pair, model_dir, serving_dtypes
+from report.context import StudyContext
+from report.scoring import Score, Verdict, Why
 from runner.records import RunRecord
 from studyc import format as fmt
 
@@ -121,11 +119,11 @@ def gpu_name(run: RunRecord | None) -> str:
     return str(run.gpu_name or "CPU (no GPU)")
 
 
-def seed_note(loaded: LoadedStudy, scores: Sequence[Score], run: RunRecord | None) -> SeedNote | None:
-    """The note for one study scored against one run (None: not run); None when no hypothesis has a source."""
-    by_id = {h.id: h for h in loaded.study.hypothesis}
-    gpu = gpu_name(run)
-    lines = tuple(_line(loaded, by_id[s.hypothesis], s, run, gpu) for s in scores
+def seed_note(ctx: StudyContext, scores: Sequence[Score]) -> SeedNote | None:
+    """The note for one study scored against its run (None: not run); None when no hypothesis has a source."""
+    by_id = {h.id: h for h in ctx.study.hypothesis}
+    gpu = gpu_name(ctx.run)
+    lines = tuple(_line(ctx, by_id[s.hypothesis], s, gpu) for s in scores
                   if s.hypothesis in by_id and by_id[s.hypothesis].source.strip())
     if not lines:
         return None
@@ -156,12 +154,12 @@ def summary(verdicts: Sequence[str], gpu: str) -> str:
     return "; ".join([head, *rest]) + "."
 
 
-def _line(loaded: LoadedStudy, hyp: Hypothesis, s: Score, run: RunRecord | None, gpu: str) -> SeedLine:
+def _line(ctx: StudyContext, hyp: Hypothesis, s: Score, gpu: str) -> SeedLine:
     measured = "" if s.measured is None else units.measured(s, spread=True, n=True)
     return SeedLine(
         hypothesis=s.hypothesis, anchor=f"h-{s.hypothesis}", claim=s.claim, seed=hyp.source.strip(), gpu=gpu,
-        measured=measured, fractions=roofline_fractions(loaded, hyp, s, run), prediction=units.prediction(s),
-        verdict=s.verdict, held=HELD[s.verdict], reason=_reason(s, run),
+        measured=measured, fractions=roofline_fractions(ctx, hyp, s), prediction=units.prediction(s),
+        verdict=s.verdict, held=HELD[s.verdict], reason=_reason(s, ctx.run),
     )
 
 
@@ -178,31 +176,23 @@ def _reason(s: Score, run: RunRecord | None) -> str:
     return ""
 
 
-def roofline_fractions(
-    loaded: LoadedStudy, hyp: Hypothesis, s: Score, run: RunRecord | None
-) -> tuple[Fraction, ...]:
+def roofline_fractions(ctx: StudyContext, hyp: Hypothesis, s: Score) -> tuple[Fraction, ...]:
     """Measured batch-1 tok/s / the model library's roofline, calibrated then spec sheet; () where the
     hypothesis is not a plain output_throughput at concurrency 1, or nothing was measured."""
-    study = loaded.study
+    study = ctx.study
     if hyp.metric != "output_throughput" or hyp.predict.ratio is not None or s.measured is None:
         return ()
-    if study.load.concurrency is None:
+    step = ctx.hypotheses.get(hyp.id)
+    if step is None:
         return ()
-    try:
-        target, _ = sides(study, hyp)
-    except ValueError:
+    target = step.numerator
+    if target.concurrency != 1 or target.workload is None or target.workload not in study.workloads:
         return ()
-    if target.level is None or target.level != 1 or target.workload not in study.workloads:
+    model = ctx.model(target.arm)
+    cal, spec, calibrated = ctx.calibrated_hw, ctx.spec_hw, ctx.calibrated
+    if model.shape is None or spec is None or cal is None:
         return ()
-    folder = model_dir(loaded, target.arm)
-    cal, spec, calibrated = hardware_pair(study, run)
-    if folder is None or spec is None or cal is None:
-        return ()
-    try:
-        shape = load_model(folder)
-    except ModelError:
-        return ()
-    dtype, kv = serving_dtypes(study, target.arm, shape)
+    shape, dtype, kv = model.shape, model.dtype, model.kv_dtype
     workload = study.workloads[target.workload]
     context = workload.input_len + workload.output_len / 2
 

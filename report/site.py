@@ -20,8 +20,9 @@ from markupsafe import Markup
 
 from compiler.load import LoadedStudy, load_studies
 from report import contexts, pages
+from report.context import build_context
 from report.results import RunData, latest_runs
-from report.scoring import Score, score_study
+from report.scoring import Score, score
 from runner.store import Store
 from studyc.errors import StudycError
 
@@ -84,11 +85,9 @@ def gather(studies: Sequence[LoadedStudy], dbs: Sequence[Path]) -> Gathered:
         raise SiteError(f"two study files share the id {', '.join(dupes)}: pass one file per study")
     runs = latest_runs(dbs)
     used = {s.study.study.id: runs[s.study.study.id] for s in studies if s.study.study.id in runs}
-    scores: dict[str, list[Score]] = {s.study.study.id: score_study(s, used.get(s.study.study.id)) for s in studies}
-    study_pages = tuple(
-        (pages.study_page(s, used.get(s.study.study.id), scores[s.study.study.id]), used.get(s.study.study.id))
-        for s in sorted(studies, key=lambda s: s.study.study.id)
-    )
+    ctxs = {s.study.study.id: build_context(s, used.get(s.study.study.id)) for s in studies}  # once per study
+    scores: dict[str, list[Score]] = {sid: score(ctx) for sid, ctx in ctxs.items()}
+    study_pages = tuple((pages.study_page(ctxs[sid], scores[sid]), ctxs[sid].data) for sid in sorted(ctxs))
     warnings = tuple(w for page, _ in study_pages for w in page.warnings)
     return Gathered(pages.index_page(studies, used, scores), pages.audit_page(studies, used, scores),
                     study_pages, warnings)

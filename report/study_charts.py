@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from compiler.load import LoadedStudy
-from compiler.modelmath import ModelError, ModelShape, ceiling, decode_placement, load_model
+from compiler.modelmath import ModelShape, ceiling, decode_placement
 from report import charts
+from report.context import StudyContext
 from report.contexts import Chart
 from report.results import RunData
-from report.scoring import hardware_pair, model_dir, serving_dtypes
 from runner.records import TelemetrySample
 from studyc import format as fmt
 
@@ -24,8 +24,9 @@ def _point_rows(data: RunData, metric: str, key: str, scale: float = 1.0) -> lis
             for p in data.points if p.status == "ok" and (v := p.metric(metric)) is not None]
 
 
-def study_charts(loaded: LoadedStudy, data: RunData) -> tuple[list[Chart], list[str]]:
-    study = loaded.study
+def study_charts(ctx: StudyContext, data: RunData) -> tuple[list[Chart], list[str]]:
+    """The charts of the context's run (`data`, the run of `ctx`) and a note for each chart not drawn."""
+    study = ctx.study
     level_title = "concurrency" if study.load.concurrency else "rate (req/s)"
     ok = [p for p in data.points if p.status == "ok"]
     out: list[Chart] = []
@@ -48,7 +49,7 @@ def study_charts(loaded: LoadedStudy, data: RunData) -> tuple[list[Chart], list[
                              charts.spec(charts.latency_chart(rows, what, level_title))))
         else:
             notes.append(f"no {what} measured")
-    roof, why = _roofline(loaded, data)
+    roof, why = _roofline(ctx, data)
     if roof is not None:
         out.append(roof)
     else:
@@ -112,21 +113,19 @@ def _series(loaded: LoadedStudy, arm: str, workload: str) -> str:
     return arm if len(loaded.study.workloads) == 1 else f"{arm} · {workload}"
 
 
-def _roofline(loaded: LoadedStudy, data: RunData) -> tuple[Chart | None, str]:
-    study = loaded.study
-    cal, spec, calibrated = hardware_pair(study, data.run)
+def _roofline(ctx: StudyContext, data: RunData) -> tuple[Chart | None, str]:
+    study, loaded = ctx.study, ctx.loaded
+    cal, spec, calibrated = ctx.calibrated_hw, ctx.spec_hw, ctx.calibrated
     if spec is None or cal is None:
         return None, f"unknown hardware {study.study.hardware!r}"
     shapes: dict[str, tuple[ModelShape, str, str]] = {}
     for arm in study.arms:
-        folder = model_dir(loaded, arm)
-        if folder is None:
+        model = ctx.model(arm)
+        if model.folder is None:
             return None, f"arm {arm} names no local config.json"
-        try:
-            shape = load_model(folder)
-        except ModelError as exc:
-            return None, str(exc)
-        shapes[arm] = (shape, *serving_dtypes(study, arm, shape))
+        if model.shape is None:
+            return None, str(model.error)
+        shapes[arm] = (model.shape, model.dtype, model.kv_dtype)
     points: list[dict[str, Any]] = []
     for p in data.points:
         tput = p.metric("output_throughput")

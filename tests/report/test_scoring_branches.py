@@ -17,6 +17,7 @@ from compiler.hardware import get_hardware
 from compiler.load import LoadedStudy, load_study
 from compiler.modelmath import ModelError, load_model
 from compiler.study import Where
+from report.context import model_dir, serving_dtypes
 from report.intervals import Obs, fixed_critical, ratio_interval, t_quantile
 from report.results import RunData
 from report.scoring import (
@@ -24,10 +25,8 @@ from report.scoring import (
     Resolved,
     Score,
     Why,
-    model_dir,
     resolve_prediction,
     score_study,
-    serving_dtypes,
 )
 from runner.records import CheckResult, PointRecord, PointSummary, RunRecord, ServerRecord
 from tests.report.helpers import TINY_MODEL

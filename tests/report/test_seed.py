@@ -14,8 +14,10 @@ from compiler.hardware import get_hardware
 from compiler.load import load_study
 from compiler.modelmath import load_model
 from report.audit import md_cell
+from report.context import build_context, serving_dtypes
 from report.results import latest_runs
-from report.scoring import score_study, serving_dtypes
+from report.scoring import score as score_context
+from report.scoring import score_study
 from report.seed import HELD, SeedNote, seed_note, summary
 from report.site import build_site
 from studyc.cli import main
@@ -78,7 +80,8 @@ H200 = {"gpu_name": "NVIDIA H200"}
 def _note(tmp: Path, run_extra: dict[str, Any] | None = None) -> SeedNote:
     loaded = load_study(write_study(tmp, SOURCED))
     data = latest_runs([make_db(tmp / "r.duckdb", _points())])["toy"]
-    note = seed_note(loaded, score_study(loaded, data), dataclasses.replace(data.run, **(run_extra or {})))
+    ctx = build_context(loaded, dataclasses.replace(data, run=dataclasses.replace(data.run, **(run_extra or {}))))
+    note = seed_note(ctx, score_context(ctx))
     assert note is not None
     return note
 
@@ -124,11 +127,11 @@ def test_summary_wording() -> None:
 def test_gpu_name_comes_from_the_run_and_no_run_is_said(tmp_path: Path) -> None:
     assert _note(tmp_path).gpu == "CPU (no GPU)"  # the run recorded no GPU
     loaded = load_study(write_study(tmp_path, SOURCED))
-    note = seed_note(loaded, score_study(loaded, None), None)
+    note = seed_note(build_context(loaded, None), score_study(loaded, None))
     assert note is not None and note.summary == "No run yet: none of the 5 seed claims has been measured."
     assert all(line.held == "not run" and line.reason == "no run in the results database(s)" for line in note.lines)
     plain = load_study(write_study(tmp_path, SOURCED.replace("source = ", "# source = "), study_id="plain"))
-    assert seed_note(plain, score_study(plain, None), None) is None  # nothing quoted: no note
+    assert seed_note(build_context(plain, None), score_study(plain, None)) is None  # nothing quoted: no note
 
 
 FRACTION = '''
@@ -168,8 +171,9 @@ def test_fraction_of_the_batch1_roofline(tmp_path: Path, calibrated: bool) -> No
     db = make_db(tmp_path / "r.duckdb", points, calibrated=calibrated,
                  bandwidth_Bps=bandwidth if calibrated else None, flops_bf16=flops if calibrated else None)
     data = latest_runs([db])["toy"]
-    scores = score_study(loaded, data)
-    note = seed_note(loaded, scores, data.run)
+    ctx = build_context(loaded, data)
+    scores = score_context(ctx)
+    note = seed_note(ctx, scores)
     assert note is not None
     by_id = {line.hypothesis: line for line in note.lines}
     assert by_id["c4"].fractions == () and by_id["ratio"].fractions == ()  # not a plain batch-1 tok/s
