@@ -3,6 +3,7 @@ are not exchangeable, the sequential budget, and the errors of each, with file, 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -74,8 +75,12 @@ def test_ids_one_launch_keeps_the_v1_ids_more_launches_carry_the_launch(tmp_path
     one = _plan(_variant(tmp_path, name="one.toml"))
     assert {s.id for s in one.launches} == {"quickstart/cold", "quickstart/warm"}
     assert one.points[0].id.count("/") == 4 and "/L" not in one.points[0].id
-    old = load_study(ROOT / "studies/quickstart.toml")
-    assert {p.id: p.fingerprint for p in compile_study(old).points}["quickstart/cold/short/c1/r1"] == "2212c45bcf8d6ae2"
+    # A study with one launch per arm keeps the ids and fingerprints its v1 plan had (the committed
+    # H200 runs of fp8_kv were stored with that plan).
+    v1 = json.loads((ROOT / "tests/compiler/golden/plan_v1_fp8_kv.json").read_text())
+    v1_points = {p["id"]: p["fingerprint"] for s in v1["servers"] for p in s["points"]}
+    now = {p.id: p.fingerprint for p in compile_study(load_study(ROOT / "studies/fp8_kv.toml")).points}
+    assert now == v1_points
     three = _plan(_variant(tmp_path, (LAUNCHES_1, "launches = 3 "), name="three.toml"))
     cold = [s for s in three.launches if s.arm == "cold"]
     assert [s.id for s in cold] == ["quickstart/cold/L1", "quickstart/cold/L2", "quickstart/cold/L3"]
@@ -114,7 +119,7 @@ def test_kept_cache_first_send_is_not_exchangeable(tmp_path: Path) -> None:
             # c1 r1 sends the 8 prompts first; c4 r1 re-sends the same 8: warm.
             assert marked == ["short/c1/r1"]
             first = launch.points[0]
-            assert "cache = keep" in first.not_exchangeable_because and "8 of its 8" in first.not_exchangeable_because
+            assert "cache = keep" in first.not_exchangeable_because and "16 of its 16" in first.not_exchangeable_because
         else:
             assert marked == []
     assert all(p.not_exchangeable_because == "" for p in plan.points if p.exchangeable)
@@ -166,8 +171,8 @@ def test_replicas_and_data_parallel_size_give_gpus_per_launch(tmp_path: Path) ->
     (('cache = "keep"', 'cache = "keep"\nbalance = "random"'), ":30: arms.warm.balance: should be 'least_outstanding' or"),
     (('cache = "keep"', 'cache = "keep"\nreplicas = 4\n\n[design]\ngpus = 2'),
      ":30: arms.warm.replicas: a launch of this arm needs 4 GPUs (4 replica(s) x 1 per server), more than design.gpus = 2"),
-    (("repeats = 3", 'repeats = "auto"'), ':40: load.repeats: repeats counts repeats inside one launch; to add blocks'),
-    ((LAUNCHES_1, "launches = 0 "), ":39: load.launches: should be greater than or equal to 1"),
+    (("repeats = 3", 'repeats = "auto"'), ':41: load.repeats: repeats counts repeats inside one launch; to add blocks'),
+    ((LAUNCHES_1, "launches = 0 "), ":40: load.launches: should be greater than or equal to 1"),
 ])
 def test_design_errors_name_file_line_and_key(tmp_path: Path, edit: tuple[str, str], said: str) -> None:
     path = _variant(tmp_path, edit)

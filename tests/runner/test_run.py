@@ -18,7 +18,7 @@ import pytest
 from runner.store import Store
 from tests.conftest import REPO, vllm_missing
 
-pytestmark = pytest.mark.skipif(vllm_missing() is not None, reason=str(vllm_missing()))
+pytestmark = [pytest.mark.vllm, pytest.mark.skipif(vllm_missing() is not None, reason=str(vllm_missing()))]
 
 FAULTS = REPO / "tests/runner/studies/faults.toml"
 
