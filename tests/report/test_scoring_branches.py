@@ -612,3 +612,16 @@ def test_resolve_prediction_uses_the_arm_and_the_serving_dtypes(tmp_path: Path) 
     nameonly = dataclasses.replace(loaded, study=loaded.study.model_copy(update={"model": model}))
     with pytest.raises(ModelError, match=r"^arm 'a' names no local model folder: expressions need a config\.json$"):
         resolve_prediction(nameonly, nameonly.study.hypothesis[0], "a", get_hardware("cpu"))
+
+
+def test_a_ratio_read_at_a_sequential_look(tmp_path: Path) -> None:
+    loaded = study(tmp_path, hyp("kv", "kv_capacity_tokens", "{}", "{ ratio = [\"b\", \"a\"], range = [1.0, 2.0] }"))
+    servers = [server("toy/b/1", "b", 1500), server("toy/b/2", "b", 1760), server("toy/a/1", "a", 1000),
+               server("toy/a/2", "a", 1100)]
+    plan = {"launches": [launch(f"L{arm}{b}", b, server_ids=[f"toy/{arm}/{b}"]) for arm in "ab" for b in (1, 2)],
+            "design": {"launches": {"a": 3}, "budget": {"blocks": 4}}}
+    s = scores(loaded, run(servers=servers, plan=plan))["kv"]
+    logs = [math.log(1.5), math.log(1.6)]
+    mean = sum(logs) / 2
+    half = t_quantile(1 - 0.01 / 2, 1) * abs(logs[1] - logs[0]) / 2  # an early look: alpha 0.01
+    assert (s.ci_low, s.ci_high) == pytest.approx((math.exp(mean - half), math.exp(mean + half)))
