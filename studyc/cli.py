@@ -65,11 +65,14 @@ def _pick_format(fmt: str | None, **aliases: bool) -> str:
 @click.argument("study", type=click.Path(path_type=Path))
 @click.option("--db", type=click.Path(path_type=Path), default=None,
               help="Results database: predict every point with the step-time model fitted from its runs.")
+@click.option("--bench", "bench", is_flag=True,
+              help="Also give each point's equivalent `vllm bench serve` command (in JSON: `bench_equivalent`).")
 @_format_option(("--json", "json"), ("--markdown", "markdown"))
-def plan(study: Path, db: Path | None, fmt: str | None, **aliases: bool) -> None:
+def plan(study: Path, db: Path | None, bench: bool, fmt: str | None, **aliases: bool) -> None:
     """Compile a study and print its execution plan (the JSON lists each hypothesis' point ids).
 
-    With --db, each point gets the step-time model's prediction (in JSON: `predicted`)."""
+    With --db, each point gets the step-time model's prediction (in JSON: `predicted`). With
+    --bench, the `vllm bench serve` command that offers the same load, and how it differs."""
     from compiler.load import load_study
     from compiler.plan import compile_study
     from compiler.plan_table import format_plan, markdown_plan
@@ -79,14 +82,18 @@ def plan(study: Path, db: Path | None, fmt: str | None, **aliases: bool) -> None
     compiled = compile_study(loaded)
     shown = _pick_format(fmt, **aliases)
     predicted = _plan_predictions(compiled, db) if db is not None else None
+    commands = _bench_commands(compiled) if bench else None
     if shown == "json":
-        if predicted is None:
+        if predicted is None and commands is None:
             click.echo(compiled.to_json())
             return
         data = json.loads(compiled.to_json())
         for server in data.get("launches", data.get("servers", [])):
             for point in server["points"]:
-                point["predicted"] = predicted[point["id"]].values if point["id"] in predicted else None
+                if predicted is not None:
+                    point["predicted"] = predicted[point["id"]].values if point["id"] in predicted else None
+                if commands is not None:
+                    point["bench_equivalent"] = commands[point["id"]]
         click.echo(json.dumps(data, indent=2))
     elif shown == "markdown":
         click.echo(markdown_plan(compiled))
@@ -111,6 +118,24 @@ def plan(study: Path, db: Path | None, fmt: str | None, **aliases: bool) -> None
         from report.power import format_power, power_plan
 
         click.echo("\n" + format_power(*power_plan(compiled, db), db), nl=False)
+    if commands is not None and shown != "json":
+        from compiler.bench_equivalent import DIFFERENCES
+
+        click.echo("\nthe same load from `vllm bench serve` (start the server with the launch's argv first):")
+        for point_id, command in commands.items():
+            click.echo(f"{point_id}:\n  {command}")
+        click.echo("what differs:\n" + "\n".join(f"- {line}" for line in DIFFERENCES))
+
+
+def _bench_commands(compiled: Any) -> dict[str, str]:
+    """point id -> the `vllm bench serve` command offering that point's load."""
+    from compiler.bench_equivalent import bench_command
+
+    return {
+        point.id: bench_command(point, base_url="http://127.0.0.1:8000", model=launch.model_dir,
+                                served_name=launch.served_model_name)
+        for launch in compiled.launches for point in launch.points
+    }
 
 
 def _plan_predictions(compiled: Any, db: Path) -> dict[str, Any]:

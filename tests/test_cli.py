@@ -33,6 +33,22 @@ def test_plan_json_flag_and_format_agree(args: list[str]) -> None:
     assert json.loads(result.stdout)["study_id"] == "quickstart"
 
 
+def test_plan_bench_gives_each_point_the_same_load_from_vllm_bench_serve() -> None:
+    result = CliRunner().invoke(main, ["plan", str(QUICKSTART), "--bench", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    points = [p for launch in json.loads(result.output)["launches"] for p in launch["points"]]
+    c4 = next(p for p in points if p["concurrency"] == 4)
+    command = c4["bench_equivalent"]
+    for part in ("bench serve", "--temperature 0", "--ignore-eos", "--max-concurrency 4",
+                 f"--num-prompts {c4['requests']}", f"--random-output-len {c4['output_len']}"):
+        assert part in command, part
+    assert all("bench_equivalent" in p for p in points)
+    table = CliRunner().invoke(main, ["plan", str(QUICKSTART), "--bench"])
+    assert table.exit_code == 0 and "what differs:" in table.output and c4["id"] + ":" in table.output
+    plain = CliRunner().invoke(main, ["plan", str(QUICKSTART), "--format", "json"])
+    assert "bench_equivalent" not in plain.output
+
+
 def test_plan_markdown_and_table() -> None:
     markdown = CliRunner().invoke(main, ["plan", str(QUICKSTART), "--format", "markdown"])
     assert markdown.exit_code == 0 and "| quickstart/cold | quickstart/cold/short/c1/r1 | reset |" in markdown.stdout
