@@ -89,7 +89,8 @@ def test_quickstart_fills_every_table(quickstart_db: Path) -> None:
         counts = store.counts(run.run_id)
         assert counts["runs"] == 1 and counts["servers"] == 2 and counts["points"] == 12
         assert counts["requests"] == 2 * 6 * (16 + 4)  # both arms, 6 points each, measured + warmup
-        assert counts["checks"] >= 12 * 6 and counts["telemetry"] > 0
+        assert counts["checks"] >= 12 * 6
+        assert (counts["telemetry"] > 0) == bool(run.nvml_available)  # NVML alone samples inside the window
         rows = store.points(run.run_id)
         assert all(r.status == "ok" for r in rows)
         for row in rows:
@@ -128,7 +129,7 @@ def test_crash_at_start_keep_going_then_kill_and_resume(tmp_path: Path) -> None:
     db = tmp_path / "faults.duckdb"
     proc = studyc("run", str(FAULTS), "--db", str(db), "--keep-going", "--no-calibrate")
     # The broken arm dies at start with its log tail; the good arm starts and runs.
-    lines = wait_for_line(proc, "faults/good/w/c1/r1: ok")
+    lines = wait_for_line(proc, "faults/good/w/c1/r1: ")  # committed (ok, or ok but judged invalid)
     text = "".join(lines)
     assert "server faults/broken failed" in text and "exited" in text
     time.sleep(1.0)  # the next point (128 tokens at c2) is in flight: kill the engine under it
@@ -165,7 +166,7 @@ def test_sigint_stops_cleanly(tmp_path: Path) -> None:
     proc = studyc(
         "run", str(FAULTS), "--db", str(db), "--keep-going", "--no-calibrate", start_new_session=True
     )
-    wait_for_line(proc, "faults/good/w/c1/r1: ok")
+    wait_for_line(proc, "faults/good/w/c1/r1: ")  # committed (ok, or ok but judged invalid)
     engines = [
         p for p in children(proc.pid) if "vllm" in Path(f"/proc/{p}/cmdline").read_text(errors="ignore")
     ]
