@@ -53,6 +53,7 @@ concurrency = [1, 4]                # closed loop: requests in flight, one point
 requests = 16                       # more than the highest concurrency: a steady state, not one wave
 warmup = 2
 repeats = 3                         # interleaved; the verdict uses the 95% interval over repeats
+launches = 1                        # server instances per arm; on a GPU, 3-5 put launch-to-launch variation in the interval
 cache = "reset"                     # prefix cache reset (and verified) before every point
 
 [[hypothesis]]
@@ -91,7 +92,9 @@ output_len = 256
 concurrency = [1, 8]                # closed loop: requests in flight, one point per level
 requests = [8, 32]                  # more than the concurrency: a steady state, not one wave
 warmup = 4
-repeats = 3                         # interleaved; the verdict uses the 95% interval over repeats
+repeats = 3                         # per launch, interleaved
+# launches = 5 (the default): server instances per arm, in randomised blocks, so the interval
+# includes launch-to-launch variation; each launch costs a server start (about 2 minutes)
 cache = "reset"                     # prefix cache reset (and verified) before every point
 
 [[hypothesis]]
