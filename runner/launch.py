@@ -39,7 +39,7 @@ class LaunchSpec:
     ctx: PointContext  # client CPUs and the NVML device are this launch's own
     engine_command: tuple[str, ...]
     log_dir: Path
-    cache_root: Path | None = None  # compile caches, one folder per configuration (launch.fingerprint)
+    cache_root: Path | None = None  # vLLM's compile cache, shared by every run of the results folder (keyed by vLLM)
     startup_timeout_s: float | None = None
     gpu_host: bool = False  # True: each server gets CUDA_VISIBLE_DEVICES for its devices
 
@@ -103,6 +103,23 @@ Event = ServerEvent | PointEvent | PointStartEvent | StartedEvent
 Interlude = Callable[[Callable[[], PointOutcome], PointOutcome], None]
 
 
+def compile_cache_state(log_path: Path, start: int = 0) -> str | None:
+    """What vLLM's compile cache gave this start, from the lines its log gained after byte `start`:
+    "warm" (it loaded compiled graphs), "cold" (it compiled them), None (no torch.compile: eager,
+    or a log that says neither)."""
+    try:
+        with open(log_path, "rb") as fh:
+            fh.seek(start)
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    if "Compiling a graph" in text:
+        return "cold"
+    if "Directly load the compiled graph" in text:
+        return "warm"
+    return None
+
+
 def server_env(spec: LaunchSpec, devices: Sequence[str]) -> dict[str, str]:
     """The launch's env, plus the server's GPUs (GPU hosts) and the configuration's compile cache
     (unless the study sets those variables itself)."""
@@ -110,9 +127,8 @@ def server_env(spec: LaunchSpec, devices: Sequence[str]) -> dict[str, str]:
     if spec.gpu_host:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
     if spec.cache_root is not None:
-        root = spec.cache_root / spec.launch.fingerprint[:16]
-        env.setdefault("VLLM_CACHE_ROOT", str(root))
-        env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(root / "inductor"))
+        env.setdefault("VLLM_CACHE_ROOT", str(spec.cache_root))
+        env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(spec.cache_root / "inductor"))
     return env
 
 
@@ -168,10 +184,12 @@ def run_launch(
                 record, status="ready", startup_s=info.startup_s, kv_capacity_tokens=info.kv_capacity_tokens,
                 vllm_version=info.vllm_version, torch_version=info.torch_version, gpu_name=info.gpu_name,
                 warnings=log_warnings(server.log_path, start),
+                compile_cache=compile_cache_state(server.log_path, start),
             )
             records[records.index(record)] = ready
-            emit(ServerEvent(ready, info=info,
-                             status=f"ready in {info.startup_s:.1f} s, KV {info.kv_capacity_tokens or '?'} tokens"))
+            cache = f", {ready.compile_cache} compile cache" if ready.compile_cache else ""
+            emit(ServerEvent(ready, info=info, status=f"ready in {info.startup_s:.1f} s{cache}, "
+                                                      f"KV {info.kv_capacity_tokens or '?'} tokens"))
         _measure(spec, servers, infos, emit, cancel, interlude)
     finally:
         for server, record in zip(servers, records, strict=True):

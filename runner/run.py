@@ -191,7 +191,7 @@ def _spec(launch: Launch, points: tuple[PointStep, ...], placed: Placement, ctx:
     return LaunchSpec(
         launch=launch, points=points, run_id=run_id, placement=placed, ctx=local,
         engine_command=tuple(options.engine_command), log_dir=options.runs_dir / run_id,
-        cache_root=options.runs_dir / run_id / "compile-cache", startup_timeout_s=options.startup_timeout_s,
+        cache_root=options.runs_dir / "compile-cache", startup_timeout_s=options.startup_timeout_s,
         gpu_host=gpu_host,
     )
 

@@ -3,6 +3,8 @@
 #
 #   bash scripts/gpu/device.sh unpack [STUDY...] # after the bundle's pieces arrived: unpack and check
 #   bash scripts/gpu/device.sh run STUDY...      # run studies/STUDY.toml, one DuckDB file each
+#   bash scripts/gpu/device.sh start STUDY...    # the same in the background (outlives this call)
+#   bash scripts/gpu/device.sh wait SECONDS      # wait for it at most SECONDS, copy what it has to $OUT
 #   bash scripts/gpu/device.sh agree             # benchmarks/bench_agreement.py on the 8B shape
 #   bash scripts/gpu/device.sh disturb           # benchmarks/telemetry_disturbance.py on the 0.6B shape
 #
@@ -12,7 +14,7 @@ set -u
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$REPO"
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/results /tmp/site
-if ls .whl/*.whl >/dev/null 2>&1; then
+if ls .whl/*.whl >/dev/null 2>&1 && [ ! -d /tmp/site/duckdb ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 fi
 export PYTHONPATH=$REPO:/tmp/site:/tmp/vsite PATH=/tmp/vsite/bin:$PATH PYTHONUNBUFFERED=1
@@ -36,6 +38,24 @@ print(gpu_info(0)); print(calibrate(['python3']))" 2>&1 | tail -2
       cp "/tmp/results/h200-$s.duckdb" "$OUT/" 2>/dev/null
     done
     tar -C /tmp/results -czf "$OUT/logs.tgz" --exclude='*.duckdb' --exclude='compile-cache' . 2>/dev/null
+    ;;
+  start)
+    # The run in the background, so that a study longer than one call's limit needs no split: later
+    # calls `wait` for it while the machine stays held.
+    # It runs from its own copy of the tree: a later call's fresh copy must not change files under it.
+    rm -rf /tmp/repo-bg && mkdir -p /tmp/repo-bg
+    tar -C "$REPO" --exclude=./.vb --exclude=./.whl --exclude=./.git -cf - . | tar -C /tmp/repo-bg -xf -
+    setsid nohup bash /tmp/repo-bg/scripts/gpu/device.sh run "$@" >/tmp/results/background.log 2>&1 </dev/null &
+    echo $! >/tmp/results/background.pid
+    echo "started $* in the background, pid $(cat /tmp/results/background.pid)"
+    ;;
+  wait)
+    limit=${1:-560}; t0=$(date +%s); pid=$(cat /tmp/results/background.pid 2>/dev/null || echo 0)
+    while kill -0 "$pid" 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt "$limit" ]; do sleep 5; done
+    kill -0 "$pid" 2>/dev/null && echo "still running after ${limit} s" || echo "background run finished"
+    grep -v '━' /tmp/results/background.log | tail -80
+    for f in /tmp/results/h200-*.duckdb /tmp/results/h200-*.duckdb.wal; do [ -f "$f" ] && cp "$f" "$OUT/"; done
+    tar -C /tmp/results -czf "$OUT/logs.tgz" --exclude='*.duckdb' --exclude='*.wal' --exclude='compile-cache' . 2>/dev/null
     ;;
   agree)
     # studyc's client vs `vllm bench serve --temperature 0` on one Qwen3-8B server (issue: gates, item 8)
