@@ -114,6 +114,28 @@ def _stop_all() -> None:
         server.stop()
 
 
+def server_api_key(cache_dir: Path) -> str:
+    """The servers' API key: one random secret per user, in `cache_dir/api-key` (mode 0600, folder
+    0700), made on first use. One key, not one per server: vLLM 0.26 hashes VLLM_API_KEY into its
+    compile-cache key and writes it into `cache_key_factors.json` in the cache, so a fresh key per
+    server made every start compile from scratch and left a new secret on disk each time. The cache
+    lives beside the key, in the same private folder, never in the results folder."""
+    cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = cache_dir / "api-key"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        key = path.read_text().strip()
+        if len(key) != 40 or any(c not in "0123456789abcdef" for c in key):
+            raise EngineError(f"{path}: not an API key studyc wrote (40 hex digits); delete it, and the next "
+                              "server start writes a new one") from None
+        return key
+    key = secrets.token_hex(20)  # hex: never starts with "-" (argparse would take it for a flag)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(key + "\n")
+    return key
+
+
 class VllmServer:
     """`vllm serve` in its own process group, bound to 127.0.0.1 with a random API key.
 
@@ -152,7 +174,7 @@ class VllmServer:
         self.gpu_index = gpu_index if gpu_index is not None else settings.gpu_index  # type: ignore[union-attr]
         self._auto_port = port is None
         self.port = port if port is not None else free_port()
-        self.api_key = secrets.token_hex(20)  # hex: never starts with "-" (argparse would take it for a flag)
+        self.api_key = server_api_key((settings or load_settings()).cache_path)
         self.info: ServerInfo | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
@@ -187,7 +209,7 @@ class VllmServer:
     def _env(self) -> dict[str, str]:
         """The engine's environment. The API key goes in VLLM_API_KEY (vLLM 0.26 and 0.32 read it when
         --api-key is absent), not in argv: vLLM prints its non-default arguments into the log, and
-        argv is visible to every user of the host."""
+        argv is visible to every user of the host. See `server_api_key` for why it is one key."""
         return {**os.environ, **BASE_ENV, **self.extra_env, "VLLM_API_KEY": self.api_key}
 
     def start(self) -> None:

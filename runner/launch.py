@@ -39,7 +39,7 @@ class LaunchSpec:
     ctx: PointContext  # client CPUs and the NVML device are this launch's own
     engine_command: tuple[str, ...]
     log_dir: Path
-    cache_root: Path | None = None  # vLLM's compile cache, shared by every run of the results folder (keyed by vLLM)
+    cache_root: Path | None = None  # vLLM's compile cache, shared by every run (STUDYC_CACHE_DIR; vLLM keys it)
     startup_timeout_s: float | None = None
     gpu_host: bool = False  # True: each server gets CUDA_VISIBLE_DEVICES for its devices
 

@@ -43,6 +43,7 @@ class RunOptions:
     engine_command: list[str]
     python_argv: list[str]
     runs_dir: Path
+    cache_dir: Path | None = None  # vLLM's compile cache lives in cache_dir/compile-cache (None: runs_dir)
     gpu_index: int = 0
     client_cpus: str = "auto"  # STUDYC_CLIENT_CPUS: 'auto', 'all' or a list like '1,2-3'
     resume: bool = False
@@ -63,7 +64,7 @@ def run_options(settings: Settings, db: Path, **flags: Any) -> RunOptions:
     return RunOptions(
         db=db, engine_command=list(settings.vllm_argv), python_argv=list(settings.python_argv),
         runs_dir=Path(settings.runs_dir) if settings.runs_dir else db.parent / "runs",
-        gpu_index=int(settings.gpu_index), client_cpus=settings.client_cpus,
+        cache_dir=settings.cache_path, gpu_index=int(settings.gpu_index), client_cpus=settings.client_cpus,
         startup_timeout_s=settings.startup_timeout_s, **flags,
     )
 
@@ -191,7 +192,7 @@ def _spec(launch: Launch, points: tuple[PointStep, ...], placed: Placement, ctx:
     return LaunchSpec(
         launch=launch, points=points, run_id=run_id, placement=placed, ctx=local,
         engine_command=tuple(options.engine_command), log_dir=options.runs_dir / run_id,
-        cache_root=options.runs_dir / "compile-cache", startup_timeout_s=options.startup_timeout_s,
+        cache_root=(options.cache_dir or options.runs_dir) / "compile-cache", startup_timeout_s=options.startup_timeout_s,
         gpu_host=gpu_host,
     )
 

@@ -82,6 +82,10 @@ class Settings(BaseSettings):
     runs_dir: str | None = Field(
         default=None, description="Folder for server logs of each run; default: `runs/` beside the database."
     )
+    cache_dir: str | None = Field(
+        default=None, description="Folder (mode 0700) for vLLM's compile cache, shared by every run, and the "
+        "servers' API key; default: ~/.cache/studyc.",
+    )
     client_cpus: str = Field(
         default="auto",
         description="CPUs for the load generator's workers: 'auto' (every CPU but 0 when no GPU is "
@@ -97,6 +101,10 @@ class Settings(BaseSettings):
         if isinstance(data, dict) and not data.get("python"):
             data = {**data, "python": derive_python(str(data.get("vllm") or "vllm"))}
         return data
+
+    @property
+    def cache_path(self) -> Path:
+        return Path(self.cache_dir).expanduser() if self.cache_dir else Path.home() / ".cache" / "studyc"
 
     @property
     def vllm_argv(self) -> list[str]:

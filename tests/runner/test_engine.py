@@ -357,3 +357,17 @@ def test_tiny_model_constants_match_the_config() -> None:
     bytes_per_token = c["num_hidden_layers"] * 2 * c["num_key_value_heads"] * c["head_dim"] * 2
     assert 256 * 2**20 // bytes_per_token == TINY_KV_TOKENS
     assert os.path.basename(TINY_MODEL) == "tiny-qwen3"
+
+
+def test_one_private_api_key_per_user(tmp_path: Path) -> None:
+    """One key for every server (a key per server made vLLM 0.26 compile cold on every start), in a
+    0600 file inside a 0700 folder; a file studyc did not write is refused, naming it."""
+    cache = tmp_path / "cache"
+    key = engine.server_api_key(cache)
+    assert engine.server_api_key(cache) == key and len(key) == 40
+    int(key, 16)
+    assert (cache / "api-key").stat().st_mode & 0o777 == 0o600 and cache.stat().st_mode & 0o777 == 0o700
+    assert engine.server_api_key(tmp_path / "other") != key  # random, not derived
+    (cache / "api-key").write_text("not a key\n")
+    with pytest.raises(EngineError, match="api-key: not an API key"):
+        engine.server_api_key(cache)

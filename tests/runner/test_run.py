@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from runner.engine import server_api_key
 from runner.store import Store
+from studyc.settings import load_settings
 from tests.conftest import REPO, vllm_missing
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(vllm_missing() is not None, reason=str(vllm_missing()))]
@@ -111,6 +113,8 @@ def test_quickstart_fills_every_table(quickstart_db: Path) -> None:
             assert "non-default args" in log and "api_key" not in log
             assert all(" WARNING " in w or " ERROR " in w for w in server.warnings)
         assert any("SECURITY WARNING" in w for s in servers for w in s.warnings)  # dev mode, always logged
+        key = server_api_key(load_settings().cache_path).encode()  # no file of the results holds the key
+        assert not [f for f in quickstart_db.parent.rglob("*") if f.is_file() and key in f.read_bytes()]
         assert run.calibrated is False and run.vllm_version
         names = {c.name for c in store.checks(run.run_id)}
         assert {
