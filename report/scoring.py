@@ -14,7 +14,6 @@ with the stopping rule's repeated confidence interval at the block it stopped (r
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -38,31 +37,6 @@ from studyc import format as fmt
 Verdict = Literal["confirmed", "refuted", "inconclusive", "invalid", "not run"]
 VERDICTS: tuple[Verdict, ...] = ("confirmed", "refuted", "inconclusive", "invalid", "not run")
 
-# Two-sided 95% quantiles of Student's t (0.975 one-sided) by degrees of freedom; between table rows
-# the quantile is interpolated linearly in 1/df, which is exact to the third decimal here.
-_T975: tuple[tuple[float, float], ...] = (
-    (1, 12.7062), (2, 4.3027), (3, 3.1824), (4, 2.7764), (5, 2.5706), (6, 2.4469), (7, 2.3646),
-    (8, 2.3060), (9, 2.2622), (10, 2.2281), (11, 2.2010), (12, 2.1788), (13, 2.1604), (14, 2.1448),
-    (15, 2.1314), (16, 2.1199), (17, 2.1098), (18, 2.1009), (19, 2.0930), (20, 2.0860), (21, 2.0796),
-    (22, 2.0739), (23, 2.0687), (24, 2.0639), (25, 2.0595), (26, 2.0555), (27, 2.0518), (28, 2.0484),
-    (29, 2.0452), (30, 2.0423), (40, 2.0211), (50, 2.0086), (60, 2.0003), (80, 1.9901), (100, 1.9840),
-    (120, 1.9799), (math.inf, 1.9600),
-)
-
-
-def t_quantile_975(df: float) -> float:
-    """The 0.975 quantile of Student's t with `df` degrees of freedom (df >= 1)."""
-    if df < 1:
-        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
-    for (d0, t0), (d1, t1) in itertools.pairwise(_T975):
-        if df == d0:
-            return t0
-        if d0 < df < d1:
-            x0, x1, x = 1 / d0, (0.0 if math.isinf(d1) else 1 / d1), 1 / df
-            return t0 + (t1 - t0) * (x0 - x) / (x0 - x1)
-    return _T975[-1][1]
-
-
 @dataclass(frozen=True)
 class Stats:
     n: int
@@ -71,30 +45,6 @@ class Stats:
     high: float  # spread: max over repeats
     ci_low: float
     ci_high: float
-
-
-def summarize(values: Sequence[float]) -> Stats:
-    """Mean, min-max spread and a 95% t interval of the mean; for one value the interval is the value."""
-    if not values:
-        raise ValueError("no values")
-    n = len(values)
-    mean = math.fsum(values) / n
-    if n == 1:
-        half = 0.0
-    else:
-        sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
-        half = t_quantile_975(n - 1) * sd / math.sqrt(n)
-    return Stats(n, mean, min(values), max(values), mean - half, mean + half)
-
-
-def summarize_log(values: Sequence[float]) -> Stats:
-    """Statistics of positive ratios on the log scale: the geometric mean and the exponentiated 95% t
-    interval of the mean log; the spread stays the plain min-max."""
-    if not values or min(values) <= 0:
-        raise ValueError("ratios must be positive to be summarized on the log scale")
-    logs = summarize([math.log(v) for v in values])
-    return Stats(logs.n, math.exp(logs.mean), min(values), max(values), math.exp(logs.ci_low),
-                 math.exp(logs.ci_high))
 
 
 def off_band(band_low: float | None, band_high: float | None, mean: float) -> float | None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from compiler.load import load_study
+from report.intervals import t_quantile
 from report.results import latest_runs
 from report.scoring import (
     Score,
@@ -16,9 +17,6 @@ from report.scoring import (
     off_band,
     score_study,
     straddled,
-    summarize,
-    summarize_log,
-    t_quantile_975,
 )
 from tests.report.helpers import P, make_db, write_study
 
@@ -93,7 +91,7 @@ def test_confirmed_when_interval_inside_band(scored: dict[str, Score]) -> None:
     assert s.verdict == "confirmed"
     assert s.n == 3 and s.measured == pytest.approx(100.0)
     assert (s.spread_low, s.spread_high) == (99.0, 101.0)
-    half = t_quantile_975(2) * 1.0 / math.sqrt(3)
+    half = t_quantile(0.975, 2) * 1.0 / math.sqrt(3)
     assert s.ci_low == pytest.approx(100.0 - half) and s.ci_high == pytest.approx(100.0 + half)
     assert s.error == pytest.approx(0.0)
     assert (s.band_low, s.band_high) == pytest.approx((95.0, 105.0))
@@ -204,33 +202,6 @@ def test_latest_run_across_databases(tmp_path: Path) -> None:
 def test_judge(kind: str, relation: str | None, low: float | None, high: float | None,
                ci: tuple[float, float], want: str) -> None:
     assert judge(kind, relation, low, high, *ci) == want
-
-
-def test_t_quantiles_and_summary() -> None:
-    assert t_quantile_975(1) == pytest.approx(12.706, abs=1e-3)
-    assert t_quantile_975(2) == pytest.approx(4.303, abs=1e-3)
-    assert t_quantile_975(35) == pytest.approx(2.030, abs=2e-3)
-    assert t_quantile_975(10_000) == pytest.approx(1.960, abs=1e-3)
-    one = summarize([3.0])
-    assert (one.n, one.mean, one.ci_low, one.ci_high) == (1, 3.0, 3.0, 3.0)
-    two = summarize([1.0, 3.0])
-    assert two.ci_high - two.mean == pytest.approx(12.7062 * math.sqrt(2) / math.sqrt(2))
-
-
-def test_ratio_interval_on_the_log_scale_never_negative() -> None:
-    """Two repeats of a ratio: the linear t interval (12.7 x sd) goes below zero, the log one cannot."""
-    values = [0.6, 1.4]
-    linear = summarize(values)
-    assert linear.ci_low < 0
-    logs = summarize_log(values)
-    assert logs.ci_low > 0
-    assert logs.mean == pytest.approx(math.sqrt(0.6 * 1.4))  # the geometric mean
-    half = t_quantile_975(1) * abs(math.log(1.4) - math.log(0.6)) / math.sqrt(2) / math.sqrt(2)
-    assert logs.ci_low == pytest.approx(math.exp(math.log(logs.mean) - half))
-    assert logs.ci_high == pytest.approx(math.exp(math.log(logs.mean) + half))
-    assert (logs.low, logs.high) == (0.6, 1.4)
-    with pytest.raises(ValueError):
-        summarize_log([1.0, 0.0])
 
 
 def test_ratio_scores_use_the_log_interval(scored: dict[str, Score]) -> None:
