@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner.launch import Cancel, LaunchSpec, PointEvent, StartedEvent, run_launch
 from runner.point import PointOutcome
+from studyc import format as fmt
 from studyc.errors import EngineError
 
 if TYPE_CHECKING:
@@ -170,11 +171,11 @@ def run_parallel(specs: list[LaunchSpec], driver: _Driver, options: RunOptions) 
                 if not payload["parallel"]:
                     turns.update(sequential=True)
                     driver.report.sequential_from = payload["why"]
-                    driver.progress.message(f"interference {_pct(payload['effect'])} vs noise threshold "
-                                            f"{_pct(payload['threshold'])}: {payload['why']}")
+                    driver.progress.message(f"interference {fmt.percent(payload['effect'])} vs noise threshold "
+                                            f"{fmt.percent(payload['threshold'])}: {payload['why']}")
                 else:
-                    driver.progress.message(f"interference {_pct(payload['effect'])} within "
-                                            f"{_pct(payload['threshold'])}: launches keep running side by side")
+                    driver.progress.message(f"interference {fmt.percent(payload['effect'])} within "
+                                            f"{fmt.percent(payload['threshold'])}: launches keep running side by side")
             elif kind == "error":
                 raise payload
     except BaseException:
@@ -198,7 +199,3 @@ def _drain(events: queue.Queue[tuple[str, Any]], driver: _Driver) -> None:
                 driver.handle(payload)
             except Exception:  # already stopping
                 return
-
-
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.1%}"
