@@ -1,0 +1,26 @@
+"""The README's H200 table is the audit of the committed results, not numbers typed by hand."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+
+def test_readme_headline_is_the_audit_of_the_committed_results() -> None:
+    readme = (REPO / "README.md").read_text()
+    block = re.search(r"<!-- headline:start -->\n(.*?)\n<!-- headline:end -->", readme, re.S)
+    assert block, "README.md lost its headline markers"
+    ids = [i for i in dict.fromkeys(re.findall(r"^\| ([a-z0-9-]+) \|", block.group(1), re.M)) if i != "study"]
+    files = [str(REPO / "studies" / (i.replace("-", "_") + ".toml")) for i in ids]
+    out = subprocess.run(
+        [sys.executable, "-m", "studyc", "audit", *files, "--db", str(REPO / "results/h200.duckdb"),
+         "--format", "markdown"], cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert len(ids) >= 8
+    assert block.group(1).strip() == out.stdout.strip(), (
+        "README.md's headline differs from `studyc audit ... --format markdown`: regenerate it"
+    )
