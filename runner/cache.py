@@ -98,6 +98,17 @@ def reset(
     return ResetOutcome(ok=False, attempts=attempts, last=last)
 
 
+def reset_all(
+    base_urls: tuple[str, ...], api_key: str | None, *, attempts: int = RESET_ATTEMPTS, pause_s: float = 0.2
+) -> ResetOutcome:
+    """Reset every server of a launch (each replica holds its own prefix cache). ok only when every
+    one confirmed; attempts is the most any needed; last is the first refusal, else the last answer."""
+    outcomes = [reset(url, api_key, attempts=attempts, pause_s=pause_s) for url in base_urls]
+    failed = [o for o in outcomes if not o.ok]
+    return ResetOutcome(ok=bool(outcomes) and not failed, attempts=max((o.attempts for o in outcomes), default=0),
+                        last=(failed[0] if failed else outcomes[-1]).last if outcomes else None)
+
+
 @dataclass(frozen=True)
 class CacheState:
     """The prefix cache over a measured window: the reset before it (None: not asked for) and the

@@ -146,7 +146,7 @@ def run_point(point: PointStep, endpoint: Endpoint, ctx: PointContext) -> PointO
             warm = list(_load(endpoint, point, [], ctx.client_cpus, warmup=warmup).records)
         phase("warmup")
         if point.cache == "reset":
-            out.reset = cache.reset(endpoint.base_url, endpoint.api_key)
+            out.reset = cache.reset_all(endpoint.urls, endpoint.api_key)  # every replica's own cache
         phase("reset")
         befores = replicas.scrape_all(endpoint.urls, endpoint.api_key)
         before = replicas.merge(befores, edge="before")

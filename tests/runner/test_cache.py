@@ -113,3 +113,14 @@ def test_reset_running_requests_flag_is_sent(refuser: type[_Refuser]) -> None:
 def test_reset_without_a_server_is_not_ok() -> None:
     got = cache.reset("http://127.0.0.1:9", None, attempts=1, pause_s=0.0)
     assert not got.ok and got.last is not None and got.last.status == 0
+
+
+def test_reset_all_asks_every_replica_and_fails_if_one_refuses(refuser: type[_Refuser]) -> None:
+    """Each replica holds its own prefix cache: a launch's reset is confirmed only when every server
+    confirmed it (resetting the first one alone left the others warm)."""
+    url = refuser.base_url  # type: ignore[attr-defined]
+    both = cache.reset_all((url, url + "/"), "key", attempts=1, pause_s=0.0)
+    assert both.ok and both.attempts == 1 and len(refuser.calls) == 2
+    down = cache.reset_all((url, "http://127.0.0.1:9"), "key", attempts=2, pause_s=0.0)
+    assert not down.ok and down.attempts == 2 and down.last is not None and down.last.status == 0
+    assert not cache.reset_all((), None).ok  # nothing asked: nothing confirmed

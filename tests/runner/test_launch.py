@@ -71,7 +71,7 @@ concurrency = [2]
 requests = 8
 warmup = 2
 launches = 1
-repeats = 1
+repeats = 2
 ''')
     db = tmp_path / "r.duckdb"
     out = studyc("run", str(path), "--db", str(db), "--no-calibrate")
@@ -83,15 +83,15 @@ repeats = 1
         checks = store.checks(run.run_id)
     assert sorted(s.server_id for s in servers) == ["pair/a/s1", "pair/a/s2"]
     assert {s.launch_id for s in servers} == {"pair/a"} and all(s.status == "ready" for s in servers)
-    (point,) = points
-    rows = json.loads(point.replicas_json or "[]")
-    assert [r["server_id"] for r in rows] == ["pair/a/s1", "pair/a/s2"]
-    assert all(r["client"]["sent"] > 0 for r in rows)  # both replicas received requests
-    assert sum(r["server"]["requests"] for r in rows) == 8
-    by_name = {c.name: c for c in checks}
-    assert by_name["replica_reconciliation"].status == "pass"
-    assert by_name["reconciliation"].status == "pass"  # the arm as a whole: summed counter deltas
-    assert "reconciliation" not in (point.verdict or "")  # tiny points may fail other checks (Little's law)
+    assert len(points) == 2  # the second repeat re-sends the first one's prompts to both replicas
+    for point in points:
+        rows = json.loads(point.replicas_json or "[]")
+        assert [r["server_id"] for r in rows] == ["pair/a/s1", "pair/a/s2"]
+        assert all(r["client"]["sent"] > 0 for r in rows)  # both replicas received requests
+        assert sum(r["server"]["requests"] for r in rows) == 8
+        assert "reconciliation" not in (point.verdict or "")  # tiny points may fail other checks (Little's law)
+    for name in ("replica_reconciliation", "reconciliation", "cache_cold"):  # every replica's cache was reset
+        assert [c.status for c in checks if c.name == name] == ["pass", "pass"], name
     (row,) = audit(path, db)
     assert row["verdict"] not in ("not run", "no data")
 
