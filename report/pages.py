@@ -317,11 +317,33 @@ def _provenance(loaded: LoadedStudy, data: RunData | None) -> tuple[Fact, ...]:
         Fact("load generator ceiling", "-" if not run.client_ceiling_chunks_per_s
              else fmt.with_unit(fmt.significant(run.client_ceiling_chunks_per_s), "chunks/s")),
     ]
+    if run.wall_s and run.window_s:
+        facts.append(Fact("wall time vs measurement windows",
+                          f"{fmt.significant(run.wall_s)} s over {fmt.significant(run.window_s)} s of windows "
+                          f"({fmt.significant(run.wall_s / run.window_s, 2)}x) on device(s) {run.devices or '-'}"))
+    facts += _interference(run.interference_json)
     for s in sorted(servers, key=lambda s: s.server_id):
+        cache = f" ({s.compile_cache} compile cache)" if s.compile_cache else ""
         facts.append(Fact(f"server {s.server_id}",
-                          f"{s.status or '-'}; start {fmt.quantity(s.startup_s, 's', measured=False)}; "
-                          f"KV capacity {fmt.quantity(s.kv_capacity_tokens, 'tokens', measured=False)}"))
+                          f"{s.status or '-'}; start {fmt.quantity(s.startup_s, 's', measured=False)}{cache}; "
+                          f"KV capacity {fmt.quantity(s.kv_capacity_tokens, 'tokens', measured=False)}"
+                          + (f"; device {s.device}" if s.device else "")))
     return tuple(facts)
+
+
+def _interference(text: str | None) -> list[Fact]:
+    """The run's interference measurement (one point alone twice, then beside another launch), if any."""
+    try:
+        found = json.loads(text or "{}")
+    except ValueError:
+        return []
+    if not found:
+        return []
+    if found.get("effect") is None:
+        return [Fact("interference", f"{found.get('why') or 'not measured'}")]
+    return [Fact("interference",
+                 f"{found.get('point')}: {fmt.percent(found['effect'])} beside {found.get('beside_launch')} "
+                 f"vs a noise threshold of {fmt.percent(found.get('threshold'))}; {found.get('why')}")]
 
 
 def _calibration(ctx: StudyContext) -> tuple[CalibrationRow, ...]:

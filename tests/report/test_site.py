@@ -332,3 +332,22 @@ def test_layout_checks_fail_on_the_old_layout(tmp_path: Path) -> None:
     assert any(p.startswith("header 'Input tokens' over number '1,024'") for p in problems), problems
     assert any(p.startswith("header 'Output tokens' over number '0.978x'") for p in problems), problems
     assert "number '12.5 ms' in table.list is aligned start" in problems, problems
+
+
+def test_study_page_shows_wall_time_starts_and_interference(h200_site: Path) -> None:
+    """A run's wall time against its measurement windows, and each server's start with its compile
+    cache, as stored (cuda-graphs on the H200: 352.8 s over 86.81 s; graphs cold, eager no compile)."""
+    page = (h200_site / "studies/cuda-graphs/index.html").read_text()
+    assert "wall time vs measurement windows" in page and "352.8 s over 86.81 s of windows (4.1x)" in page
+    assert "cold compile cache" in page
+
+
+def test_interference_fact_says_what_was_measured() -> None:
+    from report.pages import _interference
+    from runner.parallel import interference_result
+
+    (kept,) = _interference(json.dumps(interference_result("s/a/w/c1/r1", [100.0, 102.0], 90.0, "s/b/L1")))
+    assert kept.label == "interference" and "beside s/b/L1" in kept.value and "one launch at a time" in kept.value
+    (missing,) = _interference(json.dumps(interference_result("s/a/w/c1/r1", [100.0, None], 90.0, None)))
+    assert "not measured" in missing.value
+    assert _interference(None) == [] and _interference("not json") == []
