@@ -26,7 +26,7 @@ MODULES=(
   "stats|runner/stats.py|tests/runner/test_stats.py tests/runner/test_stats_edges.py"
   "checks|runner/checks.py|tests/runner/test_checks.py tests/runner/test_checks_edges.py"
   "judge|runner/judge.py|tests/runner/test_judge.py tests/runner/test_judge_edges.py"
-  "reconcile|runner/reconcile.py|tests/runner/test_reconcile.py"
+  "reconcile|runner/reconcile.py|tests/runner/test_reconcile.py tests/runner/test_reconcile_edges.py"
   "context|report/context.py|tests/report/test_study_context.py tests/report/test_scoring_branches.py"
   "scoring|report/scoring.py|tests/report/test_scoring.py tests/report/test_scoring_edges.py tests/report/test_scoring_branches.py"
   "intervals|report/intervals.py|tests/report/test_intervals.py tests/report/test_intervals_edges.py"
