@@ -146,6 +146,7 @@ class Item:
 class Reconciliation:
     items: tuple[Item, ...]
     frontend_delay_s: float | None = None  # mean TTFT excess: front end and transport before the engine
+    # (None unless the ttft item passes: below the floor the excess is another client's time, no delay)
 
     @property
     def status(self) -> Status:
@@ -337,7 +338,7 @@ def reconcile(
                     "verify. Fix: output_len of at least 1 token with content, " + RERUN)
     ttft_item = _floor("ttft", ttft_client, ttft_server, n, bound, ttft_why)
     front = None
-    if ttft_item.status != "unverified" and ttft_client is not None and ttft_server is not None:
+    if ttft_item.status == "pass" and ttft_client is not None and ttft_server is not None:
         front = (ttft_client - ttft_server) / n
         ttft_item = Item(ttft_item.name, ttft_item.status, ttft_item.client, ttft_item.server, ttft_item.bound,
                          f"{ttft_item.message}; this is the front-end and transport delay before the engine saw "

@@ -374,6 +374,17 @@ def test_ttft_below_the_floor_fails_and_is_still_reported() -> None:
     assert result.status == "fail"
 
 
+def test_a_ttft_below_the_floor_is_not_called_a_front_end_delay() -> None:
+    """Below the floor the server's TTFT sums hold time the client never saw (another client's):
+    that excess is no front-end delay, so it is neither named one in the detail nor reported as
+    `frontend_delay_s`."""
+    result = window(FOUR, server(4, ttft=C_TTFT + 0.015625))
+    assert result.item("ttft").status == "fail"
+    assert result.item("ttft").message.endswith("(another client on the same server). " + OTHER_CLIENT_FIX)
+    assert result.frontend_delay_s is None
+    assert "front-end" not in result.message
+
+
 def test_hidden_latency_sums_leave_their_items_unverified() -> None:
     e2e = window(FOUR, server(4), drop=[E2E_SUM])
     assert e2e.item("e2e") == Item("e2e", "unverified", 0.5, None, FLOOR, hidden(E2E_SUM))
