@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from compiler.plan import Launch, PointStep
+from runner.pinning import pin_engine, pin_front_end
 from runner.placement import Placement
 from runner.point import Endpoint, PointContext, PointOutcome, log_size, log_warnings, run_point
 from runner.records import ServerRecord, redact_argv
@@ -167,11 +168,14 @@ def run_launch(
         servers.append(server)
         starts.append(log_size(log_path))
     infos: list[Any] = []
+    pin = not spec.gpu_host and len(servers) == 1  # one CPU server: its engine apart from the load generator
     try:
         for server, record in zip(servers, records, strict=True):
             emit(ServerEvent(record, status="starting"))
             cancel.add(server)
             server.start()
+            if pin:  # see runner.pinning
+                pin_engine(server.pid, spec.placement.client_cpus)
         for server, record, start in zip(servers, list(records), starts, strict=True):
             try:
                 info = server.wait_ready()
@@ -180,6 +184,7 @@ def run_launch(
                                          warnings=log_warnings(server.log_path, start)), status="failed"))
                 raise
             infos.append(info)
+            pinned = ", " + pin_front_end(server.pid, spec.placement.client_cpus) if pin else ""
             ready = replace(
                 record, status="ready", startup_s=info.startup_s, kv_capacity_tokens=info.kv_capacity_tokens,
                 vllm_version=info.vllm_version, torch_version=info.torch_version, gpu_name=info.gpu_name,
@@ -189,7 +194,7 @@ def run_launch(
             records[records.index(record)] = ready
             cache = f", {ready.compile_cache} compile cache" if ready.compile_cache else ""
             emit(ServerEvent(ready, info=info, status=f"ready in {info.startup_s:.1f} s{cache}, "
-                                                      f"KV {info.kv_capacity_tokens or '?'} tokens"))
+                                                      f"KV {info.kv_capacity_tokens or '?'} tokens{pinned}"))
         _measure(spec, servers, infos, emit, cancel, interlude)
     finally:
         for server, record in zip(servers, records, strict=True):

@@ -119,7 +119,7 @@ def test_kept_cache_first_send_is_not_exchangeable(tmp_path: Path) -> None:
             # c1 r1 sends the 8 prompts first; c4 r1 re-sends the same 8: warm.
             assert marked == ["short/c1/r1"]
             first = launch.points[0]
-            assert "cache = keep" in first.not_exchangeable_because and "16 of its 16" in first.not_exchangeable_because
+            assert "cache = keep" in first.not_exchangeable_because and "32 of its 32" in first.not_exchangeable_because
         else:
             assert marked == []
     assert all(p.not_exchangeable_because == "" for p in plan.points if p.exchangeable)

@@ -90,7 +90,7 @@ def test_quickstart_fills_every_table(quickstart_db: Path) -> None:
         assert run.git_sha is None or re.fullmatch(r"[0-9a-f]{40}", run.git_sha)
         counts = store.counts(run.run_id)
         assert counts["runs"] == 1 and counts["servers"] == 2 and counts["points"] == 12
-        assert counts["requests"] == 2 * 6 * (16 + 4)  # both arms, 6 points each, measured + warmup
+        assert counts["requests"] == 2 * 6 * (32 + 4)  # both arms, 6 points each, measured + warmup
         assert counts["checks"] >= 12 * 6
         assert (counts["telemetry"] > 0) == bool(run.nvml_available)  # NVML alone samples inside the window
         rows = store.points(run.run_id)
