@@ -101,7 +101,8 @@ def check_fidelity(
         "fail", len(gaps), bunched, step, source,
         f"{head}: the client read several tokens per socket read, so ITL percentiles describe the "
         "client, not the server (TPOT and throughput stand). Cause: the load generator was starved of "
-        "CPU (shared cores, a GC pause) or the server's API process wrote in bursts. Fix: give the load "
-        "generator its own cores (STUDYC_CLIENT_CPUS), fewer streams per worker, or a faster host; "
-        "then rerun the point.",
+        "CPU (shared cores, other jobs, a GC pause; on a CPU host, an engine thread on its core) or the "
+        "server's API process wrote in bursts. Fix: give the load generator its own cores "
+        "(STUDYC_CLIENT_CPUS; a lone CPU server then runs on the others), run fewer jobs on the machine "
+        "at once, fewer streams per worker, or a faster host; then rerun the point.",
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,3 +93,32 @@ def test_no_h200_point_is_flagged() -> None:
     results = {pid: check_fidelity(recs) for pid, recs in by.items()}
     flagged = [pid for pid, r in results.items() if r.status == "fail"]
     assert len(results) > 50 and not flagged
+
+
+QUICKSTART_GAPS = Path(__file__).resolve().parent / "data" / "quickstart_token_gaps.json"
+
+
+def _recorded(key: str) -> tuple[list[Rec], float]:
+    """One quickstart point's measured requests as the 2-core CPU host recorded them."""
+    point = json.loads(QUICKSTART_GAPS.read_text())[key]
+    recs = []
+    for first, *gaps in point["requests"]:
+        times = [first * 1e-6]
+        for g in gaps:
+            times.append(times[-1] + g * 1e-6)
+        recs.append(Rec(tuple(times)))
+    return recs, point["server_step_ms"] * 1e-3
+
+
+def test_recorded_point_with_the_engine_on_the_clients_core_is_flagged() -> None:
+    recs, step = _recorded("engine_unpinned")
+    result = check_fidelity(recs, server_step_s=step)
+    assert result.status == "fail" and result.gaps == 423 and result.bunched == 362  # 85.6%
+
+
+def test_recorded_point_with_the_engine_apart_passes() -> None:
+    """The same point once the CPU server's engine runs apart from the load generator (runner.pinning):
+    3,926 gaps, none bunched."""
+    recs, step = _recorded("engine_apart")
+    result = check_fidelity(recs, server_step_s=step)
+    assert result.status == "pass" and result.gaps == 3926 and result.bunched == 0, result.message
