@@ -18,6 +18,7 @@ non-negative least squares until the coefficients stop moving.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections.abc import Sequence
@@ -114,6 +115,7 @@ class EngineShape:
     kv_cache_dtype: str = "auto"
     enforce_eager: bool = False
     prefix_caching: bool = True
+    chunked_prefill: bool = True  # off: a prompt is scheduled only whole, when it fits the step's budget
 
     @classmethod
     def from_argv(cls, argv: Sequence[str], kv_cache_dtype: str = "auto") -> EngineShape:
@@ -135,6 +137,7 @@ class EngineShape:
             kv_cache_dtype=kv_cache_dtype,
             enforce_eager="--enforce-eager" in argv,
             prefix_caching="--no-enable-prefix-caching" not in argv,
+            chunked_prefill="--no-enable-chunked-prefill" not in argv,
         )
 
 
@@ -186,28 +189,47 @@ class Prediction:
     window_s: float
 
 
+class _Costs:
+    """The model's per-step constants for one engine, computed once (weights by token count memoized)."""
+
+    def __init__(self, shape: ModelShape, engine: EngineShape) -> None:
+        self.shape, self.dtype = shape, engine.dtype
+        self.kv = shape.kv_bytes_per_token(engine.kv_cache_dtype)
+        self.lm_head = shape.embedding_params  # vocab x hidden, applied only to sampled positions
+        self.body = shape.active_params - self.lm_head
+        self.per_position = shape.attention_flops_per_token(1.0)  # attention FLOPs are linear in it
+        self._weights: dict[int, float] = {}
+
+    def weights(self, tokens: int) -> float:
+        if tokens not in self._weights:
+            self._weights[tokens] = self.shape.decode_weight_bytes(tokens, self.dtype)
+        return self._weights[tokens]
+
+
 def step_terms(
     shape: ModelShape,
     engine: EngineShape,
     chunks: Sequence[tuple[int, int, bool]],
+    costs: _Costs | None = None,
 ) -> Terms:
     """Features of one step. `chunks`: (new tokens, tokens already in the KV cache, samples a token)
     for each scheduled sequence. The time of the step is `dot(terms, coefficients)` with the byte and
-    FLOP features divided by the card's ceilings (see `scale`)."""
+    FLOP features divided by the card's ceilings (see `scale`). `costs`: the engine's constants, when
+    the caller has them."""
     if not chunks:
         return _ZERO
-    tokens = sum(n for n, _, _ in chunks)
+    tokens = sampled = read = 0
+    positions = 0.0  # sum over new tokens of the positions each attends to
+    for n, context, samples in chunks:
+        tokens += n
+        sampled += samples
+        read += context + n
+        positions += n * (context + (n + 1) / 2)
     if tokens < 1:
         raise ValueError("a step schedules at least one token")
-    sampled = sum(1 for _, _, s in chunks if s)
-    kv_per_token = shape.kv_bytes_per_token(engine.kv_cache_dtype)
-    kv_read = sum(context + n for n, context, _ in chunks) * kv_per_token
-    weights = shape.decode_weight_bytes(tokens, engine.dtype)
-    lm_head = shape.embedding_params  # vocab x hidden, applied only to sampled positions
-    body = shape.active_params - lm_head
-    attention = sum(n * shape.attention_flops_per_token(context + (n + 1) / 2) for n, context, _ in chunks)
-    flops = 2.0 * body * tokens + 2.0 * lm_head * sampled + attention
-    return (1.0, float(len(chunks)), weights + kv_read, flops, 0.0, 0.0)
+    c = costs or _Costs(shape, engine)
+    flops = 2.0 * c.body * tokens + 2.0 * c.lm_head * sampled + c.per_position * positions
+    return (1.0, float(len(chunks)), c.weights(tokens) + read * c.kv, flops, 0.0, 0.0)
 
 
 def overlap_terms(terms: Terms, card: Card, coef: Coefficients) -> Terms:
@@ -277,6 +299,7 @@ def replay(shape: ModelShape, load: Load, engine: EngineShape, card: Card, coef:
     hits = [min(load.cached(i), cache_hit_tokens(load.input_len)) if engine.prefix_caching else 0
             for i in range(load.requests)]
     c = coef.as_terms()
+    costs = _Costs(shape, engine)
 
     def seconds(terms: Terms) -> float:
         return sum(t * k for t, k in zip(scale(terms, card), c, strict=True))
@@ -317,6 +340,18 @@ def replay(shape: ModelShape, load: Load, engine: EngineShape, card: Card, coef:
         if not running and not waiting:
             now = pending[0].admitted  # the engine idles until the front end hands it a request
             continue
+        if not waiting and len(running) <= engine.budget_tokens and all(r.computed >= r.prompt for r in running):
+            # A run of pure decode steps: every running sequence makes one token per step until the
+            # first of them finishes or the front end admits a request. Done in bulk (same steps).
+            left = min(load.output_len - r.generated for r in running) - 1
+            if left > 0:
+                admit_at = pending[0].admitted.value if pending else math.inf
+                contexts = sum(r.cached + r.computed + r.generated for r in running)
+                now, done_steps = _decode_run(costs, card, coef, len(running), contexts, left, now, admit_at)
+                for r in running:
+                    r.generated += done_steps
+                steps += done_steps
+                continue
         budget = engine.budget_tokens
         scheduled: list[tuple[_Request, int]] = []
         for r in running:
@@ -327,6 +362,8 @@ def replay(shape: ModelShape, load: Load, engine: EngineShape, card: Card, coef:
             scheduled.append((r, n))
             budget -= n
         while waiting and budget > 0 and len(running) < engine.max_num_seqs:
+            if not engine.chunked_prefill and waiting[0].prompt > budget:
+                break  # a whole prompt or nothing: it waits for a step with room
             r = waiting.pop(0)
             running.append(r)
             n = min(r.prompt, budget)
@@ -337,7 +374,7 @@ def replay(shape: ModelShape, load: Load, engine: EngineShape, card: Card, coef:
             left = r.prompt - r.computed
             context = r.cached + r.computed + (r.generated if left <= 0 else 0)
             chunks.append((n, context, left <= 0 or n >= left))
-        terms = overlap_terms(step_terms(shape, engine, chunks), card, coef)
+        terms = overlap_terms(step_terms(shape, engine, chunks, costs), card, coef)
         now = now.plus(terms, seconds(terms))
         steps += 1
         finished: list[_Request] = []
@@ -357,12 +394,14 @@ def replay(shape: ModelShape, load: Load, engine: EngineShape, card: Card, coef:
             if sent_count < load.requests:
                 send(now.plus(_REQUEST, request_value))
 
+    starts = [start.value for start, _ in busy]
+
     def delivered(t: _Time) -> _Time:
         """The front end streams nothing while it is admitting: a token made during a busy period
         leaves when the period ends."""
-        for start, end in busy:
-            if start.value < t.value < end.value:
-                return end
+        i = bisect.bisect_left(starts, t.value) - 1  # the last period that starts before t
+        if i >= 0 and t.value < busy[i][1].value:
+            return busy[i][1]
         return t
 
     n = len(done)
@@ -378,6 +417,31 @@ def replay(shape: ModelShape, load: Load, engine: EngineShape, card: Card, coef:
     window = _add(delivered(now).terms, _REQUEST)
     return PointTerms(tpot=tpot, ttft=ttft, window=window, burst=burst_terms,
                       output_tokens=n * load.output_len, steps=steps)
+
+
+def _decode_run(
+    costs: _Costs, card: Card, coef: Coefficients, n: int, contexts: int, limit: int, now: _Time, admit_at: float,
+) -> tuple[_Time, int]:
+    """Up to `limit` decode steps of the same `n` sequences (their contexts summing to `contexts` before
+    the first), each a step of `step_terms`, stopping before a step that would start at or after
+    `admit_at` (the scheduler would see a new request). Returns the time after them and how many ran.
+    The step's features are affine in the step index, so each costs a few operations."""
+    kv, per_context, weights = costs.kv, costs.per_position, costs.weights(n)
+    fixed_flops = 2.0 * costs.body * n + 2.0 * costs.lm_head * n
+    c = coef.as_terms()
+    total = [0.0] * len(_ZERO)
+    value = now.value
+    done = 0
+    while done < limit and (done == 0 or value < admit_at - 1e-15):
+        read = contexts + n * (done + 1)  # each sequence reads its context plus its new token
+        terms = overlap_terms((1.0, float(n), weights + read * kv, fixed_flops + per_context * read, 0.0, 0.0),
+                              card, coef)
+        scaled = scale(terms, card)
+        value += sum(t * k for t, k in zip(scaled, c, strict=True))
+        for i, t in enumerate(terms):
+            total[i] += t
+        done += 1
+    return _Time(_add(now.terms, tuple(total)), value), done  # type: ignore[arg-type]
 
 
 def scale(terms: Terms, card: Card) -> Terms:
@@ -438,6 +502,18 @@ OVERLAPS = (1.0, 2.0, 4.0)
 # composition is discrete (a request admitted one step earlier or later), so the iteration can end in
 # a cycle between two compositions whose coefficients differ by a few 0.01%: that is converged.
 TOLERANCE = 1e-3
+# Full fixed-point steps first. After a cycle too wide to pick from (or UNDAMPED_ITERATIONS), steps go
+# half way, and a step after which the change did not shrink is halved again (down to MIN_DAMPING):
+# the composition can make the full step overshoot back and forth between two compositions.
+UNDAMPED_ITERATIONS = 8
+MIN_DAMPING = 0.125
+# At the shortest steps the iteration can still jump between compositions (the map from coefficients to
+# composition is discontinuous; typically `admit_s` moves a request to the step before or after). Once
+# the change has shrunk by less than a fifth over SETTLE_ITERATIONS iterations and their iterates span less than
+# SETTLE_SPREAD of every coefficient, the fit is the one among them with the least residual on its own
+# replay.
+SETTLE_ITERATIONS = 6
+SETTLE_SPREAD = 0.25
 CYCLE_SPREAD = 0.05
 
 
@@ -477,30 +553,66 @@ def fit_at(observations: Sequence[Observation], prior: float = PRIOR_WEIGHT, sta
     repeat until no coefficient moves by more than TOLERANCE. The composition is discrete, so the
     iteration may instead return to an earlier iterate (a cycle of compositions, one request admitted a
     step earlier or later); then the fit is the cycle's member that explains the data best on its own
-    replay, provided the cycle spans less than CYCLE_SPREAD of every coefficient. Fails otherwise."""
+    replay, provided the cycle spans less than CYCLE_SPREAD of every coefficient. A wider cycle, or no
+    convergence in UNDAMPED_ITERATIONS, switches to damped steps, which settle as described at
+    SETTLE_SPREAD. Fails otherwise."""
     if not observations:
         raise ValueError("nothing to fit: no point with a measured TPOT, TTFT or window")
     coef = start
     seen: list[Coefficients] = []
     changes: list[float] = []
+    damping = 1.0  # full steps until a cycle too wide to pick from, or UNDAMPED_ITERATIONS pass
     for iteration in range(1, MAX_ITERATIONS + 1):
-        points = [replay(ob.shape, ob.load, ob.engine, ob.card, coef) for ob in observations]
+        points = replay_all(observations, coef)
         new = replace(fit_linear(observations, points, prior), overlap=coef.overlap)
         change = _change(new, coef)
         changes.append(change)
         if change <= TOLERANCE:
             return Fit(new, iteration, tuple(changes))
-        repeat = next((i for i, old in enumerate(seen) if _change(new, old) <= 1e-9), None)
+        if damping == 1.0 and iteration > UNDAMPED_ITERATIONS:
+            damping = 0.5
+        elif damping < 1.0 and change >= changes[-2]:
+            damping = max(damping / 2, MIN_DAMPING)  # not contracting: take shorter steps
+        step = _toward(coef, new, damping)
+        repeat = next((i for i, old in enumerate(seen) if _change(step, old) <= 1e-9), None)
         seen.append(coef)
-        if repeat is not None:
+        if repeat is not None and damping == 1.0:
             cycle = seen[repeat:]
             spread = max(_change(a, b) for a in cycle for b in cycle)
-            if spread > CYCLE_SPREAD:
-                break
-            best = min(cycle, key=lambda c: _residual(observations, c, prior))
-            return Fit(best, iteration, tuple(changes), cycle=len(cycle), spread=spread)
-        coef = new
+            if spread <= CYCLE_SPREAD:
+                best = min(cycle, key=lambda c: _residual(observations, c, prior))
+                return Fit(best, iteration, tuple(changes), cycle=len(cycle), spread=spread)
+            damping = 0.5
+            step = _toward(coef, new, damping)
+        coef = step
+        recent = [*seen[-SETTLE_ITERATIONS + 1:], coef]
+        stalled = len(changes) >= SETTLE_ITERATIONS and changes[-1] >= 0.8 * changes[-SETTLE_ITERATIONS]
+        if damping <= MIN_DAMPING and stalled:
+            spread = max(_change(a, b) for a in recent for b in recent)
+            if spread <= SETTLE_SPREAD:  # shortest steps still jump between compositions: settled
+                best = min(recent, key=lambda c: _residual(observations, c, prior))
+                return Fit(best, iteration, tuple(changes), cycle=len(recent), spread=spread)
     raise ValueError(f"fit did not converge in {len(changes)} iterations (last changes {changes[-3:]})")
+
+
+def _toward(a: Coefficients, b: Coefficients, fraction: float) -> Coefficients:
+    """The coefficients `fraction` of the way from `a` to `b` (a damped fixed-point step)."""
+    if fraction >= 1.0:
+        return b
+    moved = [x + fraction * (y - x) for x, y in zip(a.as_terms(), b.as_terms(), strict=True)]
+    return replace(a, **dict(zip(COEFFICIENT_NAMES, moved, strict=False)))
+
+
+def replay_all(observations: Sequence[Observation], coef: Coefficients) -> list[PointTerms]:
+    """`replay` of every observation; observations with the same inputs (repeats of one config) share one."""
+    done: dict[tuple[int, Load, EngineShape, Card], PointTerms] = {}
+    out = []
+    for ob in observations:
+        key = (id(ob.shape), ob.load, ob.engine, ob.card)
+        if key not in done:
+            done[key] = replay(ob.shape, ob.load, ob.engine, ob.card, coef)
+        out.append(done[key])
+    return out
 
 
 def _change(a: Coefficients, b: Coefficients) -> float:
@@ -508,7 +620,7 @@ def _change(a: Coefficients, b: Coefficients) -> float:
 
 
 def _residual(observations: Sequence[Observation], coef: Coefficients, prior: float) -> float:
-    points = [replay(ob.shape, ob.load, ob.engine, ob.card, coef) for ob in observations]
+    points = replay_all(observations, coef)
     c = coef.as_terms()
     return sum((sum(a * b for a, b in zip(r, c, strict=True)) - y) ** 2
                for r, y in _rows(observations, points, prior))
@@ -520,19 +632,24 @@ def fit_linear(observations: Sequence[Observation], points: Sequence[PointTerms]
     held at zero is tried."""
     k = len(_ZERO)
     rows = _rows(observations, points, prior)
+    gram = [[sum(r[i] * r[j] for r, _ in rows) for j in range(k)] for i in range(k)]
+    moment = [sum(r[i] * y for r, y in rows) for i in range(k)]
+    total = sum(y * y for _, y in rows)
     best: tuple[float, list[float]] | None = None
     for active in itertools.product((True, False), repeat=k):
         idx = [i for i in range(k) if active[i]]
         if not idx:
             continue
-        x = _solve(rows, idx)
+        x = _solve([[gram[i][j] for j in idx] for i in idx], [moment[i] for i in idx])
         if x is None or any(v < 0 for v in x):
             continue
         full = [0.0] * k
         for i, v in zip(idx, x, strict=True):
             full[i] = v
-        err = sum((sum(a * b for a, b in zip(r, full, strict=True)) - y) ** 2 for r, y in rows)
-        if best is None or err < best[0] - 1e-15:
+        # |A x - y|^2 from the normal equations' sums
+        err = (sum(full[i] * gram[i][j] * full[j] for i in idx for j in idx)
+               - 2 * sum(full[i] * moment[i] for i in idx) + total)
+        if best is None or err < best[0] - 1e-12:
             best = (err, full)
     if best is None:
         raise ValueError("no non-negative fit exists")
@@ -564,11 +681,9 @@ def _rows(
     return rows
 
 
-def _solve(rows: Sequence[tuple[Terms, float]], idx: Sequence[int]) -> list[float] | None:
-    """Least squares on the columns `idx` through the normal equations (Gaussian elimination)."""
-    k = len(idx)
-    a = [[sum(r[i] * r[j] for r, _ in rows) for j in idx] for i in idx]
-    b = [sum(r[i] * y for r, y in rows) for i in idx]
+def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
+    """The normal equations a x = b (Gaussian elimination with pivoting, columns scaled); None if singular."""
+    k = len(b)
     scales = [math.sqrt(a[i][i]) or 1.0 for i in range(k)]
     a = [[a[i][j] / (scales[i] * scales[j]) for j in range(k)] for i in range(k)]
     b = [b[i] / scales[i] for i in range(k)]

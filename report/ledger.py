@@ -98,8 +98,16 @@ def _gpu_label(name: str | None) -> str:
 
 
 def _model_dir(model_dir: str, root: Path) -> Path:
+    """A plan's model folder: relative to `root`; an absolute one that is not here (a plan compiled in
+    another checkout) is found by its part from `models/` on, under `root`."""
     p = Path(model_dir)
-    return p if p.is_absolute() else root / p
+    if not p.is_absolute():
+        return root / p
+    if not p.exists() and "models" in p.parts:
+        local = root.joinpath(*p.parts[len(p.parts) - 1 - p.parts[::-1].index("models"):])
+        if local.exists():
+            return local
+    return p
 
 
 def _cached_tokens(points: Sequence[dict[str, Any]]) -> dict[str, tuple[int, ...]]:
@@ -143,7 +151,7 @@ def plan_loads(plan: dict[str, Any], root: Path = REPO) -> dict[str, tuple[Engin
 
 
 def read_points(db: str | Path, root: Path = REPO) -> list[StoredPoint]:
-    """Every valid, complete point of every calibrated run in `db`, with what replays it."""
+    """Every valid, complete point of the latest calibrated run of each study in `db`, with what replays it."""
     from runner.store import Store
 
     with Store(db, read_only=True) as store:
@@ -153,10 +161,16 @@ def read_points(db: str | Path, root: Path = REPO) -> list[StoredPoint]:
 def store_points(store: Store, root: Path = REPO) -> list[StoredPoint]:
     """`read_points` from an open store (the runner's, while it writes the same file)."""
     out: list[StoredPoint] = []
-    for run in store.runs():
-        if not (run.calibrated and run.plan_json and (run.bandwidth_Bps or 0) > 0 and (run.flops_bf16 or 0) > 0):
-            continue
+    runs = [run for run in store.runs()
+            if run.calibrated and run.plan_json and (run.bandwidth_Bps or 0) > 0 and (run.flops_bf16 or 0) > 0]
+    latest = {}
+    for run in sorted(runs, key=lambda r: (str(r.started_at or ""), r.run_id)):
+        latest[run.study_id] = run.run_id
+    for run in runs:
+        if run.run_id != latest[run.study_id]:
+            continue  # a study's latest run replaces its earlier ones
         assert run.bandwidth_Bps is not None and run.flops_bf16 is not None
+        assert run.plan_json is not None
         loads = plan_loads(json.loads(run.plan_json), root)
         card = Card(float(run.bandwidth_Bps), float(run.flops_bf16))
         sends = store.send_times(run.run_id)

@@ -92,6 +92,31 @@ def test_replay_c1_one_token_per_step():
     assert single.tpot_s is None and single.ttft_s > COEF.request_s + COEF.admit_s
 
 
+def test_prefill_whole_or_chunked():
+    monolithic = EngineShape.from_argv(["serve", "m", "--no-enable-chunked-prefill", "--max-num-batched-tokens", "4096"])
+    chunked = EngineShape.from_argv(["serve", "m", "--max-num-batched-tokens", "4096"])
+    assert not monolithic.chunked_prefill and chunked.chunked_prefill
+    load = Load(3, 3, 2500, 2)
+    # Chunked: 2500 + 1596 | decode, 904 + 2500 | decode, decode. Whole prompts only: the second waits a
+    # step for room, the third another: 2500 | decode + 2500 | decode + 2500 | decode.
+    coef = replace(COEF, admit_s=0.0)  # all three schedulable at the first step
+    assert replay(QWEN8B, load, chunked, CARD, coef).steps == 3
+    assert replay(QWEN8B, load, monolithic, CARD, coef).steps == 4
+
+
+def test_decode_runs_in_bulk_equal_step_by_step(monkeypatch):
+    # A run of pure decode steps is replayed in bulk; one step at a time gives the same features.
+    load = Load(64, 160, 128, 96)
+    coef = replace(COEF, overlap=2.0)
+    bulk = replay(QWEN8B, load, GRAPHS, CARD, coef)
+    run = stepmodel._decode_run
+    monkeypatch.setattr(stepmodel, "_decode_run", lambda *a: run(*a[:5], 1, *a[6:]))
+    single = replay(QWEN8B, load, GRAPHS, CARD, coef)
+    assert bulk.steps == single.steps
+    for name in ("tpot", "ttft", "window", "burst"):
+        assert getattr(bulk, name) == pytest.approx(getattr(single, name), rel=1e-12), name
+
+
 def test_admission_queue_spreads_a_burst():
     warm = Load(64, 64, 1024, 32, (cache_hit_tokens(1024),) * 64)
     at_once = replay(QWEN8B, warm, GRAPHS, CARD, replace(COEF, admit_s=0.0))

@@ -11,6 +11,7 @@ import pytest
 
 from report.ledger import (
     _cached_tokens,
+    _model_dir,
     leave_one_study_out,
     ledger,
     not_validated,
@@ -24,10 +25,11 @@ COMMITTED = REPO / "results" / "h200.duckdb"
 LEDGER_KEYS = {"study", "gpu", "vllm_version", "metric", "n", "median_abs_pct_error", "worst_point"}
 
 
-# The four studies' first H200 runs: the data the pinned numbers below describe. Runs added to the
-# committed file later (re-runs, new studies) change the fits, so the pins stay on these.
-PINNED_RUNS = ("20261129T234538-8c267f", "20261129T232436-d4a41c", "20261129T233113-f588ef",
-               "20261129T234035-9c799a")
+# The latest H200 run of each of the eight studies: the data the pinned numbers below describe. Runs
+# added to the committed file later (re-runs, new studies) change the fits, so the pins stay on these.
+PINNED_RUNS = ("20261201T042836-0481cd", "20261201T020821-9dbfe5", "20261129T233113-f588ef",
+               "20261201T044201-eadc7b", "20261201T022305-b2eded", "20261201T022651-7d0a8d",
+               "20261201T042312-aaa653", "20261201T043455-0ec2cf")
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +45,7 @@ def db(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def small_db(db, tmp_path_factory):
-    """Two studies only (cuda-graphs, decode-roofline): a leave-one-study-out that takes seconds."""
+    """Two studies (cuda-graphs, decode-roofline): plan predictions that fit in seconds."""
     path = tmp_path_factory.mktemp("small") / "small.duckdb"
     shutil.copyfile(db, path)
     with Store(path) as store:
@@ -57,15 +59,24 @@ def _plan(db, study):
     return run.run_id, json.loads(run.plan_json)
 
 # Median absolute % error, leave one study out, overlap p fitted per fold (the table in the model's notes).
+# Not all under 5%: the notes say why for each miss (MoE routing under dummy weights, the 4B model).
 EXPECTED = {
-    ("cuda-graphs", "output_throughput"): (6, 3.12),
-    ("cuda-graphs", "tpot_s"): (6, 7.93),
-    ("decode-roofline", "output_throughput"): (3, 1.41),
-    ("decode-roofline", "tpot_s"): (3, 2.00),
-    ("fp8-kv", "output_throughput"): (24, 3.19),
-    ("fp8-kv", "tpot_s"): (24, 2.42),
-    ("prefix-cache-ladder", "output_throughput"): (24, 1.89),
-    ("prefix-cache-ladder", "tpot_s"): (24, 1.49),
+    ("chunked-prefill", "output_throughput"): (6, 15.63),
+    ("chunked-prefill", "tpot_s"): (6, 11.90),
+    ("cuda-graphs", "output_throughput"): (6, 3.43),
+    ("cuda-graphs", "tpot_s"): (6, 4.70),
+    ("decode-roofline", "output_throughput"): (3, 1.27),
+    ("decode-roofline", "tpot_s"): (3, 1.56),
+    ("fp8-kv", "output_throughput"): (24, 4.40),
+    ("fp8-kv", "tpot_s"): (24, 4.08),
+    ("max-num-seqs", "output_throughput"): (6, 8.58),
+    ("max-num-seqs", "tpot_s"): (6, 5.20),
+    ("mla-kv", "output_throughput"): (2, 1.36),
+    ("mla-kv", "tpot_s"): (2, 0.48),
+    ("moe-union", "output_throughput"): (6, 21.91),
+    ("moe-union", "tpot_s"): (6, 52.77),
+    ("prefix-cache-ladder", "output_throughput"): (22, 2.49),
+    ("prefix-cache-ladder", "tpot_s"): (22, 2.44),
 }
 
 
@@ -93,14 +104,28 @@ def test_uncovered_configurations_are_not_scored(scored):
     assert "qwen3-0.6b" in gaps[("decode-roofline", 3)]
     for s in scored:  # a held-out point is never predicted from coefficients fitted on its own study
         assert not s.validated or s.reason == ""
-    assert sum(s.validated for s in scored) == 57
+    assert sum(s.validated for s in scored) == 75
 
 
 def test_bursts_read_from_the_requests_table(db):
     points = {p.point_id: p for p in read_points(db) if p.run_id}
-    kept = points["prefix-cache-ladder/kept/ladder/c128/r2"].measured["burst_s"]
-    assert kept == pytest.approx(0.3786, abs=0.002)  # 128 cached prompts: the front-end queue alone
+    kept = points["prefix-cache-ladder/kept/ladder/c128/r1"].measured["burst_s"]
+    assert kept == pytest.approx(0.5044, abs=0.002)  # 128 cached prompts: mostly the front-end queue
     assert points["fp8-kv/bf16/decode/c1/r1"].measured["burst_s"] is None  # one slot: no burst
+
+
+def test_a_studys_latest_run_replaces_its_earlier_ones(tmp_path):
+    # Both cuda-graphs runs: only the later one is read. Its plan names its model folder by an absolute
+    # path of the checkout it was compiled in, found here under models/.
+    path = tmp_path / "two.duckdb"
+    shutil.copyfile(COMMITTED, path)
+    with Store(path) as store:
+        store.con.execute("DELETE FROM runs WHERE study_id != 'cuda-graphs'")
+        assert len(store.runs()) == 2
+    points = read_points(path)
+    assert {p.run_id for p in points} == {"20261201T042836-0481cd"} and len(points) == 12
+    assert _model_dir("/elsewhere/models/qwen3-8b", REPO) == REPO / "models" / "qwen3-8b"
+    assert _model_dir("/elsewhere/qwen3-8b", REPO) == Path("/elsewhere/qwen3-8b")  # not found: as given
 
 
 def test_kept_cache_hits_follow_plan_order():
@@ -118,19 +143,19 @@ def test_kept_cache_hits_follow_plan_order():
     assert hits["c1/r3"] == (0,) * 16
 
 
-def test_predict_plan_from_db(db):
-    _, plan = _plan(db, "cuda-graphs")
-    predicted = predict_plan(plan, db)
+def test_predict_plan_from_db(small_db):
+    _, plan = _plan(small_db, "cuda-graphs")
+    predicted = predict_plan(plan, small_db)
     assert set(predicted) == {p["id"] for s in plan.get("launches", plan.get("servers")) for p in s["points"]}
     c1 = predicted["cuda-graphs/graphs/decode/c1/r1"]
-    assert c1["output_throughput"] == pytest.approx(188, rel=0.03)
+    assert c1["output_throughput"] == pytest.approx(189, rel=0.06)  # measured 189 tok/s (in-sample fit)
     assert predicted["cuda-graphs/eager/decode/c1/r1"]["tpot_s"] > 3 * c1["tpot_s"]
-    unknown = predict_plan({**plan, "hardware": "a100-80gb"}, db)
+    unknown = predict_plan({**plan, "hardware": "a100-80gb"}, small_db)
     assert all(v is None for p in unknown.values() for v in p.values())
 
 
-def test_predict_plan_never_fits_on_excluded_run(db):
-    run_id, plan = _plan(db, "cuda-graphs")
-    predicted = predict_plan(plan, db, exclude_runs=[run_id])
+def test_predict_plan_never_fits_on_excluded_run(small_db):
+    run_id, plan = _plan(small_db, "cuda-graphs")
+    predicted = predict_plan(plan, small_db, exclude_runs=[run_id])
     assert all(v is None for v in predicted["cuda-graphs/eager/decode/c1/r1"].values())  # only this run is eager
     assert predicted["cuda-graphs/graphs/decode/c1/r1"]["tpot_s"] == pytest.approx(0.00518, rel=0.03)
