@@ -3,7 +3,6 @@ quantile between and on table rows, one value, a ratio of exactly 0, the distanc
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import pytest
@@ -16,9 +15,6 @@ from report.scoring import (
     judge,
     off_band,
     straddled,
-    summarize,
-    summarize_log,
-    t_quantile_975,
     verdict_counts,
 )
 
@@ -78,41 +74,6 @@ def test_off_band_distance() -> None:
     assert off_band(-2.0, 4.0, -3.0) == pytest.approx(-0.5)  # relative to |edge|
     assert off_band(0.0, 1.0, -1.0) is None
     assert off_band(None, 1.0, -100.0) == 0.0 and off_band(1.0, None, 100.0) == 0.0
-
-
-# ---- statistics -------------------------------------------------------------------------------------
-def test_t_quantile_rows_between_and_beyond() -> None:
-    assert t_quantile_975(1) == 12.7062 and t_quantile_975(30) == 2.0423 and t_quantile_975(120) == 1.9799
-    # Between rows: linear in 1/df. df 35 lies between 30 and 40.
-    x0, x1, x = 1 / 30, 1 / 40, 1 / 35
-    assert t_quantile_975(35) == pytest.approx(2.0423 + (2.0211 - 2.0423) * (x0 - x) / (x0 - x1))
-    assert t_quantile_975(1.5) == pytest.approx(12.7062 + (4.3027 - 12.7062) * (1 - 1 / 1.5) / (1 - 0.5))
-    # Beyond the last finite row: towards the normal 1.96 as 1/df -> 0.
-    assert t_quantile_975(240) == pytest.approx(1.9799 + (1.96 - 1.9799) * (1 / 120 - 1 / 240) / (1 / 120))
-    assert t_quantile_975(math.inf) == 1.96
-    with pytest.raises(ValueError, match=r"^degrees of freedom must be >= 1, got 0.5$"):
-        t_quantile_975(0.5)
-
-
-def test_summarize_one_and_several_values() -> None:
-    one = summarize([3.0])
-    assert (one.n, one.mean, one.low, one.high, one.ci_low, one.ci_high) == (1, 3.0, 3.0, 3.0, 3.0, 3.0)
-    s = summarize([1.0, 2.0, 6.0])
-    half = t_quantile_975(2) * math.sqrt(((1 - 3) ** 2 + (2 - 3) ** 2 + (6 - 3) ** 2) / 2) / math.sqrt(3)
-    assert (s.n, s.mean, s.low, s.high) == (3, 3.0, 1.0, 6.0)
-    assert (s.ci_low, s.ci_high) == pytest.approx((3.0 - half, 3.0 + half))
-    with pytest.raises(ValueError, match=r"^no values$"):
-        summarize([])
-
-
-def test_summarize_log_needs_positive_ratios() -> None:
-    s = summarize_log([0.5, 2.0])
-    assert s.n == 2 and s.mean == pytest.approx(1.0) and (s.low, s.high) == (0.5, 2.0)
-    logs = summarize([math.log(0.5), math.log(2.0)])
-    assert (s.ci_low, s.ci_high) == pytest.approx((math.exp(logs.ci_low), math.exp(logs.ci_high)))
-    for bad in ([], [1.0, 0.0], [1.0, -1.0]):
-        with pytest.raises(ValueError, match=r"^ratios must be positive to be summarized on the log scale$"):
-            summarize_log(bad)
 
 
 # ---- reasons and counts -------------------------------------------------------------------------------
