@@ -170,11 +170,14 @@ def test_sigint_stops_cleanly(tmp_path: Path) -> None:
     proc = studyc(
         "run", str(FAULTS), "--db", str(db), "--keep-going", "--no-calibrate", start_new_session=True
     )
-    wait_for_line(proc, "faults/good/w/c1/r1: ")  # committed (ok, or ok but judged invalid)
+    wait_for_line(proc, "server faults/good: ready")
     engines = [
         p for p in children(proc.pid) if "vllm" in Path(f"/proc/{p}/cmdline").read_text(errors="ignore")
     ]
     assert engines
+    # Interrupt as soon as the first point is committed (ok, or ok but judged invalid): the points
+    # after it take about a second, so nothing may stand between reading the line and the signal.
+    wait_for_line(proc, "faults/good/w/c1/r1: ")
     os.killpg(proc.pid, signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, out
