@@ -446,7 +446,7 @@ def long_window(server_span: float, diff: float) -> Reconciliation:
     return window(recs, server(4, e2e=S_TTFT + server_span, itl=server_span, tokens=2))
 
 
-@pytest.mark.parametrize(("span", "allowed"), [(0.5, "25.0"), (2.0, "40.0")])
+@pytest.mark.parametrize(("span", "allowed"), [(0.5, "25.0"), (1.033, "30.3"), (2.0, "40.0")])
 def test_first_to_end_at_the_default_bound(span: float, allowed: str) -> None:
     hi = 0.020 + 0.01 * span
     for sign in (1, -1):
