@@ -31,7 +31,7 @@ from report.context import ArmModel, StudyContext, arm_models, build_context, si
 from report.intervals import Interval, Layout, Obs, mean_interval, ratio_interval
 from report.results import RunData
 from report.sequential import look_critical
-from runner.records import CheckResult, PointRecord
+from runner.records import CheckResult, PointRecord, ServerRecord, base_server_id
 from studyc import format as fmt
 
 Verdict = Literal["confirmed", "refuted", "inconclusive", "invalid", "not run"]
@@ -311,10 +311,16 @@ def _point_side(data: RunData, ids: Sequence[str], metric: str, failed_checks: d
 
 
 def _server_side(data: RunData, ids: Sequence[str], metric: str, design: Layout) -> _Side:
-    """The stored servers of one side of a server-metric hypothesis: exactly the plan's server ids."""
+    """The stored servers of one side of a server-metric hypothesis: exactly the plan's server ids,
+    each by its latest start (a resumed launch starts its servers again, as "<id>~N")."""
     side = _Side()
     wanted = set(ids)
-    servers = sorted((s for s in data.servers if s.server_id in wanted), key=lambda s: s.server_id)
+    latest: dict[str, ServerRecord] = {}
+    for s in data.servers:
+        base = base_server_id(s.server_id)
+        if base in wanted and (base not in latest or _started(s) >= _started(latest[base])):
+            latest[base] = s
+    servers = [latest[b] for b in sorted(latest)]
     for index, server in enumerate(servers):
         side.rows += 1
         side.point_ids.append(server.server_id)
@@ -323,9 +329,13 @@ def _server_side(data: RunData, ids: Sequence[str], metric: str, design: Layout)
                                        detail=str(server.error or "")))
         value = server.metric(metric)
         if value is not None and math.isfinite(float(value)):
-            at = design.server(server.server_id, index)
+            at = design.server(base_server_id(server.server_id), index)
             side.values.append(Obs(server.server_id, float(value), at.launch, at.block, at.repeat))
     return side
+
+
+def _started(server: ServerRecord) -> float:
+    return server.started_at.timestamp() if server.started_at else float("-inf")
 
 
 def score_study(loaded: LoadedStudy, data: RunData | None) -> list[Score]:

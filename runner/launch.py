@@ -43,6 +43,9 @@ class LaunchSpec:
     cache_root: Path | None = None  # vLLM's compile cache, shared by every run (STUDYC_CACHE_DIR; vLLM keys it)
     startup_timeout_s: float | None = None
     gpu_host: bool = False  # True: each server gets CUDA_VISIBLE_DEVICES for its devices
+    # Ids for this launch's servers when they differ from the plan's: a resumed launch starts new
+    # servers, which must not overwrite the rows of the ones that measured its earlier points.
+    server_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -147,7 +150,7 @@ def run_launch(
         from runner.tokenizer import ensure_tokenizer
 
         ensure_tokenizer(launch.model_dir)
-    server_ids = launch.server_ids or (launch.id,)
+    server_ids = spec.server_ids or launch.server_ids or (launch.id,)
     servers: list[Any] = []
     records: list[ServerRecord] = []
     starts: list[int] = []

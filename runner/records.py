@@ -237,6 +237,12 @@ class RunRecord:
     interference_json: str | None = None
 
 
+def base_server_id(server_id: str) -> str:
+    """The plan's id of a server: a resumed launch's servers carry "~N" after it (N >= 2)."""
+    head, sep, tail = server_id.rpartition("~")
+    return head if sep and tail.isdigit() and int(tail) >= 2 else server_id
+
+
 @dataclass(frozen=True)
 class ServerRecord:
     """One server of a run. `argv_json` never holds the API key (see `redact_argv`)."""

@@ -148,9 +148,11 @@ def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) 
             [{"launch": p.launch_id, "slot": p.slot, "devices": [list(d) for d in p.server_devices],
               "client_cpus": list(p.client_cpus) if p.client_cpus is not None else None} for p in placements])))
         specs = []
+        taken = {s.server_id for s in store.servers(run_id)}  # a resumed run's servers keep their rows
         for launch, placed in zip(plan.launches, placements, strict=True):
             points = tuple(p for p in launch.points if done.get(p.id) != p.fingerprint)
-            specs.append(_spec(launch, points, placed, ctx, run_id, options, gpu_host))
+            spec = _spec(launch, points, placed, ctx, run_id, options, gpu_host)
+            specs.append(replace(spec, server_ids=fresh_server_ids(launch, taken)))
         report.points_skipped = len(plan.points) - sum(len(sp.points) for sp in specs)
         progress.start(len(plan.points), report.points_skipped)
         driver = _Driver(store, run_id, plan, report, progress, predictions, options, origin=origin)
@@ -182,6 +184,16 @@ def resolve_devices(gpus: str | None, *, gpu_host: bool, gpu_index: int = 0) -> 
     if not gpu_host:
         return ("0",)
     return idle_gpus() or (str(gpu_index),)
+
+
+def fresh_server_ids(launch: Launch, taken: set[str]) -> tuple[str, ...]:
+    """The launch's server ids, or, where one is already in the run (a resumed launch), the same ids
+    with the first free "~N" suffix: the servers that measured the earlier points keep their rows."""
+    ids = tuple(launch.server_ids or (launch.id,))
+    n = 1
+    while any((sid if n == 1 else f"{sid}~{n}") in taken for sid in ids):
+        n += 1
+    return ids if n == 1 else tuple(f"{sid}~{n}" for sid in ids)
 
 
 def _spec(launch: Launch, points: tuple[PointStep, ...], placed: Placement, ctx: PointContext, run_id: str,

@@ -135,6 +135,23 @@ def test_server_metric_reads_the_servers_table(scored: dict[str, Score]) -> None
     assert s.verdict == "refuted"
 
 
+def test_server_metric_reads_a_resumed_launchs_latest_server(tmp_path: Path) -> None:
+    """A resumed launch starts its server again as "<id>~2": the earlier row is kept as it was (here
+    a start that failed), and the score reads the latest start of each planned server."""
+    from datetime import UTC, datetime
+
+    study = load_study(write_study(tmp_path, HYPOTHESES))
+    later = datetime(2030, 1, 1, tzinfo=UTC)
+    db = make_db(tmp_path / "r.duckdb", _points(), servers={
+        "a": {"kv_capacity_tokens": 1000},
+        "b": {"kv_capacity_tokens": None, "status": "failed", "error": "out of memory"},
+        "b2": {"server_id": "toy/b~2", "arm": "b", "started_at": later, "kv_capacity_tokens": 1040},
+        "c": {"server_id": "toy/c~2", "arm": "c", "started_at": later, "kv_capacity_tokens": 9},  # not planned
+    })
+    s = {x.hypothesis: x for x in score_study(study, latest_runs([db])["toy"])}["capacity"]
+    assert s.values == (1.04,) and s.verdict == "confirmed"
+
+
 def test_not_run_without_a_run_or_without_points(tmp_path: Path) -> None:
     study = load_study(write_study(tmp_path, HYPOTHESES))
     assert {s.verdict for s in score_study(study, None)} == {"not run"}

@@ -163,6 +163,13 @@ def test_crash_at_start_keep_going_then_kill_and_resume(tmp_path: Path) -> None:
         good = [r for r in rows if r.arm == "good"]
         assert len(good) == 4 and all(r.status == "ok" for r in good), out
         assert len(store.runs()) == 1
+        # The servers that measured before the kill keep their rows; the resumed launches start new
+        # ones under "~2" (the broken arm fails again, the good arm's second server serves the rest).
+        servers = {s.server_id: s for s in store.servers(run_id)}
+        assert {"faults/good", "faults/good~2", "faults/broken", "faults/broken~2"} <= servers.keys()
+        first, second = servers["faults/good"], servers["faults/good~2"]
+        assert first.started_at and second.started_at and first.started_at < second.started_at
+        assert first.startup_s and second.status == "ready" and second.stopped_at and servers["faults/broken~2"].status == "failed"
 
 
 def test_sigint_stops_cleanly(tmp_path: Path) -> None:
