@@ -21,7 +21,7 @@ from typing import Any
 from compiler.plan import Launch, PointStep
 from runner.pinning import pin_engine, pin_front_end
 from runner.placement import Placement
-from runner.point import Endpoint, PointContext, PointOutcome, log_size, log_warnings, run_point
+from runner.point import Endpoint, PointContext, PointOutcome, log_since, log_size, log_warnings, run_point
 from runner.records import ServerRecord, redact_argv
 from runner.store import as_json
 from studyc.errors import EngineError
@@ -111,12 +111,7 @@ def compile_cache_state(log_path: Path, start: int = 0) -> str | None:
     """What vLLM's compile cache gave this start, from the lines its log gained after byte `start`:
     "warm" (it loaded compiled graphs), "cold" (it compiled them), None (no torch.compile: eager,
     or a log that says neither)."""
-    try:
-        with open(log_path, "rb") as fh:
-            fh.seek(start)
-            text = fh.read().decode("utf-8", "replace")
-    except OSError:
-        return None
+    text = log_since(log_path, start) or ""
     if "Compiling a graph" in text:
         return "cold"
     if "Directly load the compiled graph" in text:

@@ -109,16 +109,23 @@ def log_size(path: Path | None) -> int:
         return 0
 
 
-def log_warnings(path: Path | None, start: int = 0, limit: int = 50) -> tuple[str, ...]:
-    """The distinct WARNING (and ERROR) lines a server log gained after byte `start`, in order, at
-    most `limit` of them (vLLM writes e.g. that the model's generation_config overrides sampling)."""
+def log_since(path: Path | None, start: int = 0) -> str | None:
+    """What a server log gained after byte `start`; None when there is no log to read."""
     if path is None:
-        return ()
+        return None
     try:
         with open(path, "rb") as fh:
             fh.seek(start)
-            text = fh.read().decode("utf-8", "replace")
+            return fh.read().decode("utf-8", "replace")
     except OSError:
+        return None
+
+
+def log_warnings(path: Path | None, start: int = 0, limit: int = 50) -> tuple[str, ...]:
+    """The distinct WARNING (and ERROR) lines a server log gained after byte `start`, in order, at
+    most `limit` of them (vLLM writes e.g. that the model's generation_config overrides sampling)."""
+    text = log_since(path, start)
+    if text is None:
         return ()
     seen: dict[str, None] = {}
     for line in text.splitlines():

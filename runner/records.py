@@ -266,7 +266,7 @@ class ServerRecord:
     launch_id: str | None = None  # the launch this server belongs to (several with replicas)
     device: str | None = None  # the device(s) it ran on: GPU indices (CUDA_VISIBLE_DEVICES) or a logical id
     stopped_at: datetime | None = None
-    compile_cache: str | None = None  # "warm" when this configuration's compile cache held files at start, else "cold"
+    compile_cache: str | None = None  # vLLM's log at start: "warm" (loaded compiled graphs), "cold" (compiled), None
 
     def metric(self, name: str) -> float | None:
         """A server-level metric (`kv_capacity_tokens`, `startup_s`) as a float, None if unmeasured."""

@@ -151,8 +151,8 @@ def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) 
         taken = {s.server_id for s in store.servers(run_id)}  # a resumed run's servers keep their rows
         for launch, placed in zip(plan.launches, placements, strict=True):
             points = tuple(p for p in launch.points if done.get(p.id) != p.fingerprint)
-            spec = _spec(launch, points, placed, ctx, run_id, options, gpu_host)
-            specs.append(replace(spec, server_ids=fresh_server_ids(launch, taken)))
+            specs.append(_spec(launch, points, placed, ctx, run_id, options, gpu_host,
+                               fresh_server_ids(launch, taken)))
         report.points_skipped = len(plan.points) - sum(len(sp.points) for sp in specs)
         progress.start(len(plan.points), report.points_skipped)
         driver = _Driver(store, run_id, plan, report, progress, predictions, options, origin=origin)
@@ -197,7 +197,7 @@ def fresh_server_ids(launch: Launch, taken: set[str]) -> tuple[str, ...]:
 
 
 def _spec(launch: Launch, points: tuple[PointStep, ...], placed: Placement, ctx: PointContext, run_id: str,
-          options: RunOptions, gpu_host: bool) -> LaunchSpec:
+          options: RunOptions, gpu_host: bool, server_ids: tuple[str, ...]) -> LaunchSpec:
     first = placed.server_devices[0][0]
     local = replace(ctx, client_cpus=placed.client_cpus,
                     gpu_index=int(first) if gpu_host and first.isdigit() else ctx.gpu_index)
@@ -205,7 +205,7 @@ def _spec(launch: Launch, points: tuple[PointStep, ...], placed: Placement, ctx:
         launch=launch, points=points, run_id=run_id, placement=placed, ctx=local,
         engine_command=tuple(options.engine_command), log_dir=options.runs_dir / run_id,
         cache_root=(options.cache_dir or options.runs_dir) / "compile-cache", startup_timeout_s=options.startup_timeout_s,
-        gpu_host=gpu_host,
+        gpu_host=gpu_host, server_ids=server_ids,
     )
 
 
