@@ -220,7 +220,7 @@ distributed_executor_backend = "uni"
 [env]
 VLLM_ENABLE_V1_MULTIPROCESSING = "0"
 
-[arms.base]
+{arms}
 
 [workloads.short]
 input_len = 128
@@ -247,19 +247,23 @@ predict = {predict}
 
 @pytest.mark.vllm
 @pytest.mark.parametrize(
-    ("metric", "predict", "launches"),
+    ("arms", "metric", "predict", "launches"),
     [
-        # Launch means differ a little, and the first look's interval (2 launches, df 1, its share of alpha)
-        # is many SDs wide around them: it straddles 0 tok/s, so block 3 runs.
-        ("output_throughput", '{ relation = ">", value = 0.0 }', 3),
+        # Two identical arms: their throughput ratio's true value is the boundary 1, so the first look's
+        # interval (2 blocks, df 1, 1% of alpha) straddles it unless a 1%-level false decision happens:
+        # block 3 runs.
+        (("a", "b"), "output_throughput", '{ ratio = ["a", "b"], relation = ">", value = 1.0 }', 3),
         # A reset cache has a hit rate of exactly 0 on every launch: decided at the first look.
-        ("prefix_hit_rate", '{ relation = "<", value = 0.5 }', 2),
+        (("base",), "prefix_hit_rate", '{ relation = "<", value = 0.5 }', 2),
     ],
 )
-def test_budget_blocks_run_only_while_undecided(tmp_path: Path, metric: str, predict: str, launches: int) -> None:
+def test_budget_blocks_run_only_while_undecided(
+    tmp_path: Path, arms: tuple[str, ...], metric: str, predict: str, launches: int
+) -> None:
     study = tmp_path / "seq.toml"
     study.write_text(SEQUENTIAL.format(id=f"seq-{launches}", model=REPO / "models/tiny-qwen3", claim=metric,
-                                       metric=metric, predict=predict))
+                                       metric=metric, predict=predict,
+                                       arms="\n".join(f"[arms.{a}]" for a in arms)))
     db = tmp_path / "seq.duckdb"
     proc = studyc("run", str(study), "--db", str(db), "--no-calibrate")
     out, _ = proc.communicate(timeout=1200)
@@ -269,6 +273,6 @@ def test_budget_blocks_run_only_while_undecided(tmp_path: Path, metric: str, pre
         servers = store.servers(run.run_id)
         points = store.points(run.run_id)
     assert all(p.status == "ok" for p in points), out  # judged validity varies with the load on a 2-core host
-    assert len({s.launch_id or s.server_id for s in servers}) == launches, out
-    assert len(points) == launches
+    assert len({s.launch_id or s.server_id for s in servers}) == launches * len(arms), out
+    assert len(points) == launches * len(arms)
     assert ("budget launches not run: 1" in out) is (launches == 2), out
