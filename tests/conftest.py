@@ -10,6 +10,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -25,6 +26,12 @@ VLLM_VENV = REPO / ".venv-vllm"
 os.environ.setdefault("STUDYC_VLLM", str(VLLM_VENV / "bin" / "vllm"))
 
 TINY_MODEL = REPO / "models" / "tiny-qwen3"
+
+# A shell without job control starts background commands with SIGINT ignored, and an ignored signal
+# stays ignored across exec: the Ctrl-C tests' children would never see theirs. A handled signal is
+# reset to the default in a child, so handling it here gives every child the terminal's behaviour.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # What the CPU server is started with (see /work/shared/cpu-vllm.md). KV: 256 MiB at
 # 1 KiB/token (2 layers x K,V x 2 KV heads x 64 x bf16) = 262,144 tokens.
