@@ -57,7 +57,23 @@ def interference_result(point_id: str, alone: list[float | None], beside: float 
     return out
 
 
-def _throughput(outcome: PointOutcome | None) -> float | None:
+def record_interference(driver: _Driver, found: dict[str, Any]) -> bool:
+    """Store the interference record on the run and say what the gate decided; True when launches
+    may keep running side by side."""
+    driver.report.interference = found
+    driver.store_interference(found)
+    if not found["parallel"]:
+        driver.report.sequential_from = found["why"]
+        effect = "not measured" if found["effect"] is None else fmt.percent(found["effect"])
+        limit = "" if found["threshold"] is None else f" vs noise threshold {fmt.percent(found['threshold'])}"
+        driver.progress.message(f"interference {effect}{limit}: {found['why']}")
+        return False
+    driver.progress.message(f"interference {fmt.percent(found['effect'])} within "
+                            f"{fmt.percent(found['threshold'])}: launches keep running side by side")
+    return True
+
+
+def throughput(outcome: PointOutcome | None) -> float | None:
     if outcome is None or outcome.status != "ok" or outcome.judgement is None:
         return None
     return outcome.judgement.summary.output_throughput
@@ -129,7 +145,7 @@ def run_parallel(specs: list[LaunchSpec], driver: _Driver, options: RunOptions) 
         beside = again() if other_measuring.wait(wait_s) else None
         beside_id = next((specs[i].launch.id for i in todo if i != first and turns.started[i]), None)
         events.put(("interference", interference_result(
-            first_outcome.point.id, [_throughput(o) for o in alone], _throughput(beside),
+            first_outcome.point.id, [throughput(o) for o in alone], throughput(beside),
             beside_id)))
 
     def slot_body(slot_launches: list[int]) -> None:
@@ -166,16 +182,8 @@ def run_parallel(specs: list[LaunchSpec], driver: _Driver, options: RunOptions) 
             elif kind == "server_failed":
                 driver.server_failed(*payload)
             elif kind == "interference":
-                driver.report.interference = payload
-                driver.store_interference(payload)
-                if not payload["parallel"]:
+                if not record_interference(driver, payload):
                     turns.update(sequential=True)
-                    driver.report.sequential_from = payload["why"]
-                    driver.progress.message(f"interference {fmt.percent(payload['effect'])} vs noise threshold "
-                                            f"{fmt.percent(payload['threshold'])}: {payload['why']}")
-                else:
-                    driver.progress.message(f"interference {fmt.percent(payload['effect'])} within "
-                                            f"{fmt.percent(payload['threshold'])}: launches keep running side by side")
             elif kind == "error":
                 raise payload
     except BaseException:

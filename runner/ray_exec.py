@@ -13,7 +13,11 @@ that launch is dispatched once more on a fresh actor (a new server start, wherev
 Lost a second time, the rest is left for `--resume`. The servers a lost worker started are stopped by
 a small reaper process it left beside them (the node itself gone, they are gone with it).
 
-No interference measurement here: each launch holds its own GPUs, and nodes differ.
+Interference, once per run, as on one host (`runner.parallel`): the first launch runs alone until its
+first point has been measured twice more; then the others are dispatched, and the first measures once
+more as soon as another launch starts measuring on the same node (launches on other nodes share nothing
+with it). No launch beside it on its node within the wait, or a measurement missing: the rest of the
+run goes one launch at a time, dispatched in plan order as each finishes.
 Ray is imported only here and only when asked for: the base install does not need it.
 """
 
@@ -38,8 +42,10 @@ from runner.launch import (
     StartedEvent,
     run_launch,
 )
+from runner.parallel import interference_result, record_interference, throughput
 from runner.placement import Placement
 from runner.point import PointOutcome
+from runner.ray_gate import Gate
 from studyc.errors import EngineError, StudycError
 
 if TYPE_CHECKING:
@@ -83,6 +89,28 @@ class End:
     message: str = ""
 
 
+@dataclass(frozen=True)
+class Node:
+    """The first item a launch streams: the Ray node its actor runs on."""
+
+    node_id: str
+
+
+@dataclass(frozen=True)
+class Alone:
+    """The interference launch measured its first point twice more alone (output throughputs)."""
+
+    point_id: str
+    alone: tuple[float | None, ...]
+
+
+@dataclass(frozen=True)
+class Beside:
+    """... and once more beside another launch (None: no launch started beside it in time)."""
+
+    beside: float | None
+
+
 REAPER = r"""
 import os, signal, sys, time
 parent, me = int(sys.argv[1]), os.getpid()
@@ -123,6 +151,8 @@ class LaunchWorker:
 
     def __init__(self) -> None:
         self.cancel = Cancel()
+        self.other_measuring = threading.Event()
+        self.measure_beside = False
         # Stops the process groups this worker started (vLLM servers run in their own session)
         # if this process dies without stopping them.
         self.reaper = subprocess.Popen([sys.executable, "-c", REAPER, str(os.getpid())],
@@ -131,13 +161,24 @@ class LaunchWorker:
     def pid(self) -> int:
         return os.getpid()
 
-    def run(self, spec: LaunchSpec) -> Iterator[Any]:
+    def run(self, spec: LaunchSpec, interference_wait_s: float | None = None) -> Iterator[Any]:
+        """Run the launch, streaming its events; with `interference_wait_s`, measure interference after
+        its first point (`Alone`, then `Beside` once `beside_started` is called or the wait is over)."""
+        import ray
+
         spec = localize(spec, _gpu_ids())
         items: queue.Queue[Any] = queue.Queue()
+        items.put(Node(ray.get_runtime_context().get_node_id()))
+
+        def interlude(again: Any, first: PointOutcome) -> None:
+            items.put(Alone(first.point.id, (throughput(again()), throughput(again()))))
+            told = self.other_measuring.wait(interference_wait_s)
+            items.put(Beside(throughput(again()) if told and self.measure_beside else None))
 
         def body() -> None:
             try:
-                run_launch(spec, items.put, cancel=self.cancel)
+                run_launch(spec, items.put, cancel=self.cancel,
+                           interlude=interlude if interference_wait_s is not None else None)
                 items.put(End())
             except EngineError as exc:
                 items.put(End("server", exc.message))
@@ -153,8 +194,15 @@ class LaunchWorker:
             if isinstance(item, End):
                 return
 
+    def beside_started(self, measure: bool = True) -> None:
+        """Another launch started measuring on this node (`measure`): the interference point runs
+        beside it; or none can (not `measure`): the interference measurement is missing."""
+        self.measure_beside = measure
+        self.other_measuring.set()
+
     def stop(self) -> None:
         self.cancel.stop_all()
+        self.other_measuring.set()
 
 
 def _gpu_ids() -> list[str]:
@@ -195,6 +243,7 @@ class _Follow:
     actor: Any = None
     group: Any = None
     in_flight: Any = None  # the PointStep started and not yet emitted
+    node: str | None = None  # the Ray node its actor runs on
     emitted: set[str] = field(default_factory=set)
     servers: dict[str, Any] = field(default_factory=dict)  # server_id -> latest ServerRecord
 
@@ -204,13 +253,13 @@ def run_ray(specs: list[LaunchSpec], driver: _Driver, options: RunOptions, devic
     without --keep-going, and Ctrl-C, stop every launch (their servers too), then propagate."""
     ray, started_here = connect(options.ray or LOCAL, devices)
     try:
-        _run(ray, specs, driver)
+        _run(ray, specs, driver, (options.startup_timeout_s or 600.0) + 60.0)
     finally:
         if started_here:
             ray.shutdown()
 
 
-def _run(ray: Any, specs: list[LaunchSpec], driver: _Driver) -> None:
+def _run(ray: Any, specs: list[LaunchSpec], driver: _Driver, wait_s: float) -> None:
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -224,8 +273,10 @@ def _run(ray: Any, specs: list[LaunchSpec], driver: _Driver) -> None:
                           "(start it with more, or with --ray and no address: --gpus names the logical devices)")
     worker = ray.remote(LaunchWorker)
     events: queue.Queue[tuple[str, Any]] = queue.Queue()
-    started = {i: False for i in todo}
-    dispatched: set[int] = set()
+    # Interference is measured only where two launches can hold GPUs at once.
+    two = len(todo) > 1 and have >= specs[todo[0]].launch.gpus + min(specs[i].launch.gpus for i in todo[1:])
+    gate = Gate(todo, {i: specs[i].launch.block for i in todo}, todo[0] if two else None)
+    alone: list[Alone] = []
     live: dict[int, _Follow] = {}
     lock = threading.Lock()
     driver.progress.message(f"Ray: {have:g} GPU(s) in the cluster; {len(todo)} launch(es) to run")
@@ -234,18 +285,25 @@ def _run(ray: Any, specs: list[LaunchSpec], driver: _Driver) -> None:
         launch = f.spec.launch
         try:
             opts: dict[str, Any] = {"num_gpus": launch.gpus, "num_cpus": 0, "max_restarts": 0,
-                                    "max_concurrency": 2}
+                                    "max_concurrency": 3}
             if launch.gpus > 1 or launch.replicas > 1:
                 f.group = placement_group([{"GPU": float(launch.gpus)}], strategy="STRICT_PACK")
                 opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
                     placement_group=f.group, placement_group_bundle_index=0)
             f.actor = worker.options(**opts).remote()
-            stream = f.actor.run.options(num_returns="streaming").remote(f.spec)
+            measures = f.index == gate.first and f.attempt == 0
+            stream = f.actor.run.options(num_returns="streaming").remote(f.spec, wait_s if measures else None)
             for ref in stream:
                 item = ray.get(ref)
                 if isinstance(item, End):
                     events.put(("end", (f, item)))
                     return
+                if isinstance(item, Node):
+                    f.node = item.node_id
+                    continue
+                if isinstance(item, (Alone, Beside)):
+                    events.put(("gate", (f, item)))
+                    continue
                 if isinstance(item, PointStartEvent):
                     f.in_flight = item.point
                 elif isinstance(item, PointEvent):
@@ -272,13 +330,23 @@ def _run(ray: Any, specs: list[LaunchSpec], driver: _Driver) -> None:
         threading.Thread(target=follow, args=(f,), name=f"studyc-ray-{i}", daemon=True).start()
 
     def dispatch_ready() -> None:
-        for i in todo:
-            if i in dispatched:
-                continue
-            block = specs[i].launch.block
-            if all(started[j] for j in todo if specs[j].launch.block < block):
-                dispatched.add(i)
-                dispatch(i, specs[i], 0)
+        for i in gate.to_dispatch():
+            dispatch(i, specs[i], 0)
+
+    def tell_first(measure: bool) -> None:
+        first = live.get(gate.first) if gate.first is not None else None
+        if first is not None and first.actor is not None:
+            first.actor.beside_started.remote(measure)
+
+    def on_gate(item: Alone | Beside) -> None:
+        if isinstance(item, Alone):
+            alone.append(item)
+            gate.measured_alone()
+            dispatch_ready()
+            return
+        beside_id = specs[gate.beside].launch.id if gate.beside is not None and item.beside is not None else None
+        found = interference_result(alone[0].point_id, list(alone[0].alone), item.beside, beside_id)
+        gate.measured(record_interference(driver, found))
 
     dispatch_ready()
     try:
@@ -286,24 +354,36 @@ def _run(ray: Any, specs: list[LaunchSpec], driver: _Driver) -> None:
             kind, payload = events.get()
             if kind == "event":
                 if isinstance(payload, StartedEvent):
-                    started[_index(live, payload.launch.id)] = True
+                    i = _index(live, payload.launch.id)
+                    if gate.on_started(i, live[i].node) is not None:
+                        tell_first(True)
                     dispatch_ready()
+                    if gate.give_up():
+                        tell_first(False)
                 driver.handle(payload)
+            elif kind == "gate":
+                on_gate(payload[1])
             elif kind == "end":
                 f, end = payload
-                _finish(live, lock, f, started)
+                _finish(live, lock, f)
+                gate.on_ended(f.index)
                 dispatch_ready()
+                if gate.give_up():
+                    tell_first(False)
                 if end.kind == "server":
                     driver.server_failed(f.spec.launch, EngineError(end.message))
                 elif end.kind == "error":
                     raise StudycError(f"launch {f.spec.launch.id} on Ray: {end.message}")
             elif kind == "lost":
                 f, why = payload
-                _finish(live, lock, f, started)
-                dispatch_ready()
+                _finish(live, lock, f)
                 rest = _lost(driver, f, why)
+                gate.on_ended(f.index, again=bool(rest))
                 if rest:
                     dispatch(f.index, replace(f.spec, points=rest), f.attempt + 1)
+                dispatch_ready()
+                if gate.give_up():
+                    tell_first(False)
             elif kind == "error":
                 raise payload
     except BaseException:
@@ -316,8 +396,7 @@ def _index(live: dict[int, _Follow], launch_id: str) -> int:
     return next(i for i, f in live.items() if f.spec.launch.id == launch_id)
 
 
-def _finish(live: dict[int, _Follow], lock: threading.Lock, f: _Follow, started: dict[int, bool]) -> None:
-    started[f.index] = True
+def _finish(live: dict[int, _Follow], lock: threading.Lock, f: _Follow) -> None:
     with lock:
         if live.get(f.index) is f:
             del live[f.index]

@@ -1,5 +1,6 @@
 """`studyc run --ray` on a local Ray cluster with two logical GPUs on the CPU, against real vLLM CPU
-servers: the quickstart (at a lighter load) runs both launches as Ray actors and is scored; a Ray worker
+servers: the quickstart (at a lighter load) runs both launches as Ray actors, measures their interference
+and is scored; a Ray worker
 killed mid-point fails that point only, and --resume completes the run. Without Ray installed, --ray
 says how to install it, and the base install never imports Ray."""
 
@@ -111,6 +112,14 @@ def test_quickstart_on_a_local_ray_cluster_is_scored(tmp_path: Path) -> None:
         (a, b) = servers
         assert {a.device, b.device} == {"0", "1"}
         assert a.started_at < b.stopped_at and b.started_at < a.stopped_at
+        # interference: the first launch's first point measured twice alone, then once beside the other
+        found = json.loads(run.interference_json or "{}")
+        assert len(found["alone"]) == 2 and all(x and x > 0 for x in found["alone"]), found
+        assert found["beside"] and found["beside"] > 0, found
+        assert found["beside_launch"] in {"quickstart/cold", "quickstart/warm"}
+        assert found["beside_launch"] != found["point"].rsplit("/", 3)[0], found
+        assert isinstance(found["parallel"], bool)
+    assert f"interference on {found['point']}: " in out
     audit = subprocess.run([sys.executable, "-m", "studyc", "audit", str(study), "--db", str(db), "--json"],
                            cwd=REPO, capture_output=True, text=True, timeout=120)
     assert audit.returncode == 0, audit.stdout + audit.stderr
