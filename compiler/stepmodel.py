@@ -1,10 +1,12 @@
 """A calibrated step-time model of a vLLM server: measured terms, few coefficients, point predictions.
 
 Pure. One engine step costs
-    step_s + seq_s * sequences + mem * bytes / bandwidth + flop * flops / flop_rate
-where bytes are the weights the step streams (routed experts by their expected union over the step's
-tokens) plus the KV cache its sequences read, and flops are 2 per matmul parameter per token plus
-attention, both from `compiler.modelmath`, against the card's calibrated bandwidth and FLOP/s. Two
+    step_s + seq_s * sequences + join(weight bytes, matmul FLOPs) + join(KV bytes, attention FLOPs)
+with join(bytes, flops) the p-norm of mem * bytes / bandwidth and flop * flops / flop_rate (see
+`overlap_terms`): the matmuls stream the weights (routed experts by their expected union over the
+step's tokens) and compute 2 FLOPs per parameter and token; the attention kernel, which runs after
+them, streams the KV cache its sequences read and computes attention. Bytes and FLOPs come from
+`compiler.modelmath`, against the card's calibrated bandwidth and FLOP/s. Two
 front-end terms sit outside the steps: `admit_s`, the work the API server does per request before the
 engine sees it, one request at a time (a queue: a burst of N requests reaches the engine over
 N * admit_s), and `request_s`, a token's trip from the engine to the client.
@@ -48,8 +50,9 @@ class Coefficients:
     request_s: latency of a token from the engine to the client (HTTP, detokenizing, streaming).
     admit_s: front-end work per request before the engine sees it (HTTP parse, tokenizing,
         admission), done one request at a time: a burst of N requests reaches the engine over N * admit_s.
-    overlap: p of the p-norm that joins a step's streaming time and compute time, which the GPU
-        overlaps: (memory^p + compute^p)^(1/p). 1 adds them; large p tends to the slower of the two.
+    overlap: p of the p-norm that joins a kernel's streaming time and compute time, which the GPU
+        overlaps: (memory^p + compute^p)^(1/p), for the matmuls and for attention, each on its own
+        (they run one after the other). 1 adds them; large p tends to the slower of the two.
         Not a linear term: `fit` chooses it from a short list by the residual on the training data.
     """
 
@@ -206,16 +209,21 @@ class _Costs:
         return self._weights[tokens]
 
 
-def step_terms(
+# What one step does, by kernel: (1, sequences, weight bytes, matmul FLOPs, KV bytes, attention FLOPs).
+# The matmuls stream the weights and the attention kernel streams the KV cache: two kernels, one after
+# the other, each overlapping its own streaming with its own compute.
+Work = tuple[float, float, float, float, float, float]
+
+
+def step_work(
     shape: ModelShape,
     engine: EngineShape,
     chunks: Sequence[tuple[int, int, bool]],
     costs: _Costs | None = None,
-) -> Terms:
-    """Features of one step. `chunks`: (new tokens, tokens already in the KV cache, samples a token)
-    for each scheduled sequence. The time of the step is `dot(terms, coefficients)` with the byte and
-    FLOP features divided by the card's ceilings (see `scale`). `costs`: the engine's constants, when
-    the caller has them."""
+) -> Work:
+    """What one step streams and computes, by kernel. `chunks`: (new tokens, tokens already in the KV
+    cache, samples a token) for each scheduled sequence. `costs`: the engine's constants, when the
+    caller has them."""
     if not chunks:
         return _ZERO
     tokens = sampled = read = 0
@@ -228,24 +236,47 @@ def step_terms(
     if tokens < 1:
         raise ValueError("a step schedules at least one token")
     c = costs or _Costs(shape, engine)
-    flops = 2.0 * c.body * tokens + 2.0 * c.lm_head * sampled + c.per_position * positions
-    return (1.0, float(len(chunks)), c.weights(tokens) + read * c.kv, flops, 0.0, 0.0)
+    matmul = 2.0 * c.body * tokens + 2.0 * c.lm_head * sampled
+    return (1.0, float(len(chunks)), c.weights(tokens), matmul, read * c.kv, c.per_position * positions)
 
 
-def overlap_terms(terms: Terms, card: Card, coef: Coefficients) -> Terms:
-    """A step's features with its streaming time m and compute time f joined by the p-norm
-    T = (m^p + f^p)^(1/p), p = `coef.overlap`. The byte and FLOP features are weighted by T's partial
-    derivatives (m/T)^(p-1) and (f/T)^(p-1) at `coef`. T is homogeneous of degree 1, so the weighted
-    features give exactly T at `coef` (Euler) and are its gradient in `mem` and `flop`: a linear fit on
-    them is a Gauss-Newton step of the non-linear fit."""
+def step_terms(
+    shape: ModelShape,
+    engine: EngineShape,
+    chunks: Sequence[tuple[int, int, bool]],
+    costs: _Costs | None = None,
+) -> Terms:
+    """Features of one step with streaming and compute added (overlap p = 1): bytes are the weights
+    plus the KV cache read, FLOPs the matmuls plus attention (see `step_work`). The time of the step is
+    `dot(terms, coefficients)` with the byte and FLOP features divided by the card's ceilings (see
+    `scale`)."""
+    return overlap_terms(step_work(shape, engine, chunks, costs), None, None)
+
+
+def _joined(nbytes: float, flops: float, card: Card, coef: Coefficients) -> tuple[float, float]:
+    """One kernel's byte and FLOP features weighted by the partial derivatives (m/T)^(p-1), (f/T)^(p-1)
+    of its time T = (m^p + f^p)^(1/p), m = mem * bytes / bandwidth, f = flop * FLOPs / FLOP/s."""
     p = coef.overlap
-    m = coef.mem * terms[2] / card.bandwidth_Bps
-    f = coef.flop * terms[3] / card.flops_per_s
-    if p == 1.0 or m + f <= 0:
-        return terms
-    joined = (m**p + f**p) ** (1.0 / p) if m > 0 and f > 0 else m + f
-    return (terms[0], terms[1], terms[2] * (m / joined) ** (p - 1), terms[3] * (f / joined) ** (p - 1),
-            terms[4], terms[5])
+    m = coef.mem * nbytes / card.bandwidth_Bps
+    f = coef.flop * flops / card.flops_per_s
+    if p == 1.0 or m <= 0 or f <= 0:
+        return nbytes, flops
+    joined = (m**p + f**p) ** (1.0 / p)
+    return nbytes * (m / joined) ** (p - 1), flops * (f / joined) ** (p - 1)
+
+
+def overlap_terms(work: Work, card: Card | None, coef: Coefficients | None) -> Terms:
+    """A step's features: the matmuls' time joins weight streaming and matmul compute by the p-norm
+    T = (m^p + f^p)^(1/p), p = `coef.overlap`, and so does the attention kernel's for KV streaming and
+    attention compute; the two kernels add. Each byte and FLOP feature is weighted by T's partial
+    derivatives at `coef`. T is homogeneous of degree 1, so the weighted features give exactly the
+    step's time at `coef` (Euler) and are its gradient in `mem` and `flop`: a linear fit on them is a
+    Gauss-Newton step of the non-linear fit. Without `coef` (or at p = 1) everything adds."""
+    if coef is None or card is None or coef.overlap == 1.0:
+        return (work[0], work[1], work[2] + work[4], work[3] + work[5], 0.0, 0.0)
+    weights, matmul = _joined(work[2], work[3], card, coef)
+    kv, attention = _joined(work[4], work[5], card, coef)
+    return (work[0], work[1], weights + kv, matmul + attention, 0.0, 0.0)
 
 
 def _add(a: Terms, b: Terms, k: float = 1.0) -> Terms:
@@ -374,7 +405,7 @@ def replay(shape: ModelShape, load: Load, engine: EngineShape, card: Card, coef:
             left = r.prompt - r.computed
             context = r.cached + r.computed + (r.generated if left <= 0 else 0)
             chunks.append((n, context, left <= 0 or n >= left))
-        terms = overlap_terms(step_terms(shape, engine, chunks, costs), card, coef)
+        terms = overlap_terms(step_work(shape, engine, chunks, costs), card, coef)
         now = now.plus(terms, seconds(terms))
         steps += 1
         finished: list[_Request] = []
@@ -434,8 +465,7 @@ def _decode_run(
     done = 0
     while done < limit and (done == 0 or value < admit_at - 1e-15):
         read = contexts + n * (done + 1)  # each sequence reads its context plus its new token
-        terms = overlap_terms((1.0, float(n), weights + read * kv, fixed_flops + per_context * read, 0.0, 0.0),
-                              card, coef)
+        terms = overlap_terms((1.0, float(n), weights, fixed_flops, read * kv, per_context * read), card, coef)
         scaled = scale(terms, card)
         value += sum(t * k for t, k in zip(scaled, c, strict=True))
         for i, t in enumerate(terms):
@@ -713,8 +743,8 @@ def decode_step_s(
         raise ValueError(f"batch must be at least 1, got {batch!r}")
     if not context >= 0:
         raise ValueError(f"context must be zero or more tokens, got {context!r}")
-    terms = step_terms(shape, engine, [(1, int(round(context)), True)] * int(batch))
-    return _dot(scale(overlap_terms(terms, card, coef), card), coef)
+    work = step_work(shape, engine, [(1, int(round(context)), True)] * int(batch))
+    return _dot(scale(overlap_terms(work, card, coef), card), coef)
 
 
 def decode_tokens_per_s(

@@ -182,19 +182,26 @@ def test_fit_that_does_not_settle_fails(monkeypatch):
 
 
 def test_overlap_joins_streaming_and_compute():
-    raw = step_terms(QWEN8B, GRAPHS, [(1, 256, True)] * 128)
-    m = COEF.mem * raw[2] / CARD.bandwidth_Bps
-    f = COEF.flop * raw[3] / CARD.flops_per_s
+    work = stepmodel.step_work(QWEN8B, GRAPHS, [(1, 256, True)] * 128)
+    # The matmuls stream the weights and compute 2 FLOPs per parameter and token; the attention kernel
+    # streams the KV cache and computes attention.
+    assert work[2] == pytest.approx(QWEN8B.decode_weight_bytes(128))
+    assert work[4] == pytest.approx(128 * 257 * QWEN8B.kv_bytes_per_token("auto"))
+    assert work[3] + work[5] == pytest.approx(step_terms(QWEN8B, GRAPHS, [(1, 256, True)] * 128)[3])
+    mw, fm = COEF.mem * work[2] / CARD.bandwidth_Bps, COEF.flop * work[3] / CARD.flops_per_s
+    mk, fa = COEF.mem * work[4] / CARD.bandwidth_Bps, COEF.flop * work[5] / CARD.flops_per_s
 
     def seconds(p):
         coef = replace(COEF, overlap=p)
-        return sum(t * c for t, c in zip(stepmodel.scale(stepmodel.overlap_terms(raw, CARD, coef), CARD),
+        return sum(t * c for t, c in zip(stepmodel.scale(stepmodel.overlap_terms(work, CARD, coef), CARD),
                                          coef.as_terms(), strict=True))
 
     fixed = COEF.step_s + COEF.seq_s * 128
-    assert seconds(1.0) == pytest.approx(fixed + m + f)  # p = 1: the two add
-    assert seconds(2.0) == pytest.approx(fixed + (m * m + f * f) ** 0.5)  # reweighted features are exact
-    assert fixed + max(m, f) < seconds(8.0) < fixed + 1.1 * max(m, f)  # large p: the slower of the two
+    assert seconds(1.0) == pytest.approx(fixed + mw + fm + mk + fa)  # p = 1: everything adds
+    # Each kernel joins its own streaming and compute; the two kernels run one after the other.
+    norm = (mw * mw + fm * fm) ** 0.5 + (mk * mk + fa * fa) ** 0.5
+    assert seconds(2.0) == pytest.approx(fixed + norm)  # reweighted features are exact
+    assert fixed + max(mw, fm) + max(mk, fa) < seconds(8.0) < fixed + 1.1 * (max(mw, fm) + max(mk, fa))
     with pytest.raises(ValueError, match="overlap"):
         replace(COEF, overlap=0.5)
 
