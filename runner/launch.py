@@ -107,6 +107,14 @@ Event = ServerEvent | PointEvent | PointStartEvent | StartedEvent
 Interlude = Callable[[Callable[[], PointOutcome], PointOutcome], None]
 
 
+def point_owner(spec: LaunchSpec) -> str:
+    """The server id a launch's points are stored under: its one server's id for this start (a resumed
+    launch's is "<id>~2"); replicas measure together, so their points name the launch, which every
+    replica's row carries as its launch_id."""
+    ids = spec.server_ids or spec.launch.server_ids or (spec.launch.id,)
+    return ids[0] if len(ids) == 1 else spec.launch.id
+
+
 def compile_cache_state(log_path: Path, start: int = 0) -> str | None:
     """What vLLM's compile cache gave this start, from the lines its log gained after byte `start`:
     "warm" (it loaded compiled graphs), "cold" (it compiled them), None (no torch.compile: eager,
@@ -214,6 +222,7 @@ def _measure(spec: LaunchSpec, servers: list[Any], infos: list[Any], emit: Calla
     )
     device = ";".join(",".join(ds) for ds in spec.placement.server_devices)
     cpus = ",".join(str(c) for c in spec.placement.client_cpus or ())
+    owner = point_owner(spec)
     emit(StartedEvent(launch))
     for k, point in enumerate(spec.points):
         if cancel.event.is_set():
@@ -223,8 +232,8 @@ def _measure(spec: LaunchSpec, servers: list[Any], infos: list[Any], emit: Calla
         dead = [s for s in servers if s.poll() is not None]
         if outcome.status != "ok" and dead:
             outcome.error = f"{outcome.error}; server exited ({dead[0].poll()}): {dead[0].log_tail(8)}"
-            emit(PointEvent(launch, outcome, launch.id, device, cpus))
+            emit(PointEvent(launch, outcome, owner, device, cpus))
             raise EngineError(f"server {launch.id} died during {point.id}")
-        emit(PointEvent(launch, outcome, launch.id, device, cpus))
+        emit(PointEvent(launch, outcome, owner, device, cpus))
         if k == 0 and interlude is not None:
             interlude(partial(run_point, point, endpoint, spec.ctx), outcome)

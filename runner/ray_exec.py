@@ -40,6 +40,7 @@ from runner.launch import (
     PointStartEvent,
     ServerEvent,
     StartedEvent,
+    point_owner,
     run_launch,
 )
 from runner.parallel import interference_result, record_interference, throughput
@@ -421,7 +422,7 @@ def _lost(driver: _Driver, f: _Follow, why: str) -> tuple[Any, ...]:
         outcome = PointOutcome(point=f.in_flight, status="failed", error=f"{message} (during this point)",
                                started_at=now)
         device = ";".join(",".join(ds) for ds in f.spec.placement.server_devices)
-        driver.handle(PointEvent(launch, outcome, launch.id, device, ""))
+        driver.handle(PointEvent(launch, outcome, point_owner(f.spec), device, ""))
     if not again and rest:
         driver.report.points_failed.extend(p.id for p in rest)
     return rest if again else ()

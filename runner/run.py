@@ -233,7 +233,7 @@ class _Driver:
             self.progress.point_started(event.point)
         elif isinstance(event, PointEvent):
             outcome = event.outcome
-            _commit(self.store, self.run_id, event.launch, outcome, self.predictions.get(outcome.point.id),
+            _commit(self.store, self.run_id, event.server_id, outcome, self.predictions.get(outcome.point.id),
                     device=event.device, client_cpus=event.client_cpus)
             _account(self.report, outcome)
             self.progress.point_done(outcome)
@@ -451,11 +451,11 @@ def point_record(
 
 
 def _commit(
-    store: Store, run_id: str, step: ServerStep, outcome: PointOutcome, predicted: PointPrediction | None = None,
+    store: Store, run_id: str, server_id: str, outcome: PointOutcome, predicted: PointPrediction | None = None,
     *, device: str | None = None, client_cpus: str | None = None,
 ) -> None:
     checks = outcome.judgement.checks if outcome.judgement else ()
-    record = replace(point_record(run_id, step.id, outcome, predicted), device=device, client_cpus=client_cpus,
+    record = replace(point_record(run_id, server_id, outcome, predicted), device=device, client_cpus=client_cpus,
                      replicas_json=outcome.replicas_json)
     store.commit_point(record, outcome.records, checks, outcome.telemetry)
 

@@ -151,6 +151,8 @@ def test_crash_at_start_keep_going_then_kill_and_resume(tmp_path: Path) -> None:
         rows = {r.point_id: r for r in store.points(run.run_id)}
         assert rows["faults/good/w/c1/r1"].status == "ok"
         assert any(r.status == "failed" for r in rows.values())
+        before = {pid for pid, r in rows.items() if r.status == "ok"}
+        assert {rows[pid].server_id for pid in before} == {"faults/good"}
         failed = {s.server_id: s for s in store.servers(run.run_id)}["faults/broken"]
         assert failed.status == "failed" and "max" in (failed.error or "").lower()
         run_id = run.run_id
@@ -162,6 +164,9 @@ def test_crash_at_start_keep_going_then_kill_and_resume(tmp_path: Path) -> None:
         rows = store.points(run_id)
         good = [r for r in rows if r.arm == "good"]
         assert len(good) == 4 and all(r.status == "ok" for r in good), out
+        # each point names the server start that measured it
+        assert {r.server_id for r in good if r.point_id not in before} == {"faults/good~2"}
+        assert {r.server_id for r in good if r.point_id in before} == {"faults/good"}
         assert len(store.runs()) == 1
         # The servers that measured before the kill keep their rows; the resumed launches start new
         # ones under "~2" (the broken arm fails again, the good arm's second server serves the rest).
