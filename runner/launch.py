@@ -47,6 +47,11 @@ class LaunchSpec:
     # servers, which must not overwrite the rows of the ones that measured its earlier points.
     server_ids: tuple[str, ...] = ()
 
+    @property
+    def servers(self) -> tuple[str, ...]:
+        """This start's server ids: `server_ids`, else the plan's (a plan stored without them: the launch id)."""
+        return self.server_ids or self.launch.server_ids or (self.launch.id,)
+
 
 @dataclass(frozen=True)
 class ServerEvent:
@@ -111,8 +116,7 @@ def point_owner(spec: LaunchSpec) -> str:
     """The server id a launch's points are stored under: its one server's id for this start (a resumed
     launch's is "<id>~2"); replicas measure together, so their points name the launch, which every
     replica's row carries as its launch_id."""
-    ids = spec.server_ids or spec.launch.server_ids or (spec.launch.id,)
-    return ids[0] if len(ids) == 1 else spec.launch.id
+    return spec.servers[0] if len(spec.servers) == 1 else spec.launch.id
 
 
 def compile_cache_state(log_path: Path, start: int = 0) -> str | None:
@@ -153,11 +157,10 @@ def run_launch(
         from runner.tokenizer import ensure_tokenizer
 
         ensure_tokenizer(launch.model_dir)
-    server_ids = spec.server_ids or launch.server_ids or (launch.id,)
     servers: list[Any] = []
     records: list[ServerRecord] = []
     starts: list[int] = []
-    for sid, devices in zip(server_ids, spec.placement.server_devices, strict=True):
+    for sid, devices in zip(spec.servers, spec.placement.server_devices, strict=True):
         log_path = spec.log_dir / (sid.replace("/", "__") + ".log")
         server = VllmServer(
             launch.argv, env=server_env(spec, devices), log_path=log_path, command=list(spec.engine_command),
@@ -218,7 +221,7 @@ def _measure(spec: LaunchSpec, servers: list[Any], infos: list[Any], emit: Calla
     endpoint = Endpoint(
         first.base_url, first.api_key, launch.served_model_name, servers[0].log_path,
         replicas=tuple(i.base_url for i in infos) if many else (),
-        server_ids=tuple(launch.server_ids) if many else (), balance=launch.balance,
+        server_ids=spec.servers if many else (), balance=launch.balance,
     )
     device = ";".join(",".join(ds) for ds in spec.placement.server_devices)
     cpus = ",".join(str(c) for c in spec.placement.client_cpus or ())

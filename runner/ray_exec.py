@@ -303,7 +303,7 @@ def _run(ray: Any, specs: list[LaunchSpec], driver: _Driver, wait_s: float) -> N
                     f.node = item.node_id
                     continue
                 if isinstance(item, (Alone, Beside)):
-                    events.put(("gate", (f, item)))
+                    events.put(("gate", item))
                     continue
                 if isinstance(item, PointStartEvent):
                     f.in_flight = item.point
@@ -363,7 +363,7 @@ def _run(ray: Any, specs: list[LaunchSpec], driver: _Driver, wait_s: float) -> N
                         tell_first(False)
                 driver.handle(payload)
             elif kind == "gate":
-                on_gate(payload[1])
+                on_gate(payload)
             elif kind == "end":
                 f, end = payload
                 _finish(live, lock, f)
