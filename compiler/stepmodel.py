@@ -240,19 +240,6 @@ def step_work(
     return (1.0, float(len(chunks)), c.weights(tokens), matmul, read * c.kv, c.per_position * positions)
 
 
-def step_terms(
-    shape: ModelShape,
-    engine: EngineShape,
-    chunks: Sequence[tuple[int, int, bool]],
-    costs: _Costs | None = None,
-) -> Terms:
-    """Features of one step with streaming and compute added (overlap p = 1): bytes are the weights
-    plus the KV cache read, FLOPs the matmuls plus attention (see `step_work`). The time of the step is
-    `dot(terms, coefficients)` with the byte and FLOP features divided by the card's ceilings (see
-    `scale`)."""
-    return overlap_terms(step_work(shape, engine, chunks, costs), None, None)
-
-
 def _joined(nbytes: float, flops: float, card: Card, coef: Coefficients) -> tuple[float, float]:
     """One kernel's byte and FLOP features weighted by the partial derivatives (m/T)^(p-1), (f/T)^(p-1)
     of its time T = (m^p + f^p)^(1/p), m = mem * bytes / bandwidth, f = flop * FLOPs / FLOP/s."""
@@ -454,7 +441,7 @@ def _decode_run(
     costs: _Costs, card: Card, coef: Coefficients, n: int, contexts: int, limit: int, now: _Time, admit_at: float,
 ) -> tuple[_Time, int]:
     """Up to `limit` decode steps of the same `n` sequences (their contexts summing to `contexts` before
-    the first), each a step of `step_terms`, stopping before a step that would start at or after
+    the first), each a step of `step_work`, stopping before a step that would start at or after
     `admit_at` (the scheduler would see a new request). Returns the time after them and how many ran.
     The step's features are affine in the step index, so each costs a few operations."""
     kv, per_context, weights = costs.kv, costs.per_position, costs.weights(n)

@@ -22,7 +22,6 @@ from compiler.stepmodel import (
     fit,
     predict,
     replay,
-    step_terms,
 )
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
@@ -31,6 +30,11 @@ MOE = load_model(MODELS / "deepseek-v2-lite")
 CARD = Card(4.2e12, 6.5e14)
 COEF = Coefficients(step_s=1.5e-3, seq_s=2e-5, mem=0.9, flop=1.1, request_s=0.012, admit_s=0.003)
 GRAPHS = EngineShape()
+
+
+def step_terms(shape, engine, chunks):
+    """A step's features with streaming and compute added (overlap p = 1)."""
+    return stepmodel.overlap_terms(stepmodel.step_work(shape, engine, chunks), None, None)
 
 
 def test_batch_1_vs_64_dense():
