@@ -177,7 +177,7 @@ def run_launch(
         servers.append(server)
         starts.append(log_size(log_path))
     infos: list[Any] = []
-    pin = not spec.gpu_host and len(servers) == 1  # one CPU server: its engine apart from the load generator
+    pin = not spec.gpu_host  # CPU servers: their engines apart from the load generator (replicas share those cores)
     try:
         for server, record in zip(servers, records, strict=True):
             emit(ServerEvent(record, status="starting"))
