@@ -8,7 +8,8 @@ load generator then reads its tokens in bunches; and its OpenMP pool, sized for 
 second thread spinning there. `pin_engine` starts the server on the cores the load generator does
 not use, and `pin_front_end` then moves every process but the engine (the API server) beside the
 load generator, as vLLM's own CPU binding does (the compute threads on their cores, the front end
-on the rest).
+on the rest). A launch of several replicas pins each of them so: their engines share the cores the
+load generator does not use.
 
 Measured on a 2-core host, the quickstart's 12 points (16 requests of 128 in / 32 out), client on
 core 1: server unpinned, up to 40% of the client's token gaps were bunched and TPOT was 1.4 ms at
