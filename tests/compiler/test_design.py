@@ -4,6 +4,7 @@ are not exchangeable, the sequential budget, and the errors of each, with file, 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,21 @@ def _variant(tmp_path: Path, *edits: tuple[str, str], name: str = "variant.toml"
         assert old in text, old
         text = text.replace(old, new, 1)
     path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _fp8_kv_as_first_run(tmp_path: Path) -> Path:
+    """studies/fp8_kv.toml with the design of its first H200 run (one launch per arm, 3 repeats), the
+    design its v1 plan was stored with; the file beside a link to the repo's models, so its model path
+    reads the same."""
+    text = (ROOT / "studies/fp8_kv.toml").read_text()
+    text = re.sub(r"^launches = \d+ ", "launches = 1 ", text, count=1, flags=re.M)
+    text = re.sub(r"^repeats = \d+ ", "repeats = 3 ", text, count=1, flags=re.M)
+    (tmp_path / "studies").mkdir(exist_ok=True)
+    if not (tmp_path / "models").exists():
+        (tmp_path / "models").symlink_to(ROOT / "models")
+    path = tmp_path / "studies/fp8_kv.toml"
     path.write_text(text)
     return path
 
@@ -79,7 +95,7 @@ def test_ids_one_launch_keeps_the_v1_ids_more_launches_carry_the_launch(tmp_path
     # H200 runs of fp8_kv were stored with that plan).
     v1 = json.loads((ROOT / "tests/compiler/golden/plan_v1_fp8_kv.json").read_text())
     v1_points = {p["id"]: p["fingerprint"] for s in v1["servers"] for p in s["points"]}
-    now = {p.id: p.fingerprint for p in compile_study(load_study(ROOT / "studies/fp8_kv.toml")).points}
+    now = {p.id: p.fingerprint for p in _plan(_fp8_kv_as_first_run(tmp_path)).points}
     assert now.keys() == v1_points.keys()
     # Since then c32 and c128 send more requests (3.5 waves): those fingerprints moved, the rest did not.
     moved = {i for i in now if "/c32/" in i or "/c128/" in i}
@@ -235,7 +251,7 @@ def test_balance_on_one_replica_is_a_warning_not_an_error(tmp_path: Path) -> Non
     assert [w.path for w in loaded.warnings] == ["arms.warm.balance"]
 
 
-def test_plans_stored_as_v1_read_back_as_one_block_of_single_launches() -> None:
+def test_plans_stored_as_v1_read_back_as_one_block_of_single_launches(tmp_path: Path) -> None:
     plan = Plan.model_validate_json((ROOT / "tests/compiler/golden/plan_v1_fp8_kv.json").read_text())
     assert plan.schema_version == 1 and [s.id for s in plan.launches] == ["fp8-kv/bf16", "fp8-kv/fp8"]
     assert [b.launches for b in plan.design.blocks] == [("fp8-kv/bf16", "fp8-kv/fp8")]
@@ -243,7 +259,7 @@ def test_plans_stored_as_v1_read_back_as_one_block_of_single_launches() -> None:
     assert all(s.server_ids == (s.id,) and s.gpus == 1 for s in plan.launches)
     assert all(p.launch == 1 and p.block == 1 and p.exchangeable for p in plan.points)
     # The same ids and fingerprints as the plan compiled now: stored runs resume.
-    now = {p.id: p.fingerprint for p in compile_study(load_study(ROOT / "studies/fp8_kv.toml")).points}
+    now = {p.id: p.fingerprint for p in _plan(_fp8_kv_as_first_run(tmp_path)).points}
     stored = {p.id: p.fingerprint for p in plan.points}
     assert stored.keys() == now.keys()  # c32 and c128 send more requests since: only those moved
     assert {i for i in now if now[i] != stored[i]} == {i for i in now if "/c32/" in i or "/c128/" in i}

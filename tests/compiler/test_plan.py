@@ -70,8 +70,9 @@ def test_server_metric_hypotheses_name_servers_not_points() -> None:
     plan = compile_study(load_study("studies/fp8_kv.toml"))
     capacity = next(h for h in plan.hypotheses if h.metric == "kv_capacity_tokens")
     assert capacity.level == "server" and capacity.points == ()
-    assert capacity.numerator.servers == ("fp8-kv/fp8",)
-    assert capacity.denominator is not None and capacity.denominator.servers == ("fp8-kv/bf16",)
+    assert capacity.numerator.servers == ("fp8-kv/fp8/L1", "fp8-kv/fp8/L2", "fp8-kv/fp8/L3")
+    assert capacity.denominator is not None
+    assert capacity.denominator.servers == ("fp8-kv/bf16/L1", "fp8-kv/bf16/L2", "fp8-kv/bf16/L3")
 
 
 def test_plan_json_lists_hypotheses_with_their_points() -> None:
@@ -84,16 +85,15 @@ def test_plan_json_lists_hypotheses_with_their_points() -> None:
 
 def test_launches_outer_repeats_interleaved() -> None:
     plan = compile_study(load_study("studies/fp8_kv.toml"))
-    # One launch per arm: one block, in the seed's order; ids as before launches existed.
-    assert sorted(s.id for s in plan.launches) == ["fp8-kv/bf16", "fp8-kv/fp8"]
+    # Three launches per arm: three blocks, each with one launch of every arm, in a seeded order.
+    assert [sorted(b.launches) for b in plan.design.blocks] == [
+        [f"fp8-kv/bf16/L{n}", f"fp8-kv/fp8/L{n}"] for n in (1, 2, 3)]
+    assert [s.id for s in plan.launches] == [i for b in plan.design.blocks for i in b.launches]
     bf16 = next(s for s in plan.launches if s.arm == "bf16")
     ids = [p.id for p in bf16.points]
-    assert ids[:3] == ["fp8-kv/bf16/decode/c1/r1", "fp8-kv/bf16/decode/c8/r1", "fp8-kv/bf16/decode/c32/r1"]
-    # every point of repeat 1 before any of repeat 2
-    repeats = [p.repeat for p in bf16.points]
-    assert repeats == sorted(repeats)
-    assert len(ids) == len(set(ids)) == 2 * 4 * 3
-    # fingerprints differ between repeats and arms but the prompts are the same seeded set
+    assert ids[:3] == ["fp8-kv/bf16/L1/decode/c1/r1", "fp8-kv/bf16/L1/decode/c8/r1", "fp8-kv/bf16/L1/decode/c32/r1"]
+    assert len(ids) == len(set(ids)) == 2 * 4 * 1
+    # fingerprints differ between launches and arms but the prompts are the same seeded set
     fps = {p.fingerprint for s in plan.servers for p in s.points}
     assert len(fps) == 48
 
