@@ -14,12 +14,15 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compiler.hardware import HardwareError, get_hardware
 from compiler.plan import Plan
 from report.intervals import fixed_critical, layout
 from runner.store import Store
+
+if TYPE_CHECKING:
+    from report.scoring import Score
 
 Key = tuple[Any, ...]
 # Options whose spelled-out default leaves the server as it is (vLLM 0.2x: prefix caching is on by default).
@@ -153,6 +156,39 @@ def blocks_needed(tolerance: float, spread: float, *, target: float = 0.5, most:
     return None
 
 
+def edge_distance(last: Score) -> float | None:
+    """Log-scale (relative) distance from a scored run's mean to the nearest edge its interval must clear:
+    a band's edges, or a relation's threshold. None without a positive mean or edge."""
+    if last.measured is None or last.measured <= 0:
+        return None
+    edges: tuple[float | None, ...] = (last.band_low, last.band_high)
+    if last.kind == "relation":
+        edges = (last.band_low if last.relation in (">", ">=") else last.band_high,)
+    found = [abs(math.log(last.measured / e)) for e in edges if e is not None and e > 0]
+    return min(found) if found else None
+
+
+def blocks_to_clear(distance: float, spread: float, *, most: int = 100) -> int | None:
+    """Fewest blocks n (>= 2) whose expected 95% half-width t(n-1) x spread / sqrt(n) is under `distance`:
+    if the truth is where the last run put it, its interval then clears the nearest edge. None when
+    `most` blocks do not do it (the mean sits on the edge, or the spread is too large)."""
+    for n in range(2, most + 1):
+        if fixed_critical(n - 1) * spread / math.sqrt(n) < distance:
+            return n
+    return None
+
+
+@dataclass(frozen=True)
+class Last:
+    """The latest stored run's estimate of a hypothesis, and what deciding it from there would take."""
+
+    measured: float
+    distance: float  # relative (log) distance to the nearest edge
+    edge: float
+    blocks: int | None
+    gpu_s: float | None
+
+
 @dataclass(frozen=True)
 class PowerRow:
     hypothesis: str
@@ -165,6 +201,7 @@ class PowerRow:
     warnings: tuple[str, ...] = ()
     launch_sd: float | None = None  # launch-to-launch SD of one side (relative)
     launch_df: int = 0
+    last: Last | None = None  # from the latest run of this study in the database, when scored
 
 
 def _tolerance(pred: Any) -> float | None:
@@ -177,8 +214,40 @@ def _tolerance(pred: Any) -> float | None:
     return None
 
 
-def power_plan(plan: Plan, db: Path) -> tuple[list[PowerRow], str | None]:
-    """Per hypothesis of a compiled plan: the blocks it likely needs and their GPU time, from `db`."""
+def _side_spread(
+    metric: str, point: str | None, steps: dict[str, Any], by_config: dict[tuple[str, Key], Spread],
+    by_metric: dict[str, Spread],
+) -> tuple[Spread | None, str]:
+    """One side's spread and where it came from: its configuration's, with the metric's pooled
+    launch-to-launch spread where the configuration never ran on two launches."""
+    if point is not None and (metric, config_key(*steps[point])) in by_config:
+        spread = by_config[(metric, config_key(*steps[point]))]
+        if spread.launch_sd is None and metric in by_metric:
+            pooled = by_metric[metric]
+            return (Spread(metric, pooled.launch_sd, pooled.launch_df, spread.within_sd, spread.within_df),
+                    "the same configuration (within); every configuration of the metric (between launches)")
+        return spread, "the same configuration"
+    if metric in by_metric:
+        return by_metric[metric], "every configuration of the metric"
+    return None, "no earlier run of this metric on this GPU, model and vLLM version"
+
+
+def _last(score: Score | None, sd: float | None, block_s: float) -> Last | None:
+    distance = edge_distance(score) if score is not None else None
+    if score is None or score.measured is None or distance is None or sd is None:
+        return None
+    edges = [e for e in (score.band_low, score.band_high) if e is not None and e > 0]
+    edge = min(edges, key=lambda e: abs(math.log(score.measured / e)))  # type: ignore[operator]
+    blocks = blocks_to_clear(distance, sd)
+    return Last(score.measured, distance, edge, blocks, blocks * block_s if blocks else None)
+
+
+def power_plan(
+    plan: Plan, db: Path, last: dict[str, Score] | None = None,
+) -> tuple[list[PowerRow], str | None]:
+    """Per hypothesis of a compiled plan: the blocks it likely needs and their GPU time, from `db`. With
+    `last` (hypothesis id -> the latest stored run's score), also the blocks that would decide it if the
+    truth is where that run measured it."""
     data = json.loads(plan.to_json())
     steps = {str(p["id"]): (s, p) for s in data["launches"] for p in s["points"]}
     models = sorted({_model(s) for s in data["launches"]})
@@ -190,17 +259,18 @@ def power_plan(plan: Plan, db: Path) -> tuple[list[PowerRow], str | None]:
         pred = hyp.prediction
         ratio = hyp.denominator is not None
         tol = _tolerance(pred)
-        first = next(iter(hyp.numerator.points), None)
-        spread, source = None, "no earlier run of this metric on this GPU, model and vLLM version"
-        if first is not None and (hyp.metric, config_key(*steps[first])) in by_config:
-            spread, source = by_config[(hyp.metric, config_key(*steps[first]))], "the same configuration"
-            if spread.launch_sd is None and hyp.metric in by_metric:
-                pooled = by_metric[hyp.metric]
-                spread = Spread(hyp.metric, pooled.launch_sd, pooled.launch_df, spread.within_sd, spread.within_df)
-                source = "the same configuration (within); every configuration of the metric (between launches)"
-        elif hyp.metric in by_metric:
-            spread, source = by_metric[hyp.metric], "every configuration of the metric"
-        sd = spread.per_block(plan.design.repeats, ratio) if spread else None
+        sides = [hyp.numerator] + ([hyp.denominator] if hyp.denominator is not None else [])
+        found = [_side_spread(hyp.metric, next(iter(side.points), None), steps, by_config, by_metric)
+                 for side in sides]
+        spread, source = found[0]
+        if len(found) == 2 and found[1][0] is not None and spread is not None:
+            # a ratio: its block's variance is the sum of the two sides' (each side's own spread)
+            sd_parts = [s.per_block(plan.design.repeats, False) for s, _ in found if s is not None]
+            sd = math.sqrt(math.fsum(x * x for x in sd_parts if x is not None)) if None not in sd_parts else None
+            if found[1][1] != source:
+                source = f"numerator: {source}; denominator: {found[1][1]}"
+        else:
+            sd = spread.per_block(plan.design.repeats, ratio) if spread else None
         warnings: list[str] = []
         if spread and spread.launch_sd is None:
             warnings.append("no configuration ran on two launches: launch-to-launch spread unknown")
@@ -214,7 +284,8 @@ def power_plan(plan: Plan, db: Path) -> tuple[list[PowerRow], str | None]:
                             "to the threshold")
         gpu_s = blocks * block_s if blocks else None
         rows.append(PowerRow(hyp.id, hyp.metric, tol, sd, blocks, gpu_s, source, tuple(warnings),
-                             spread.launch_sd if spread else None, spread.launch_df if spread else 0))
+                             spread.launch_sd if spread else None, spread.launch_df if spread else 0,
+                             _last((last or {}).get(hyp.id), sd, block_s)))
     return rows, version
 
 
@@ -229,5 +300,10 @@ def format_power(rows: Sequence[PowerRow], version: str | None, db: Path) -> str
         launch = (f", launch-to-launch {100 * r.launch_sd:.2g}% (df {r.launch_df})" if r.launch_sd is not None
                   else "")
         out.append(f"  {r.hypothesis}: {r.metric} band {tol}, block SD {sd}{launch}: {need} ({r.source})")
+        if r.last is not None:
+            then = (f"{r.last.blocks} blocks, ~{r.last.gpu_s / 60:.0f} GPU min" if r.last.blocks and r.last.gpu_s
+                    else "more than 100 blocks")
+            out.append(f"    from the last run's {r.last.measured:.4g} ({100 * r.last.distance:.2g}% from the edge "
+                       f"{r.last.edge:.4g}): {then} to decide it")
         out += [f"    warning: {w}" for w in r.warnings]
     return "\n".join(out) + "\n"

@@ -115,9 +115,11 @@ def plan(study: Path, db: Path | None, bench: bool, fmt: str | None, **aliases: 
                 cells = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r[:4], widths, strict=True))]
                 click.echo("  ".join(cells) + ("  " + r[4] if r[4] else ""))
     if db is not None and shown != "json":
+        from report.audit import audit_studies
         from report.power import format_power, power_plan
 
-        click.echo("\n" + format_power(*power_plan(compiled, db), db), nl=False)
+        last = {s.hypothesis: s for s in audit_studies([loaded], [db]).scores if s.run_id is not None}
+        click.echo("\n" + format_power(*power_plan(compiled, db, last), db), nl=False)
     if commands is not None and shown != "json":
         from compiler.bench_equivalent import DIFFERENCES
 

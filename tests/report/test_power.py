@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import datetime
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -13,7 +16,7 @@ from click.testing import CliRunner
 from compiler.load import load_study
 from compiler.plan import compile_study
 from report.intervals import t_quantile
-from report.power import blocks_needed, power_plan, read_spreads
+from report.power import blocks_needed, blocks_to_clear, edge_distance, power_plan, read_spreads
 from runner.records import PointRecord, PointSummary, RunRecord
 from runner.store import Store
 from studyc.cli import main
@@ -38,14 +41,15 @@ LAUNCH = {1: 1.00, 2: 1.01, 3: 0.99}  # launch offsets: SD 1% between launches
 WITHIN = (0.998, 1.002)  # repeats of one launch
 
 
-def _db(tmp: Path, study: Path, gpu: str = "NVIDIA H200") -> Path:
+def _db(tmp: Path, study: Path, gpu: str = "NVIDIA H200", b_launch: dict[int, float] | None = None) -> Path:
     plan = compile_study(load_study(study))
     db = tmp / "runs.duckdb"
     with Store(db) as store:
         store.save_run(RunRecord(run_id="r1", study_id="toy", plan_json=plan.to_json(), gpu_name=gpu,
                                  vllm_version="0.26.0", started_at=datetime(2026, 1, 1)))
         for p in plan.points:
-            value = 100.0 * p.level * LAUNCH[p.launch] * WITHIN[p.repeat - 1]
+            launch = (b_launch or LAUNCH) if p.arm == "b" else LAUNCH
+            value = 100.0 * p.level * launch[p.launch] * WITHIN[p.repeat - 1]
             store.commit_point(PointRecord(
                 run_id="r1", point_id=p.id, server_id=f"{p.id.rsplit('/', 3)[0]}", arm=p.arm, workload=p.workload,
                 concurrency=p.concurrency, level=p.level, repeat=p.repeat, valid=True,
@@ -100,3 +104,48 @@ def test_plan_command_prints_the_power_plan_with_db(tmp_path: Path, study: Path)
     assert "power plan" not in plain.output
     as_json = CliRunner().invoke(main, ["plan", str(study), "--db", str(db), "--json"])
     json.loads(as_json.stdout)  # JSON stays JSON
+
+
+def _score(measured: float, low: float | None, high: float | None, kind: str = "value",
+           relation: str | None = None) -> Any:
+    return SimpleNamespace(measured=measured, band_low=low, band_high=high, kind=kind, relation=relation)
+
+
+def test_edge_distance_is_to_the_nearest_edge_the_interval_must_clear() -> None:
+    assert edge_distance(_score(0.984, 0.98, 1.02)) == pytest.approx(math.log(0.984 / 0.98))
+    assert edge_distance(_score(1.5, 0.98, 1.02)) == pytest.approx(math.log(1.5 / 1.02))
+    # a relation: only its threshold counts
+    assert edge_distance(_score(2.76, 1.0, None, "relation", ">")) == pytest.approx(math.log(2.76))
+    assert edge_distance(_score(0.5, None, 1.0, "relation", "<")) == pytest.approx(math.log(2.0))
+    assert edge_distance(_score(0.0, 0.98, 1.02)) is None
+
+
+def test_blocks_to_clear_the_edge() -> None:
+    sd, distance = 0.0085, 0.0045
+    n = blocks_to_clear(distance, sd)
+    assert n is not None and t_quantile(0.975, n - 1) * sd / math.sqrt(n) < distance
+    assert t_quantile(0.975, n - 2) * sd / math.sqrt(n - 1) >= distance  # the fewest
+    assert blocks_to_clear(0.0, 0.01) is None  # a mean on the edge is never decided
+    assert blocks_to_clear(1.0, 0.01) == 2
+
+
+def test_a_ratios_block_spread_adds_both_sides(tmp_path: Path, study: Path) -> None:
+    plan = compile_study(load_study(study))
+    same = {r.hypothesis: r for r in power_plan(plan, _db(tmp_path, study))[0]}["same"]
+    (tmp_path / "b").mkdir()
+    noisy_b = {1: 1.00, 2: 1.02, 3: 0.98}  # arm b varies twice as much between launches as arm a
+    mixed = {r.hypothesis: r for r in power_plan(plan, _db(tmp_path / "b", study, b_launch=noisy_b))[0]}["same"]
+    assert same.block_sd is not None and mixed.block_sd is not None
+    # b's own spread counts, not a's doubled: sqrt(1 + 4) / sqrt(2) = 1.58 times a's-only figure
+    assert mixed.block_sd == pytest.approx(same.block_sd * math.sqrt(5 / 2), rel=0.05)
+    assert mixed.blocks is not None and same.blocks is not None and mixed.blocks > same.blocks
+
+
+def test_plan_says_what_deciding_from_the_last_run_would_take(tmp_path: Path, study: Path) -> None:
+    db = _db(tmp_path, study)
+    out = CliRunner().invoke(main, ["plan", str(study), "--db", str(db)])
+    assert out.exit_code == 0, out.output
+    # b / a is about 1 in the toy data: some 2% from either edge of "1x +- 2%", so a few blocks decide it
+    line = next(x for x in out.output.splitlines() if "from the last run's" in x).strip()
+    assert re.fullmatch(r"from the last run's 1\.00\d \(1\.\d% from the edge (0\.98|1\.02)\): \d blocks, "
+                        r"~\d+ GPU min to decide it", line), line
