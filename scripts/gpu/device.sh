@@ -2,7 +2,8 @@
 # Run studies on an offline GPU host with the vLLM bundle of ../shared/gpu (see README, "On a GPU").
 #
 #   bash scripts/gpu/device.sh unpack [STUDY...] # after the bundle's pieces arrived: unpack and check
-#   bash scripts/gpu/device.sh run STUDY...      # run studies/STUDY.toml, one DuckDB file each
+#   bash scripts/gpu/device.sh run STUDY...      # run studies/STUDY.toml, one DuckDB file each (RESUME=1: continue
+#                                                # the latest run in /tmp/results/h200-STUDY.duckdb, e.g. its budget blocks)
 #   bash scripts/gpu/device.sh start STUDY...    # the same in the background (outlives this call)
 #   bash scripts/gpu/device.sh wait SECONDS      # wait for it at most SECONDS, copy what it has to $OUT
 #   bash scripts/gpu/device.sh agree             # benchmarks/bench_agreement.py on the 8B shape
@@ -34,7 +35,7 @@ print(gpu_info(0)); print(calibrate(['python3']))" 2>&1 | tail -2
   run)
     for s in "$@"; do
       echo "=== $s $(date +%T)"
-      python3 -m studyc run "studies/$s.toml" --db "/tmp/results/h200-$s.duckdb" --keep-going 2>&1 | grep -v '━' | tail -60
+      python3 -m studyc run "studies/$s.toml" --db "/tmp/results/h200-$s.duckdb" --keep-going ${RESUME:+--resume} 2>&1 | grep -v '━' | tail -60
       cp "/tmp/results/h200-$s.duckdb" "$OUT/" 2>/dev/null
     done
     tar -C /tmp/results -czf "$OUT/logs.tgz" --exclude='*.duckdb' --exclude='compile-cache' . 2>/dev/null
