@@ -1,4 +1,5 @@
-"""`studyc merge`: combine results databases from several hosts into one (runs already present are kept)."""
+"""`studyc merge`: combine results databases from several hosts into one (a run already present is kept,
+unless the input holds it continued: every point of it and more)."""
 
 from __future__ import annotations
 
@@ -19,5 +20,10 @@ def merge_databases(out: Path, inputs: Sequence[Path]) -> list[str]:
             if Path(source).resolve() == Path(out).resolve():
                 raise StoreError(f"{source}: cannot merge a database into itself")
             copied = store.merge_from(Path(source))
-            lines.append(f"{source}: {copied.get('runs_new', 0)} new run(s) -> {out}")
+            line = f"{source}: {copied.get('runs_new', 0)} new run(s)"
+            if copied.get("runs_continued"):
+                line += f", {copied['runs_continued']} continued (more points than the copy in {out})"
+            if copied.get("runs_kept"):
+                line += f", {copied['runs_kept']} already there (kept)"
+            lines.append(f"{line} -> {out}")
     return lines

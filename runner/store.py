@@ -450,8 +450,10 @@ class Store:
     # -- merging --------------------------------------------------------------------------------
 
     def merge_from(self, other: Path) -> dict[str, int]:
-        """Copy every run of another results database into this one (runs already present are skipped).
-        An older schema is migrated on a temporary copy first; the source file is never written."""
+        """Copy every run of another results database into this one. A run already present is replaced
+        when the source holds every point of it and more (the same run continued with `--resume`
+        elsewhere: `runs_continued`), kept otherwise (`runs_kept`). An older schema is migrated on a
+        temporary copy first; the source file is never written."""
         version = _version_of(Path(other))
         if version == str(SCHEMA_VERSION):
             return self._merge_attached(Path(other))
@@ -471,8 +473,17 @@ class Store:
             new = [r[0] for r in self.con.execute(
                 f"SELECT run_id FROM {alias}.runs WHERE run_id NOT IN (SELECT run_id FROM runs)"
             ).fetchall()]
+            both = [r[0] for r in self.con.execute(
+                f"SELECT run_id FROM {alias}.runs WHERE run_id IN (SELECT run_id FROM runs)"
+            ).fetchall()]
+            continued = [run_id for run_id in both if self._continues(alias, run_id)]
             copied: dict[str, int] = {}
             with self.transaction():
+                if continued:
+                    marks = ", ".join("?" for _ in continued)
+                    for table in TABLES:
+                        self.con.execute(f"DELETE FROM {table.name} WHERE run_id IN ({marks})", continued)
+                    new = new + continued
                 for table in TABLES:
                     if not new:
                         break
@@ -487,9 +498,18 @@ class Store:
                         f"SELECT count(*) FROM {alias}.{table.name} WHERE run_id IN ({marks})", new
                     ).fetchone()
                     copied[table.name] = int(row[0]) if row else 0
-            return copied | {"runs_new": len(new)}
+            return copied | {"runs_new": len(new) - len(continued), "runs_continued": len(continued),
+                             "runs_kept": len(both) - len(continued)}
         finally:
             self.con.execute(f"DETACH {alias}")
+
+    def _continues(self, alias: str, run_id: str) -> bool:
+        """Whether the attached database's copy of `run_id` holds every point this one has, and more."""
+        def points(catalog: str) -> set[str]:
+            rows = self.con.execute(f"SELECT point_id FROM {catalog}.points WHERE run_id = ?", [run_id])
+            return {r[0] for r in rows.fetchall()}
+        here, there = points("main"), points(alias)
+        return here < there
 
     # -- report reads (site downloads) ----------------------------------------------------------
 

@@ -4,6 +4,7 @@ a version-1 file (built here with the version-1 DDL) migrates, and merges across
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -192,6 +193,38 @@ def test_merge_takes_version_1_and_version_2_files(tmp_path: Path) -> None:
         assert json.loads(s.servers("old")[0].argv_json or "")[3] == "***"
         assert s.points("run-1") == [POINT]
     assert old.read_bytes() == before  # the source is never written
+
+
+def records_of(point_id: str) -> tuple[list[CheckResult], list[TelemetrySample]]:
+    """The module's checks and telemetry, for another point."""
+    return ([replace(c, point_id=point_id) for c in CHECKS],
+            [replace(t, point_id=point_id) for t in TELEMETRY])
+
+
+def test_merge_takes_a_run_continued_elsewhere_and_keeps_one_that_diverged(tmp_path: Path) -> None:
+    """A run resumed on another host (a copy of the database, then more points) replaces the copy
+    here; a copy that lacks a point this one has is kept, and both are counted."""
+    import shutil
+
+    here = filled(tmp_path / "here.duckdb")
+    there = tmp_path / "there.duckdb"
+    shutil.copyfile(here, there)
+    second = replace(POINT, point_id="toy/a/w/c4/r2", repeat=2)
+    with Store(there) as s:
+        s.commit_point(second, REQUESTS, *records_of(second.point_id))
+    with Store(here) as s:
+        got = s.merge_from(there)
+        assert (got["runs_new"], got["runs_continued"], got["runs_kept"]) == (0, 1, 0)
+        assert [p.point_id for p in s.points("run-1")] == [POINT.point_id, second.point_id]
+        assert s.counts("run-1") == {"runs": 1, "servers": 1, "points": 2, "requests": 4, "checks": 4, "telemetry": 4}
+        assert s.merge_from(there)["runs_kept"] == 1  # the same points: nothing to take
+    diverged = tmp_path / "diverged.duckdb"
+    with Store(diverged) as s:
+        s.save_run(RUN)
+        s.commit_point(replace(POINT, point_id="toy/a/w/c1/r1"), REQUESTS, *records_of("toy/a/w/c1/r1"))
+    with Store(here) as s:
+        assert s.merge_from(diverged)["runs_kept"] == 1
+        assert len(s.points("run-1")) == 2
 
 
 def test_merge_refuses_what_is_not_a_results_database(tmp_path: Path) -> None:
