@@ -146,10 +146,25 @@ def markdown_table(result: Audit) -> str:
             runs.append(f"`{sid}` not run")
             continue
         engine = f", vLLM {data.run.vllm_version}" if data.run.vllm_version else ""
-        runs.append(f"`{sid}` run {data.run_id} ({gpu_name(data.run)}{engine})")
-    lines += ["", md_cell("Measured: mean of the repeats with its 95% t interval (a ratio: on the log scale, "
-                             "never negative). Runs: " + "; ".join(runs) + ".")]
+        runs.append(f"`{sid}` run {data.run_id} ({gpu_name(data.run)}{engine}; {design_note(data)})")
+    lines += ["", md_cell("Measured: the mean with its 95% interval, between launches where an arm ran on "
+                             "several (n counts them), else between the repeats of its one launch (n counts "
+                             "those; launch-to-launch variation not included); a ratio's interval is on the log "
+                             "scale, never negative. Runs: " + "; ".join(runs) + ".")]
     return "\n".join(lines)
+
+
+def design_note(data: RunData) -> str:
+    """How many launches per arm and repeats per launch the run's points rest on: "3 launches per arm x 1
+    repeat"."""
+    launches: dict[str, set[str]] = {}
+    for p in data.points:
+        launches.setdefault(p.arm, set()).add(p.server_id.split("~")[0])
+    counts = sorted({len(v) for v in launches.values()}) or [0]
+    repeats = max((p.repeat for p in data.points), default=0)
+    span = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    return (f"{span} launch{'es' if counts[-1] != 1 else ''} per arm x {repeats} "
+            f"repeat{'s' if repeats != 1 else ''}")
 
 
 def run_audit(study_paths: Sequence[Path], dbs: Sequence[Path], as_json: bool, markdown: bool = False) -> Audit:

@@ -126,9 +126,10 @@ def _downloads(data: RunData, folder: Path) -> None:
 
 def build_site(
     dbs: Sequence[Path], out: Path, *, strict: bool = False, study_paths: Sequence[Path] = (),
-    studies_dir: Path = Path("studies"),
+    studies_dir: Path = Path("studies"), ledger: bool = True,
 ) -> SiteResult:
-    """Build the site; with `strict`, raise SiteError listing the warnings instead of writing."""
+    """Build the site; with `strict`, raise SiteError listing the warnings instead of writing. Without
+    `ledger` the step-time model's page is left out (its leave-one-study-out fits take minutes)."""
     if not dbs:
         raise SiteError("no results database given (--db)")
     paths = list(study_paths) or default_studies(dbs, studies_dir)
@@ -140,7 +141,9 @@ def build_site(
     from report.ledger_page import write_page
 
     written = write(gathered, out)
-    return SiteResult(out=out, pages=[*written, write_page(dbs, out, environment())], warnings=list(gathered.warnings))
+    if ledger:
+        written.append(write_page(dbs, out, environment()))
+    return SiteResult(out=out, pages=written, warnings=list(gathered.warnings))
 
 
 def run_site(dbs: Sequence[Path], out: Path, strict: bool, study_paths: Sequence[Path]) -> SiteResult:

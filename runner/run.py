@@ -321,8 +321,9 @@ def _open_run(store: Store, plan: Plan, options: RunOptions, progress: Progress)
     if options.resume:
         previous = store.latest_run(plan.study_id)
         if previous is not None:
+            resumed = f"resumed on {socket.gethostname()} at {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}"
             store.save_run(replace(previous, status="running", plan_json=plan.to_json(),
-                                   notes=_with_notes(previous.notes, options.warnings)))
+                                   notes=_with_notes(previous.notes, (*options.warnings, resumed))))
             progress.message(f"resuming run {previous.run_id}")
             return previous.run_id, store.done_points(previous.run_id)
         progress.message("nothing to resume: starting a new run")

@@ -43,7 +43,8 @@ def test_plan_is_pure_and_stable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 
 def test_an_arm_with_its_own_model_serves_it_under_its_own_name() -> None:
     plan = compile_study(load_study("studies/decode_roofline.toml"))
-    big, small = sorted(plan.launches, key=lambda s: s.arm != "qwen3-8b")
+    big = next(s for s in plan.launches if s.arm == "qwen3-8b")
+    small = next(s for s in plan.launches if s.arm == "qwen3-0-6b")
     assert big.served_model_name == "Qwen/Qwen3-8B"
     assert small.argv[1].endswith("models/qwen3-0.6b")
     assert small.served_model_name == "qwen3-0.6b"

@@ -116,15 +116,15 @@ def test_bursts_read_from_the_requests_table(db):
 
 
 def test_a_studys_latest_run_replaces_its_earlier_ones(tmp_path):
-    # Both cuda-graphs runs: only the later one is read. Its plan names its model folder by an absolute
+    # Every cuda-graphs run: only the latest is read. Its plan names its model folder by an absolute
     # path of the checkout it was compiled in, found here under models/.
     path = tmp_path / "two.duckdb"
     shutil.copyfile(COMMITTED, path)
     with Store(path) as store:
         store.con.execute("DELETE FROM runs WHERE study_id != 'cuda-graphs'")
-        assert len(store.runs()) == 2
+        assert len(store.runs()) == 3
     points = read_points(path)
-    assert {p.run_id for p in points} == {"20261201T042836-0481cd"} and len(points) == 12
+    assert {p.run_id for p in points} == {"20261201T202615-d1cd5a"} and len(points) == 12
     assert _model_dir("/elsewhere/models/qwen3-8b", REPO) == REPO / "models" / "qwen3-8b"
     assert _model_dir("/elsewhere/qwen3-8b", REPO) == Path("/elsewhere/qwen3-8b")  # not found: as given
 

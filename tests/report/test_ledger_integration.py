@@ -67,7 +67,7 @@ def test_plan_json_predicts_every_point(small_db):
     plan = json.loads(result.stdout)
     points = [p for s in plan.get("launches", plan.get("servers", [])) for p in s["points"]]
     assert points and all(set(p["predicted"]) == {"output_throughput", "tpot_s", "ttft_s"} for p in points)
-    c1 = next(p for p in points if p["id"] == "cuda-graphs/graphs/decode/c1/r1")["predicted"]
+    c1 = next(p for p in points if p["id"] == "cuda-graphs/graphs/L1/decode/c1/r1")["predicted"]
     assert c1["output_throughput"] == pytest.approx(190, rel=0.05) and c1["tpot_s"] > 0
     assert "fitting the step-time model from 2 run(s)" in result.stderr
     table = CliRunner().invoke(main, ["plan", str(STUDY), "--db", str(small_db)])
@@ -84,7 +84,7 @@ def test_run_time_prediction_per_point(small_db):
         own_only = _predictions(store, plan, run, Progress())  # its own run is never fitted on
         elsewhere = _predictions(store, plan, replace(run, run_id="new", gpu_name="NVIDIA A100-SXM4-80GB"), Progress())
         no_gpu = _predictions(store, plan, replace(run, run_id="new", gpu_name=None), Progress())
-    c1, eager = "cuda-graphs/graphs/decode/c1/r1", "cuda-graphs/eager/decode/c1/r1"
+    c1, eager = "cuda-graphs/graphs/L1/decode/c1/r1", "cuda-graphs/eager/L1/decode/c1/r1"
     assert on_h200[c1].values["tpot_s"] and not on_h200[c1].note
     assert own_only[eager].values["tpot_s"] is None and "eager" in own_only[eager].note
     assert elsewhere[c1].values["tpot_s"] is None and "A100" in elsewhere[c1].note

@@ -24,3 +24,15 @@ def test_readme_headline_is_the_audit_of_the_committed_results() -> None:
     assert block.group(1).strip() == out.stdout.strip(), (
         "README.md's headline differs from `studyc audit ... --format markdown`: regenerate it"
     )
+
+
+def test_each_run_says_the_launches_and_repeats_it_rests_on() -> None:
+    """The footer under the table names each run's design: launches per arm and repeats per launch,
+    read from the points it stored (so a ±2% interval is read against how many servers made it)."""
+    from report.audit import design_note
+    from report.results import latest_runs
+
+    runs = latest_runs([REPO / "results/h200.duckdb"])
+    assert design_note(runs["cuda-graphs"]) == "3 launches per arm x 1 repeat"
+    assert design_note(runs["prefix-cache-ladder"]) == "1 launch per arm x 3 repeats"
+    assert design_note(runs["mla-kv"]) == "1 launch per arm x 1 repeat"
