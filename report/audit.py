@@ -159,7 +159,7 @@ def design_note(data: RunData) -> str:
     repeat"."""
     launches: dict[str, set[str]] = {}
     for p in data.points:
-        launches.setdefault(p.arm, set()).add(p.server_id.split("~")[0])
+        launches.setdefault(p.arm, set()).add((p.server_id or "").split("~")[0])
     counts = sorted({len(v) for v in launches.values()}) or [0]
     repeats = max((p.repeat for p in data.points), default=0)
     span = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
