@@ -161,7 +161,7 @@ def design_note(data: RunData) -> str:
     for p in data.points:
         launches.setdefault(p.arm, set()).add((p.server_id or "").split("~")[0])
     counts = sorted({len(v) for v in launches.values()}) or [0]
-    repeats = max((p.repeat for p in data.points), default=0)
+    repeats = len({p.repeat for p in data.points})
     span = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
     return (f"{span} launch{'es' if counts[-1] != 1 else ''} per arm x {repeats} "
             f"repeat{'s' if repeats != 1 else ''}")

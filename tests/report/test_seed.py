@@ -241,7 +241,7 @@ def test_audit_markdown_prints_a_row_per_hypothesis(tmp_path: Path) -> None:
     assert "| a/w/4 ÷ a/w/1: > 2x | 4.000x (95% CI" not in cells["c4 gives more than twice c1"]
     assert "| 4 ÷ 1: > 2x | 3.999x (95% CI 3.853–4.151x) | 3 | confirmed |" in cells["c4 gives more than twice c1"]
     assert "| - |" in cells["c4 gives more than twice c1"]  # no source quoted
-    assert "`toy` run run-1 (CPU (no GPU), vLLM 0.0-test)" in result.output
+    assert "`toy` run run-1 (CPU (no GPU), vLLM 0.0-test; 1 launch per arm x 3 repeats)" in result.output
 
     both = runner.invoke(main, ["audit", str(study), "--db", str(db), "--markdown", "--json"])
     assert both.exit_code == 2 and "at most one of --json and --markdown" in both.output
