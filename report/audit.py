@@ -20,6 +20,7 @@ from report.context import build_context
 from report.results import RunData, latest_runs
 from report.scoring import Score, Why, score
 from report.seed import gpu_name
+from runner.records import base_server_id
 
 VERDICT_STYLE = {
     "confirmed": "bold green",
@@ -159,7 +160,7 @@ def design_note(data: RunData) -> str:
     repeat"."""
     launches: dict[str, set[str]] = {}
     for p in data.points:
-        launches.setdefault(p.arm, set()).add((p.server_id or "").split("~")[0])
+        launches.setdefault(p.arm, set()).add(base_server_id(p.server_id or ""))
     counts = sorted({len(v) for v in launches.values()}) or [0]
     repeats = len({p.repeat for p in data.points})
     span = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"

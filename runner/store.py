@@ -483,22 +483,22 @@ class Store:
                     marks = ", ".join("?" for _ in continued)
                     for table in TABLES:
                         self.con.execute(f"DELETE FROM {table.name} WHERE run_id IN ({marks})", continued)
-                    new = new + continued
+                taken = new + continued
                 for table in TABLES:
-                    if not new:
+                    if not taken:
                         break
-                    marks = ", ".join("?" for _ in new)
+                    marks = ", ".join("?" for _ in taken)
                     have = self._columns(table.name, catalog=alias)  # a source of the same version may lack
                     names = ", ".join(c for c in table.column_names if c in have)  # a column added since
                     self.con.execute(
                         f"INSERT INTO {table.name} ({names}) SELECT {names} FROM {alias}.{table.name} "
-                        f"WHERE run_id IN ({marks})", new,
+                        f"WHERE run_id IN ({marks})", taken,
                     )
                     row = self.con.execute(
-                        f"SELECT count(*) FROM {alias}.{table.name} WHERE run_id IN ({marks})", new
+                        f"SELECT count(*) FROM {alias}.{table.name} WHERE run_id IN ({marks})", taken
                     ).fetchone()
                     copied[table.name] = int(row[0]) if row else 0
-            return copied | {"runs_new": len(new) - len(continued), "runs_continued": len(continued),
+            return copied | {"runs_new": len(new), "runs_continued": len(continued),
                              "runs_kept": len(both) - len(continued)}
         finally:
             self.con.execute(f"DETACH {alias}")
