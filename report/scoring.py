@@ -310,6 +310,13 @@ def _point_side(data: RunData, ids: Sequence[str], metric: str, failed_checks: d
     return side
 
 
+# A start that compiled its graphs is not exchangeable, for a server metric, with the starts of the same run
+# that loaded them: vLLM profiles memory with the compiler's allocations in it (H200, Qwen3-8B, fp8 KV: a
+# cold start reported 1,628,304 KV tokens, its warm starts 1,635,648 each) and takes twice as long.
+COLD_COMPILE = ("its start compiled the graphs (cold compile cache) where this run's other starts loaded them: "
+                "its memory profile and start time differ by construction")
+
+
 def _server_side(data: RunData, ids: Sequence[str], metric: str, design: Layout) -> _Side:
     """The stored servers of one side of a server-metric hypothesis: exactly the plan's server ids,
     each by its latest start (a resumed launch starts its servers again, as "<id>~N")."""
@@ -321,6 +328,7 @@ def _server_side(data: RunData, ids: Sequence[str], metric: str, design: Layout)
         if base in wanted and (base not in latest or _started(s) >= _started(latest[base])):
             latest[base] = s
     servers = [latest[b] for b in sorted(latest)]
+    warm_seen = any(s.compile_cache == "warm" for s in data.servers)
     for index, server in enumerate(servers):
         side.rows += 1
         side.point_ids.append(server.server_id)
@@ -330,7 +338,9 @@ def _server_side(data: RunData, ids: Sequence[str], metric: str, design: Layout)
         value = server.metric(metric)
         if value is not None and math.isfinite(float(value)):
             at = design.server(base_server_id(server.server_id), index)
-            side.values.append(Obs(server.server_id, float(value), at.launch, at.block, at.repeat))
+            cold = warm_seen and server.compile_cache == "cold"
+            side.values.append(Obs(server.server_id, float(value), at.launch, at.block, at.repeat,
+                                   not cold, COLD_COMPILE if cold else ""))
     return side
 
 

@@ -56,7 +56,12 @@ def off_band(score: Score, *, spec: bool = False) -> str:
     value = score.off_band_spec if spec else score.off_band
     if score.measured is None or value is None:
         return "-"
-    return "inside" if value == 0 else fmt.percent(value, signed=True)
+    if value == 0:
+        return "inside"
+    decimals = 1  # a mean just off the band is shown off it: "+0.04%", never "0.0%"
+    while decimals < 4 and round(100 * value, decimals) == 0:
+        decimals += 1
+    return fmt.percent(value, decimals, signed=True)
 
 
 def measured(score: Score, *, spread: bool = False, n: bool = False) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -239,6 +240,11 @@ def _print_stepmodel(db: Path, ledger: bool, shown: str) -> None:
     click.echo(book.format_models(models, markdown=shown == "markdown"), nl=False)
 
 
+def _stop_on_term(signum: int, frame: Any) -> None:
+    """SIGTERM during a run: stop its servers and keep what was committed, as Ctrl-C does."""
+    raise KeyboardInterrupt
+
+
 @main.command()
 @click.argument("studies", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--db", type=click.Path(path_type=Path), default=DEFAULT_DB, show_default=True,
@@ -297,6 +303,7 @@ def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry
     options = run_options(settings, db, resume=resume, keep_going=keep_going, calibrate=not no_calibrate,
                           gpus=gpus, ray=ray_address)
     failed = False
+    signal.signal(signal.SIGTERM, _stop_on_term)  # `timeout`, `kill`, a batch scheduler: stop as on Ctrl-C
     for plan in plans:
         allowed = tuple(f"hardware mismatch allowed (--allow-hardware-mismatch): {w}" for w in mismatches
                         if w.startswith(f"{plan.study_id}: "))

@@ -21,6 +21,8 @@ fi
 export PYTHONPATH=$REPO:/tmp/site:/tmp/vsite PATH=/tmp/vsite/bin:$PATH PYTHONUNBUFFERED=1
 export VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export STUDYC_VLLM="python3 -m vllm.entrypoints.cli.main"
+# One compile cache for every call on this machine: a foreground run after a background one starts warm
+export STUDYC_CACHE_DIR=${STUDYC_CACHE_DIR:-/tmp/studyc-cache}
 stage=${1:?unpack|run}; shift
 case "$stage" in
   unpack)

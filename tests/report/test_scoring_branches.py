@@ -119,8 +119,10 @@ def failed(point_id: str, name: str, severity: str = "fail") -> CheckResult:
     return CheckResult(point_id, name, False, severity, 1.0, 0.5, f"{name} detail")  # type: ignore[arg-type]
 
 
-def server(sid: str, arm: str, kv: int | None, *, status: str = "ready", error: str | None = None) -> ServerRecord:
-    return ServerRecord(run_id=RUN, server_id=sid, arm=arm, kv_capacity_tokens=kv, status=status, error=error)
+def server(sid: str, arm: str, kv: int | None, *, status: str = "ready", error: str | None = None,
+           compile_cache: str | None = None) -> ServerRecord:
+    return ServerRecord(run_id=RUN, server_id=sid, arm=arm, kv_capacity_tokens=kv, status=status, error=error,
+                        compile_cache=compile_cache)
 
 
 def run(points: list[PointRecord] = (), servers: list[ServerRecord] = (),  # type: ignore[assignment]
@@ -308,6 +310,25 @@ def test_server_metric_ratio_of_arms_paired_by_block(tmp_path: Path) -> None:
         interval="paired: t on 2 block log-ratios, df 1",
     ))
     assert s.notes == ("the 95% interval straddles the band edge 2x: more repeats could decide",)
+
+
+def test_a_start_that_compiled_is_left_out_of_a_server_metric(tmp_path: Path) -> None:
+    """The H200 fp8-kv run's KV capacities: a start that compiled its graphs reports less than the
+    starts that loaded them. Among warm starts it is left out; when every start compiled, none is."""
+    loaded = study(tmp_path, hyp("kv", "kv_capacity_tokens", "{}", "{ ratio = [\"b\", \"a\"], value = 1.94, tolerance = 0.03 }"))
+    plan = {"launches": [launch(f"L{arm}{b}", b, server_ids=[f"toy/{arm}/{b}"]) for arm in "ab" for b in (1, 2, 3)]}
+    kv = {"a": (818048, 818048, 818048), "b": (1628304, 1635648, 1635648)}
+    cold = [server(f"toy/{arm}/{b}", arm, kv[arm][b - 1], compile_cache="cold" if (arm, b) == ("b", 1) else "warm")
+            for arm in "ab" for b in (1, 2, 3)]
+    s = scores(loaded, run(servers=cold, plan=plan))["kv"]
+    assert s.values == pytest.approx((1635648 / 818048,) * 2) and s.n == 2
+    assert s.verdict == "refuted" and s.ci_low == pytest.approx(1635648 / 818048)  # just above 1.94 x 1.03
+    assert any("toy/b/1: left out of the interval, not exchangeable (its start compiled the graphs" in n
+               for n in s.notes), s.notes
+    every = [dataclasses.replace(x, compile_cache="cold") for x in cold]  # one state throughout: all kept
+    s = scores(loaded, run(servers=every, plan=plan))["kv"]
+    assert s.n == 3 and s.verdict == "inconclusive"
+    assert not any("not exchangeable" in n for n in s.notes)
 
 
 def test_server_metric_without_a_plan_one_launch_per_server(tmp_path: Path) -> None:

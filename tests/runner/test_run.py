@@ -179,8 +179,11 @@ def test_crash_at_start_keep_going_then_kill_and_resume(tmp_path: Path) -> None:
         assert first.startup_s and second.status == "ready" and second.stopped_at and servers["faults/broken~2"].status == "failed"
 
 
-def test_sigint_stops_cleanly(tmp_path: Path) -> None:
-    db = tmp_path / "sigint.duckdb"
+@pytest.mark.parametrize("how", ["sigint", "sigterm"])
+def test_signal_stops_cleanly(tmp_path: Path, how: str) -> None:
+    """Ctrl-C (SIGINT to the process group) and SIGTERM to studyc alone (`timeout`, `kill`) both stop
+    the servers and mark the run interrupted, committed points kept."""
+    db = tmp_path / f"{how}.duckdb"
     proc = studyc(
         "run", str(FAULTS), "--db", str(db), "--keep-going", "--no-calibrate", start_new_session=True
     )
@@ -192,7 +195,10 @@ def test_sigint_stops_cleanly(tmp_path: Path) -> None:
     # Interrupt as soon as the first point is committed (ok, or ok but judged invalid): the points
     # after it take about a second, so nothing may stand between reading the line and the signal.
     wait_for_line(proc, "faults/good/w/c1/r1: ")
-    os.killpg(proc.pid, signal.SIGINT)
+    if how == "sigint":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, out
     assert "interrupted" in out
