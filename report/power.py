@@ -79,11 +79,31 @@ def _model(launch: dict[str, Any]) -> str:
     return Path(str(launch.get("model_dir") or (launch.get("argv") or ["", ""])[1])).name
 
 
+Cells = dict[tuple[str, Key], dict[str, list[float]]]  # (metric, config) -> launch or block -> log values
+
+
 def read_spreads(
     db: Path, hardware: str, models: Sequence[str], vllm_version: str | None = None,
 ) -> tuple[dict[str, Spread], dict[tuple[str, Key], Spread], str | None]:
     """(per metric, per (metric, config), vLLM version used) from the runs on `hardware` serving one of
     `models` (folder names). vLLM version: the given one, else the newest such run's."""
+    cells, _, version = _collect(db, hardware, models, vllm_version)
+    return _spreads(cells) + (version,)
+
+
+def _spreads(cells: Cells) -> tuple[dict[str, Spread], dict[tuple[str, Key], Spread]]:
+    by_config = {k: _spread(k[0], v) for k, v in cells.items()}
+    by_metric: dict[str, Spread] = {}
+    for name in sorted({k[0] for k in cells}):
+        merged = [v for k, v in cells.items() if k[0] == name]
+        by_metric[name] = _pool(name, merged)
+    return by_metric, by_config
+
+
+def _collect(db: Path, hardware: str, models: Sequence[str], vllm_version: str | None) -> tuple[Cells, Cells, str | None]:
+    """The log values of exchangeable repeats by (metric, config), grouped by launch and by block
+    ("run|block"), and the vLLM version they are of."""
+    blocks: Cells = {}
     with Store(db, read_only=True) as store:
         runs = [r for r in store.runs() if _same_gpu(r.gpu_name, hardware)]
         runs.sort(key=lambda r: (r.started_at.isoformat() if r.started_at else "", r.run_id))
@@ -107,12 +127,39 @@ def read_spreads(
                     if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
                         cells.setdefault((name, key), {}).setdefault(f"{run.run_id}|{place.launch}", []).append(
                             math.log(value))
-    by_config = {k: _spread(k[0], v) for k, v in cells.items()}
-    by_metric: dict[str, Spread] = {}
-    for name in sorted({k[0] for k in cells}):
-        merged = [v for k, v in cells.items() if k[0] == name]
-        by_metric[name] = _pool(name, merged)
-    return by_metric, by_config, version
+                        if place.block is not None:
+                            blocks.setdefault((name, key), {}).setdefault(f"{run.run_id}|{place.block}", []).append(
+                                math.log(value))
+    return cells, blocks, version
+
+
+@dataclass(frozen=True)
+class Paired:
+    """The SD of a block's log-ratio of two configurations measured in the same blocks of earlier runs."""
+
+    sd: float
+    df: int
+    blocks: int
+
+
+def paired_spread(blocks: Cells, metric: str, top: Key, bottom: Key) -> Paired | None:
+    """What a paired ratio's interval really rests on: per block, log(top) - log(bottom); centred per run
+    (a host can shift the ratio), pooled. Whatever the two sides share within a block (the host, the
+    time, a drift) cancels, which adding the two sides' launch-to-launch variances ignores. None
+    without a run holding two such blocks."""
+    a, b = blocks.get((metric, top), {}), blocks.get((metric, bottom), {})
+    by_run: dict[str, list[float]] = {}
+    for cell in sorted(set(a) & set(b)):
+        d = math.fsum(a[cell]) / len(a[cell]) - math.fsum(b[cell]) / len(b[cell])
+        by_run.setdefault(cell.split("|", 1)[0], []).append(d)
+    ss, df, n = 0.0, 0, 0
+    for ds in by_run.values():
+        n += len(ds)
+        if len(ds) > 1:
+            m = math.fsum(ds) / len(ds)
+            ss += math.fsum((d - m) ** 2 for d in ds)
+            df += len(ds) - 1
+    return Paired(math.sqrt(ss / df), df, n) if df else None
 
 
 def _spread(metric: str, launches: dict[str, list[float]]) -> Spread:
@@ -242,6 +289,13 @@ def _last(score: Score | None, sd: float | None, block_s: float) -> Last | None:
     return Last(score.measured, distance, edge, blocks, blocks * block_s if blocks else None)
 
 
+def _pair(hyp: Any, steps: dict[str, Any], block_cells: Cells) -> Paired | None:
+    top, bottom = next(iter(hyp.numerator.points), None), next(iter(hyp.denominator.points), None)
+    if top is None or bottom is None:
+        return None
+    return paired_spread(block_cells, hyp.metric, config_key(*steps[top]), config_key(*steps[bottom]))
+
+
 def power_plan(
     plan: Plan, db: Path, last: dict[str, Score] | None = None,
 ) -> tuple[list[PowerRow], str | None]:
@@ -251,7 +305,8 @@ def power_plan(
     data = json.loads(plan.to_json())
     steps = {str(p["id"]): (s, p) for s in data["launches"] for p in s["points"]}
     models = sorted({_model(s) for s in data["launches"]})
-    by_metric, by_config, version = read_spreads(db, plan.hardware, models)
+    cells, block_cells, version = _collect(db, plan.hardware, models, None)
+    by_metric, by_config = _spreads(cells)
     block_one = [s for s in data["launches"] if s["block"] == 1]
     block_s = sum(s["estimated_start_s"] + sum(p["estimated_s"] for p in s["points"]) for s in block_one)
     rows: list[PowerRow] = []
@@ -263,7 +318,11 @@ def power_plan(
         found = [_side_spread(hyp.metric, next(iter(side.points), None), steps, by_config, by_metric)
                  for side in sides]
         spread, source = found[0]
-        if len(found) == 2 and found[1][0] is not None and spread is not None:
+        pair = _pair(hyp, steps, block_cells) if ratio else None
+        if pair is not None:
+            sd = pair.sd
+            source = f"paired blocks of the same two configurations ({pair.blocks} blocks, df {pair.df})"
+        elif len(found) == 2 and found[1][0] is not None and spread is not None:
             # a ratio: its block's variance is the sum of the two sides' (each side's own spread)
             sd_parts = [s.per_block(plan.design.repeats, False) for s, _ in found if s is not None]
             sd = math.sqrt(math.fsum(x * x for x in sd_parts if x is not None)) if None not in sd_parts else None
@@ -275,8 +334,12 @@ def power_plan(
         if spread and spread.launch_sd is None:
             warnings.append("no configuration ran on two launches: launch-to-launch spread unknown")
         launch_sd = spread.launch_sd * (math.sqrt(2) if ratio else 1.0) if spread and spread.launch_sd else None
+        if pair is not None:  # what does not cancel in a block's pair
+            launch_sd, what = pair.sd, "block-to-block spread of the paired ratio"
+        else:
+            what = "launch-to-launch spread"
         if tol is not None and launch_sd is not None and tol < launch_sd:
-            warnings.append(f"tolerance {100 * tol:.2g}% is below the launch-to-launch spread "
+            warnings.append(f"tolerance {100 * tol:.2g}% is below the {what} "
                             f"{100 * launch_sd:.2g}%: it cannot be decided at any budget worth running")
         blocks = blocks_needed(tol, sd) if tol is not None and sd is not None else None
         if tol is None:

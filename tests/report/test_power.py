@@ -41,17 +41,20 @@ LAUNCH = {1: 1.00, 2: 1.01, 3: 0.99}  # launch offsets: SD 1% between launches
 WITHIN = (0.998, 1.002)  # repeats of one launch
 
 
-def _db(tmp: Path, study: Path, gpu: str = "NVIDIA H200", b_launch: dict[int, float] | None = None) -> Path:
+def _db(tmp: Path, study: Path, gpu: str = "NVIDIA H200", b_launch: dict[int, float] | None = None,
+        apart: bool = False) -> Path:
+    """One run of the toy study; `apart`: arm b in a run of its own, so no block pairs the arms."""
     plan = compile_study(load_study(study))
     db = tmp / "runs.duckdb"
     with Store(db) as store:
-        store.save_run(RunRecord(run_id="r1", study_id="toy", plan_json=plan.to_json(), gpu_name=gpu,
-                                 vllm_version="0.26.0", started_at=datetime(2026, 1, 1)))
+        for run_id in ("r1", "r2") if apart else ("r1",):
+            store.save_run(RunRecord(run_id=run_id, study_id="toy", plan_json=plan.to_json(), gpu_name=gpu,
+                                     vllm_version="0.26.0", started_at=datetime(2026, 1, 1)))
         for p in plan.points:
             launch = (b_launch or LAUNCH) if p.arm == "b" else LAUNCH
             value = 100.0 * p.level * launch[p.launch] * WITHIN[p.repeat - 1]
             store.commit_point(PointRecord(
-                run_id="r1", point_id=p.id, server_id=f"{p.id.rsplit('/', 3)[0]}", arm=p.arm, workload=p.workload,
+                run_id="r2" if apart and p.arm == "b" else "r1", point_id=p.id, server_id=f"{p.id.rsplit('/', 3)[0]}", arm=p.arm, workload=p.workload,
                 concurrency=p.concurrency, level=p.level, repeat=p.repeat, valid=True,
                 summary=PointSummary(output_throughput=value)), [], [], [])
     return db
@@ -86,13 +89,33 @@ def test_blocks_needed() -> None:
     assert blocks_needed(0.02, 0.0) == 2 and blocks_needed(0.0001, 0.05, most=20) is None
 
 
+NOISY_B = {1: 1.00, 2: 1.02, 3: 0.98}  # arm b varies twice as much between launches as arm a
+
+
 def test_power_plan_costs_and_warns_below_the_launch_spread(tmp_path: Path, study: Path) -> None:
-    db = _db(tmp_path, study)
+    db = _db(tmp_path, study, b_launch=NOISY_B)
     plan = compile_study(load_study(study))
     rows = {r.hypothesis: r for r in power_plan(plan, db)[0]}
     assert rows["same"].blocks is not None and rows["same"].gpu_s is not None and rows["same"].gpu_s > 0
-    assert not any("below the launch-to-launch" in w for w in rows["same"].warnings)
-    assert any("below the launch-to-launch" in w for w in rows["tight"].warnings)
+    assert not any("below the" in w for w in rows["same"].warnings)
+    assert any("is below the block-to-block spread of the paired ratio" in w for w in rows["tight"].warnings)
+    (tmp_path / "apart").mkdir()
+    rows = {r.hypothesis: r for r in power_plan(plan, _db(tmp_path / "apart", study, apart=True))[0]}
+    assert any("is below the launch-to-launch spread" in w for w in rows["tight"].warnings)
+
+
+def test_a_paired_ratios_block_spread_is_that_of_its_block_ratios(tmp_path: Path, study: Path) -> None:
+    """Where earlier runs measured both sides in the same blocks, what the two share in a block cancels:
+    the block SD is that of the block log-ratios, not the two sides' launch spreads added."""
+    plan = compile_study(load_study(study))
+    shared = {r.hypothesis: r for r in power_plan(plan, _db(tmp_path, study))[0]}["same"]
+    assert shared.block_sd == pytest.approx(0.0, abs=1e-12) and shared.blocks == 2  # both arms moved together
+    assert shared.source == "paired blocks of the same two configurations (3 blocks, df 2)"
+    (tmp_path / "b").mkdir()
+    noisy = {r.hypothesis: r for r in power_plan(plan, _db(tmp_path / "b", study, b_launch=NOISY_B))[0]}["same"]
+    d = [math.log(NOISY_B[k] / LAUNCH[k]) for k in (1, 2, 3)]
+    m = sum(d) / 3
+    assert noisy.block_sd == pytest.approx(math.sqrt(sum((x - m) ** 2 for x in d) / 2), rel=1e-9)
 
 
 def test_plan_command_prints_the_power_plan_with_db(tmp_path: Path, study: Path) -> None:
@@ -129,12 +152,12 @@ def test_blocks_to_clear_the_edge() -> None:
     assert blocks_to_clear(1.0, 0.01) == 2
 
 
-def test_a_ratios_block_spread_adds_both_sides(tmp_path: Path, study: Path) -> None:
+def test_an_unpaired_ratios_block_spread_adds_both_sides(tmp_path: Path, study: Path) -> None:
     plan = compile_study(load_study(study))
-    same = {r.hypothesis: r for r in power_plan(plan, _db(tmp_path, study))[0]}["same"]
+    same = {r.hypothesis: r for r in power_plan(plan, _db(tmp_path, study, apart=True))[0]}["same"]
     (tmp_path / "b").mkdir()
-    noisy_b = {1: 1.00, 2: 1.02, 3: 0.98}  # arm b varies twice as much between launches as arm a
-    mixed = {r.hypothesis: r for r in power_plan(plan, _db(tmp_path / "b", study, b_launch=noisy_b))[0]}["same"]
+    mixed = {r.hypothesis: r for r in power_plan(plan, _db(tmp_path / "b", study, b_launch=NOISY_B, apart=True))[0]}
+    mixed = mixed["same"]
     assert same.block_sd is not None and mixed.block_sd is not None
     # b's own spread counts, not a's doubled: sqrt(1 + 4) / sqrt(2) = 1.58 times a's-only figure
     assert mixed.block_sd == pytest.approx(same.block_sd * math.sqrt(5 / 2), rel=0.05)
