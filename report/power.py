@@ -319,6 +319,7 @@ def power_plan(
                  for side in sides]
         spread, source = found[0]
         pair = _pair(hyp, steps, block_cells) if ratio else None
+        sd: float | None
         if pair is not None:
             sd = pair.sd
             source = f"paired blocks of the same two configurations ({pair.blocks} blocks, df {pair.df})"
