@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from runner.store import Store
+from runner.store import Store, compact
 from studyc.errors import StoreError
 
 
 def merge_databases(out: Path, inputs: Sequence[Path]) -> list[str]:
     """Copy every run of each input into `out` (created if missing); one line of report per input."""
     lines = []
+    replaced = False
     with Store(out) as store:
         for source in inputs:
             if not Path(source).exists():
@@ -26,4 +27,8 @@ def merge_databases(out: Path, inputs: Sequence[Path]) -> list[str]:
             if copied.get("runs_kept"):
                 line += f", {copied['runs_kept']} already there (kept)"
             lines.append(f"{line} -> {out}")
+            replaced = replaced or bool(copied.get("runs_continued"))
+    if replaced:  # the replaced copies' rows are deleted, but their space stays in the file until rewritten
+        before, after = compact(Path(out))
+        lines.append(f"{out}: compacted {before / 1e6:.1f} MB -> {after / 1e6:.1f} MB")
     return lines

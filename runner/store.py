@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import shutil
 import tempfile
 import types
@@ -544,6 +545,33 @@ def _same_point(point: PointRecord, checks: Sequence[CheckResult], telemetry: Se
     ids = {c.point_id for c in checks} | {t.point_id for t in telemetry}
     if ids - {point.point_id}:
         raise StoreError(f"records of point(s) {sorted(ids - {point.point_id})} given with point {point.point_id}")
+
+
+def compact(path: Path) -> tuple[int, int]:
+    """Rewrite a results database without the space its deleted rows left (DuckDB never shrinks a file:
+    replacing a continued run in `merge` leaves the old copy's blocks behind). Written beside it, then
+    moved over it, so a fault leaves the old file whole. (bytes before, bytes after)."""
+    path = Path(path)
+    before = path.stat().st_size
+    tmp = path.with_name(f".{path.name}.compact")
+    tmp.unlink(missing_ok=True)
+    try:
+        con = duckdb.connect(str(tmp))
+        try:
+            con.execute(f"ATTACH '{str(path).replace(chr(39), chr(39) * 2)}' AS src (READ_ONLY)")
+            name = str(con.execute("SELECT current_database()").fetchone()[0])  # type: ignore[index]
+            con.execute(f"COPY FROM DATABASE src TO \"{name}\"")
+            con.execute("DETACH src")
+            con.execute("CHECKPOINT")
+        finally:
+            con.close()
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except (duckdb.Error, OSError) as exc:
+        tmp.unlink(missing_ok=True)
+        raise StoreError(f"{path}: cannot compact the results database: {exc}") from None
+    return before, path.stat().st_size
 
 
 def _version_of(path: Path) -> str | None:

@@ -252,3 +252,30 @@ def test_export_is_sorted_and_csv_leaves_lists_out(tmp_path: Path) -> None:
             s.export_sorted("run-1", "nope", tmp_path / "x.csv", "csv")
     header = (tmp_path / "req.csv").read_text().splitlines()[0]
     assert "token_times_s" not in header and "idx" in header
+
+
+def test_merge_compacts_what_a_replaced_run_left(tmp_path: Path) -> None:
+    """A continued run replaces its copy: the old rows' space is given back, the data is the same."""
+    import shutil
+
+    from report.merge import merge_databases
+
+    here = filled(tmp_path / "here.duckdb")
+    with Store(here) as s:  # a run big enough that its dead copy weighs on the file
+        for k in range(2, 60):
+            p = replace(POINT, point_id=f"toy/a/w/c4/r{k}", repeat=k)
+            s.commit_point(p, REQUESTS * 50, *records_of(p.point_id))
+    there = tmp_path / "there.duckdb"
+    shutil.copyfile(here, there)
+    last = replace(POINT, point_id="toy/a/w/c4/r99", repeat=99)
+    with Store(there) as s:
+        s.commit_point(last, REQUESTS, *records_of(last.point_id))
+    size = here.stat().st_size
+    with Store(there, read_only=True) as s:
+        want = s.counts("run-1")
+    lines = merge_databases(here, [there])
+    assert lines[-1].startswith(f"{here}: compacted ") and here.stat().st_size < 1.5 * size, lines
+    assert not list(tmp_path.glob(".here.duckdb.compact*"))
+    with Store(here, read_only=True) as s:
+        assert s.counts("run-1") == want and want["points"] == 60
+    assert merge_databases(here, [there])[-1].endswith("already there (kept) -> " + str(here))  # no rewrite
