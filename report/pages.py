@@ -156,6 +156,32 @@ def _spec_cell(s: Score) -> SpecCell | None:
 # -- study page ----------------------------------------------------------------------------------------
 
 
+def _plan_shape(plan: dict[str, Any]) -> dict[str, Any]:
+    """What a run carried out and claims: launches and points by fingerprint, hypotheses, title, design."""
+    return {
+        "title": plan.get("title"), "hardware": plan.get("hardware"), "hypotheses": plan.get("hypotheses"),
+        "design": plan.get("design"),
+        "launches": sorted((str(s.get("id")), str(s.get("fingerprint")),
+                            tuple(sorted((str(p.get("id")), str(p.get("fingerprint"))) for p in s.get("points", []))))
+                           for s in plan.get("launches") or []),
+    }
+
+
+def plan_differs(loaded: LoadedStudy, plan_json: str | None) -> str:
+    """Why the study file no longer compiles to the plan its run stored ("" when it still does): edits
+    to notes, comments or the question change the file's hash but not what was measured or claimed."""
+    from compiler.plan import compile_study
+
+    try:
+        stored = json.loads(plan_json or "{}")
+    except ValueError:
+        return "its stored plan is unreadable"
+    now = json.loads(compile_study(loaded).to_json())
+    a, b = _plan_shape(stored), _plan_shape(now)
+    changed = [k for k in a if a[k] != b[k]]
+    return f"its plan differs ({', '.join(changed)})" if changed else ""
+
+
 def study_page(ctx: StudyContext, scores: Sequence[Score]) -> StudyPage:
     """The study page of a context scored by report.scoring."""
     loaded, data, study = ctx.loaded, ctx.data, ctx.study
@@ -170,7 +196,9 @@ def study_page(ctx: StudyContext, scores: Sequence[Score]) -> StudyPage:
     if data is None:
         warnings.append(f"{meta.id}: no run in the results database(s)")
     elif data.run.study_sha256 and data.run.study_sha256 != loaded.sha256:
-        warnings.append(f"{meta.id}: {loaded.path} changed since run {data.run_id} (its hash differs)")
+        differs = plan_differs(loaded, data.run.plan_json)
+        if differs:  # notes, comments, a question reworded: the plan the run carried out still stands
+            warnings.append(f"{meta.id}: {loaded.path} changed since run {data.run_id}: {differs}")
 
     problems, checks_total, checks_passed = _checks(data)
     for c in problems:

@@ -322,7 +322,9 @@ def _open_run(store: Store, plan: Plan, options: RunOptions, progress: Progress)
         previous = store.latest_run(plan.study_id)
         if previous is not None:
             resumed = f"resumed on {socket.gethostname()} at {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}"
-            store.save_run(replace(previous, status="running", plan_json=plan.to_json(),
+            if previous.study_sha256 and previous.study_sha256 != plan.study_sha256:  # e.g. a budget added
+                resumed += f" from a changed study file (sha256 {previous.study_sha256[:12]} -> {plan.study_sha256[:12]})"
+            store.save_run(replace(previous, status="running", plan_json=plan.to_json(), study_sha256=plan.study_sha256,
                                    notes=_with_notes(previous.notes, (*options.warnings, resumed))))
             progress.message(f"resuming run {previous.run_id}")
             return previous.run_id, store.done_points(previous.run_id)

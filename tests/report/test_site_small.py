@@ -136,3 +136,28 @@ def test_one_workload_is_one_plot_and_every_dash_is_in_a_legend(tmp_path: Path) 
     assert '"strokeDash": {"field": "stat"' in ttft and '"title": "percentile"' in ttft
     little = json.dumps(_spec(page, "littles-law"))
     assert '"domain": ["tolerance"]' in little and '"legend": {' in little
+
+
+def test_a_study_edited_since_its_run_is_flagged_only_when_its_plan_differs(tmp_path: Path) -> None:
+    """Notes written after a run change the file's hash, not what was measured or claimed."""
+    from compiler.load import load_study
+    from report.pages import plan_differs
+    from runner.store import Store
+
+    repo = Path(__file__).resolve().parents[2]
+    text = (repo / "studies/fp8_kv.toml").read_text()
+    (tmp_path / "models").symlink_to(repo / "models")  # "../models/qwen3-8b" as the run's plan spelled it
+    tmp_path = tmp_path / "studies"
+    tmp_path.mkdir()
+    with Store(repo / "results/h200.duckdb", read_only=True) as store:
+        run = store.latest_run("fp8-kv")
+    assert run is not None
+    noted = tmp_path / "noted.toml"
+    noted.write_text(text.replace('notes = "', 'notes = "Edited after the run. ', 1))
+    assert plan_differs(load_study(noted), run.plan_json) == ""
+    wider = tmp_path / "wider.toml"
+    wider.write_text(text.replace("tolerance = 0.03", "tolerance = 0.05"))
+    assert plan_differs(load_study(wider), run.plan_json) == "its plan differs (hypotheses)"
+    fewer = tmp_path / "fewer.toml"
+    fewer.write_text(text.replace("max_model_len = 4096", "max_model_len = 8192"))  # another server
+    assert "launches" in plan_differs(load_study(fewer), run.plan_json)

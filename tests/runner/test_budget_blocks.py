@@ -77,3 +77,22 @@ def test_the_cli_rule_reads_the_stored_run_and_stops_a_fixed_design(tmp_path: Pa
         run = store.latest_run("decode-roofline")
         assert run is not None
         assert decide_more(loaded)(store, run.run_id) is False
+
+
+def test_a_run_resumed_from_a_changed_study_file_records_the_new_hash(tmp_path: Path) -> None:
+    """Adding a budget to a stored run's study, then --resume: the run carries the new plan and hash,
+    and its notes say the file changed (so the site compares against what ran last)."""
+    from dataclasses import replace
+
+    from runner.run import _open_run
+
+    first = _plan(tmp_path, "[load]")
+    options = RunOptions(db=tmp_path / "r.duckdb", engine_command=[], python_argv=[], runs_dir=tmp_path)
+    with Store(tmp_path / "r.duckdb") as store:
+        run_id, _ = _open_run(store, first, options, Progress())
+        second = _plan(tmp_path, BUDGET)
+        assert second.study_sha256 != first.study_sha256
+        again, _ = _open_run(store, second, replace(options, resume=True), Progress())
+        run = store.run(run_id)
+    assert again == run_id and run is not None and run.study_sha256 == second.study_sha256
+    assert f"from a changed study file (sha256 {first.study_sha256[:12]} -> {second.study_sha256[:12]})" in (run.notes or "")

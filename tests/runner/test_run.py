@@ -239,6 +239,7 @@ VLLM_ENABLE_V1_MULTIPROCESSING = "0"
 input_len = 128
 output_len = 32
 
+{extra}
 [design]
 budget = {{ blocks = 3, minutes = 20 }}
 
@@ -260,23 +261,26 @@ predict = {predict}
 
 @pytest.mark.vllm
 @pytest.mark.parametrize(
-    ("arms", "metric", "predict", "launches"),
+    ("metric", "predict", "launches"),
     [
-        # Two identical arms: their throughput ratio's true value is the boundary 1, so the first look's
-        # interval (2 blocks, df 1, 1% of alpha) straddles it unless a 1%-level false decision happens:
-        # block 3 runs.
-        (("a", "b"), "output_throughput", '{ ratio = ["a", "b"], relation = ">", value = 1.0 }', 3),
+        # Two identical workloads on each launch: their throughput ratio's true value is the boundary 1,
+        # so the first look's interval (2 blocks, df 1, 1% of alpha) straddles it unless a 1%-level
+        # false decision happens: block 3 runs.
+        ("output_throughput", '{ ratio = [{ workload = "short" }, { workload = "again" }], relation = ">", value = 1.0 }',
+         3),
         # A reset cache has a hit rate of exactly 0 on every launch: decided at the first look.
-        (("base",), "prefix_hit_rate", '{ relation = "<", value = 0.5 }', 2),
+        ("prefix_hit_rate", '{ relation = "<", value = 0.5 }', 2),
     ],
 )
-def test_budget_blocks_run_only_while_undecided(
-    tmp_path: Path, arms: tuple[str, ...], metric: str, predict: str, launches: int
-) -> None:
+def test_budget_blocks_run_only_while_undecided(tmp_path: Path, metric: str, predict: str, launches: int) -> None:
     study = tmp_path / "seq.toml"
+    ratio = "ratio" in predict
+    extra = "[workloads.again]\ninput_len = 128\noutput_len = 32\nseed = 1\n" if ratio else ""
+    where = "" if ratio else 'where = { workload = "short" }'
     study.write_text(SEQUENTIAL.format(id=f"seq-{launches}", model=REPO / "models/tiny-qwen3", claim=metric,
-                                       metric=metric, predict=predict,
-                                       arms="\n".join(f"[arms.{a}]" for a in arms)))
+                                       metric=metric, predict=predict + "\n" + where, arms="[arms.base]",
+                                       extra=extra))
+    arms = ("base",)
     db = tmp_path / "seq.duckdb"
     proc = studyc("run", str(study), "--db", str(db), "--no-calibrate")
     out, _ = proc.communicate(timeout=1200)
@@ -287,5 +291,5 @@ def test_budget_blocks_run_only_while_undecided(
         points = store.points(run.run_id)
     assert all(p.status == "ok" for p in points), out  # judged validity varies with the load on a 2-core host
     assert len({s.launch_id or s.server_id for s in servers}) == launches * len(arms), out
-    assert len(points) == launches * len(arms)
+    assert len(points) == launches * len(arms) * (2 if ratio else 1)
     assert ("budget launches not run: 1" in out) is (launches == 2), out
