@@ -95,7 +95,7 @@ def test_nvidia_smi_names_are_valid_hardware(tmp_path: Path) -> None:
     ("[8, -1]", "load.requests[1]: should be greater than 0"),
 ])
 def test_union_keys_get_one_plain_message(tmp_path: Path, value: str, message: str) -> None:
-    path = _variant(tmp_path, ("requests = 32 ", f"requests = {value} "))
+    path = _variant(tmp_path, ("requests = 16 ", f"requests = {value} "))
     result = CliRunner().invoke(main, ["validate", str(path)])
     assert result.exit_code == 2
     assert result.output == f"{path}:37: {message}\n"
@@ -115,7 +115,7 @@ def test_ambiguous_selector_names_the_dimension(tmp_path: Path) -> None:
 
 
 def test_single_wave_closed_loop_warns_but_validates(tmp_path: Path) -> None:
-    path = _variant(tmp_path, ("requests = 32 ", "requests = [8, 4] "))
+    path = _variant(tmp_path, ("requests = 16 ", "requests = [8, 4] "))
     loaded, problems = check_file(path)
     assert problems == [] and loaded is not None
     assert [(w.path, w.line) for w in loaded.warnings] == [("load.requests[1]", 37)]
@@ -127,7 +127,7 @@ def test_single_wave_closed_loop_warns_but_validates(tmp_path: Path) -> None:
 
 
 def test_burst_true_silences_the_single_wave_warning(tmp_path: Path) -> None:
-    path = _variant(tmp_path, ("requests = 32 ", "requests = 4 "), ('cache = "reset"', 'cache = "reset"\nburst = true'))
+    path = _variant(tmp_path, ("requests = 16 ", "requests = 4 "), ('cache = "reset"', 'cache = "reset"\nburst = true'))
     loaded, problems = check_file(path)
     assert problems == [] and loaded is not None and loaded.warnings == ()
 
