@@ -125,11 +125,10 @@ def _collect(db: Path, hardware: str, models: Sequence[str], vllm_version: str |
                 key = config_key(*steps[point.point_id])
                 for name, value in vars(point.summary).items():
                     if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-                        cells.setdefault((name, key), {}).setdefault(f"{run.run_id}|{place.launch}", []).append(
-                            math.log(value))
+                        log = math.log(value)
+                        cells.setdefault((name, key), {}).setdefault(f"{run.run_id}|{place.launch}", []).append(log)
                         if place.block is not None:
-                            blocks.setdefault((name, key), {}).setdefault(f"{run.run_id}|{place.block}", []).append(
-                                math.log(value))
+                            blocks.setdefault((name, key), {}).setdefault(f"{run.run_id}|{place.block}", []).append(log)
     return cells, blocks, version
 
 
@@ -152,14 +151,9 @@ def paired_spread(blocks: Cells, metric: str, top: Key, bottom: Key) -> Paired |
     for cell in sorted(set(a) & set(b)):
         d = math.fsum(a[cell]) / len(a[cell]) - math.fsum(b[cell]) / len(b[cell])
         by_run.setdefault(cell.split("|", 1)[0], []).append(d)
-    ss, df, n = 0.0, 0, 0
-    for ds in by_run.values():
-        n += len(ds)
-        if len(ds) > 1:
-            m = math.fsum(ds) / len(ds)
-            ss += math.fsum((d - m) ** 2 for d in ds)
-            df += len(ds) - 1
-    return Paired(math.sqrt(ss / df), df, n) if df else None
+    pooled = _pool(metric, [by_run])  # each run's block log-ratios as one group: the pooled within SD
+    n = sum(len(ds) for ds in by_run.values())
+    return Paired(pooled.within_sd, pooled.within_df, n) if pooled.within_sd is not None else None
 
 
 def _spread(metric: str, launches: dict[str, list[float]]) -> Spread:

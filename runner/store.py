@@ -558,7 +558,8 @@ def compact(path: Path) -> tuple[int, int]:
     try:
         con = duckdb.connect(str(tmp))
         try:
-            con.execute(f"ATTACH '{str(path).replace(chr(39), chr(39) * 2)}' AS src (READ_ONLY)")
+            quoted = str(path).replace("'", "''")
+            con.execute(f"ATTACH '{quoted}' AS src (READ_ONLY)")
             name = str(con.execute("SELECT current_database()").fetchone()[0])  # type: ignore[index]
             con.execute(f"COPY FROM DATABASE src TO \"{name}\"")
             con.execute("DETACH src")
