@@ -101,16 +101,18 @@ def judge(
     *,
     thresholds: Checks,
     client_ceiling_chunks_per_s: float | None,
+    client_stall_s: float | None = None,
 ) -> Judgement:
     """Summary and checks of one point. `records` may include warmup requests: they are left out of
-    the statistics, and reconciliation checks that they ended before the window opened."""
+    the statistics, and reconciliation checks that they ended before the window opened.
+    `client_stall_s`: the load generator's longest loop stall in the window (None: not measured)."""
     measured = [r for r in records if not r.warmup]
     burst = checks_mod.is_burst(step)
     client = summarize(measured, step.concurrency, burst=burst)
     before, after = server.before, server.after
     rec, step_s, in_server = None, None, None
     if before is not None and after is not None:
-        rec = reconcile(before, after, records)
+        rec = reconcile(before, after, records, client_stall_s=client_stall_s)
         step_s = server_step_s(before, after)
         in_server = occupancy(metrics.delta(before, after, E2E + "_sum"), measured)
     fidelity = check_fidelity(measured, step_s)
@@ -130,6 +132,7 @@ def judge(
         server_in_flight=in_server,
         itl_bunched_share=fidelity.bunched_share,
         frontend_delay_s=None if rec is None else rec.frontend_delay_s,
+        client_stall_max_s=client_stall_s,
     )
     if fidelity.status == "fail":  # bunched gaps: ITL percentiles would describe the client
         summary = replace(summary, itl_p50_s=None, itl_p90_s=None, itl_p95_s=None, itl_p99_s=None)

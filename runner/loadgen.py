@@ -18,7 +18,7 @@ import math
 import os
 from array import array
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import repeat
 
 from runner.client import NOT_SENT, POINT_TIMEOUT, TIMEOUT, Outcome, make_target, now
@@ -49,6 +49,7 @@ class LoadResult:
     workers: int
     timed_out: bool
     replicas: tuple[int, ...] = ()  # per record (same order): the server that answered it; -1 if never sent
+    stall_s: float | None = None  # the workers' longest event-loop stall while measuring (None: unknown)
 
     @property
     def measured(self) -> tuple[RequestRecord, ...]:
@@ -167,7 +168,7 @@ def run_load(
 
     ran = run_inprocess(plans[0], n, deadline) if inprocess else run_processes(plans, n, deadline)
     timed_out = ran.expired or any(o.error in (POINT_TIMEOUT, NOT_SENT) for o in ran.outcomes)
-    return _assemble(ran.outcomes, specs, wspecs, offsets, deadline, nw, timed_out)
+    return replace(_assemble(ran.outcomes, specs, wspecs, offsets, deadline, nw, timed_out), stall_s=ran.stall_s)
 
 
 def _assemble(outcomes: list[Outcome], specs: Sequence[RequestSpec], wspecs: Sequence[RequestSpec],

@@ -176,7 +176,7 @@ def run_point(point: PointStep, endpoint: Endpoint, ctx: PointContext) -> PointO
     out.counters_before_json, out.counters_after_json = metrics.edge_json(before), metrics.edge_json(after)
     server = observe(out.reset.ok if out.reset else None, before, after, out.telemetry)
     out.judgement = judge(point, warm + records, server, thresholds=ctx.thresholds,
-                          client_ceiling_chunks_per_s=ctx.client_ceiling_chunks_per_s)
+                          client_ceiling_chunks_per_s=ctx.client_ceiling_chunks_per_s, client_stall_s=result.stall_s)
     if endpoint.replicas:
         rows = replicas.replica_rows(endpoint.server_ids, befores, afters, records,
                                      result.replicas[-len(records):] if records else ())

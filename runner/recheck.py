@@ -45,7 +45,8 @@ def recheck(db: Path) -> RecheckReport:
                     continue
                 records = store.request_records(run.run_id, point.point_id)
                 judged = judge(step, records, ServerSide.stored(point), thresholds=plan.checks,
-                               client_ceiling_chunks_per_s=run.client_ceiling_chunks_per_s)
+                               client_ceiling_chunks_per_s=run.client_ceiling_chunks_per_s,
+                               client_stall_s=point.summary.client_stall_max_s)
                 if point.replicas_json:  # run on replicas: judge each one's counters again
                     rows = json.loads(point.replicas_json)
                     judged = replicas.with_check(judged, replicas.replica_check(point.point_id, rows))

@@ -24,7 +24,11 @@ with `out_*` the transport of the response chunks. So, per request, over the win
 - `first_to_end`: the client's first-token-to-end span against the server's, i.e. e2e excess minus
   TTFT excess, in which `front` cancels: within +-(`stream_abs_s` + `stream_rel` x the server's
   span). A client that lags while streaming (reads the end late), or reads the first token late
-  (so its TTFT is inflated), fails it.
+  (so its TTFT is inflated), fails it. The load generator measures its own longest event-loop
+  stall in the window (`client_stall_s`), an upper bound on how late it read any chunk: a
+  difference beyond the bound by more than that stall is the server's output path (its API
+  process sending first tokens late while it admits a burst of requests), not the client, and
+  passes with that said. Without the stall (points stored before it was measured) it fails.
 - `decode`: the client's first-to-last chunk span against the server's inter-token sum, two-sided
   within +-(`abs_s` + `rel` x the server's mean).
 - The TTFT excess itself is reported, not judged: the point's front-end and transport delay
@@ -234,9 +238,11 @@ def _floor(name: str, client_sum: float | None, server_sum: float | None, n: int
 
 
 def _first_to_end(e2e: tuple[float, float | None], ttft: tuple[float | None, float | None], n: int,
-                  bound: LatencyBound) -> Item:
+                  bound: LatencyBound, stall_s: float | None = None) -> Item:
     """e2e excess - TTFT excess: the front-end delay common to both cancels; a client that lags
-    while streaming does not."""
+    while streaming does not. A difference the client's own longest loop stall (`stall_s`, measured
+    in the window) cannot account for is not the client's: its timestamps stand, and the item says
+    the server's output path made the difference."""
     name, text_bound = "first_to_end", bound.describe_stream()
     (e2e_c, e2e_s), (ttft_c, ttft_s) = e2e, ttft
     if e2e_s is None or ttft_c is None or ttft_s is None:
@@ -251,13 +257,21 @@ def _first_to_end(e2e: tuple[float, float | None], ttft: tuple[float | None, flo
             f"difference {diff * 1e3:+.2f} ms (allowed +-{hi * 1e3:.1f})")
     if abs(diff) <= hi:
         return Item(name, "pass", client, server, text_bound, text)
+    stall = "not measured" if stall_s is None else f"{stall_s * 1e3:.2f} ms"
+    if stall_s is not None and abs(diff) - stall_s > hi:
+        where = "its first tokens" if diff < 0 else "the ends of its requests"
+        return Item(name, "pass", client, server, text_bound,
+                    f"{text}; the load generator's longest loop stall was {stall}, too short to account for it, "
+                    f"so the client read every chunk on time: the server's output path (its API process) sent "
+                    f"{where} late after its engine made them, which the client's TTFT rightly includes")
     why = ("the client saw requests end later after their first token than the server made them: the client "
            "lagged while streaming (starved of CPU, a GC pause), so its e2e, TPOT and ITL are inflated"
            if diff > 0 else
            "the client saw the first token later, relative to the end, than the server made it: the client was "
            "slow to read the first token, so its TTFT is inflated (the client, or on a shared CPU the API "
            "server's writer, starved of CPU; the itl_trusted check shows whether tokens came bunched)")
-    return Item(name, "fail", client, server, text_bound, f"{text}: {why}. {CLIENT_FIX}")
+    return Item(name, "fail", client, server, text_bound,
+                f"{text}: {why} (the load generator's longest loop stall: {stall}). {CLIENT_FIX}")
 
 
 def _histogram_sum(name: str, metric: str, n: int, before: Snapshot, after: Snapshot
@@ -276,6 +290,8 @@ def reconcile(
     after: Snapshot,
     records: Sequence[WindowRecord],
     bound: LatencyBound | None = None,
+    *,
+    client_stall_s: float | None = None,
 ) -> Reconciliation:
     """Compare the server's counters over [before, after] with the client's measured records.
 
@@ -343,7 +359,8 @@ def reconcile(
         ttft_item = Item(ttft_item.name, ttft_item.status, ttft_item.client, ttft_item.server, ttft_item.bound,
                          f"{ttft_item.message}; this is the front-end and transport delay before the engine saw "
                          "the request")
-    items += [ttft_item, _first_to_end((e2e_client, e2e_server), (ttft_client, ttft_server), n, bound)]
+    items += [ttft_item, _first_to_end((e2e_client, e2e_server), (ttft_client, ttft_server), n, bound,
+                                       client_stall_s)]
     items.extend(_decode(done, before, after, bound))
     return Reconciliation(tuple(items), front)
 

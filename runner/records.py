@@ -141,6 +141,9 @@ class PointSummary:
     # Mean TTFT excess of the client over the server (runner.reconcile): the API server's front end and
     # the transport before the engine saw the request. Measured and reported, not a fault.
     frontend_delay_s: float | None = None
+    # The load generator's longest event-loop stall in the measured window (runner.workers): an upper
+    # bound on how late it read any chunk. None: not measured (points stored before it was).
+    client_stall_max_s: float | None = None
 
     def metric(self, name: str) -> float | None:
         """A metric by name, as a float (None where unmeasured); KeyError for a name it lacks."""

@@ -67,6 +67,7 @@ class Ran(NamedTuple):
 
     outcomes: list[Outcome]
     expired: bool  # a worker reached the point's deadline
+    stall_s: float | None = None  # the longest event-loop stall of any worker in its measured share
 
 
 # Messages over a worker process's socket, in order.
@@ -93,6 +94,7 @@ class _Go:
 class _Done:
     outcomes: list[Outcome]
     expired: bool
+    stall_s: float | None = None
 
 
 class _Worker:
@@ -104,6 +106,8 @@ class _Worker:
         targets = plan.targets
         self.client = Client(targets, plan.request_timeout_s, Balancer(plan.balance, len(targets), balance_path))
         self.spinning = False
+        self.watching = False
+        self.stall_s: float | None = None  # the longest loop stall seen while measuring
 
     async def run_warmup(self, deadline: float) -> None:
         if not self.plan.warmup:
@@ -122,25 +126,40 @@ class _Worker:
 
     async def run_measured(self, t0: float, deadline: float) -> None:
         self.client.arm(deadline)
-        spinner = None
-        if self.plan.busy_poll:
-            spinner = asyncio.get_running_loop().create_task(self._spin())
+        loop = asyncio.get_running_loop()
+        self.spinning = self.watching = True  # set before the task starts: a share with nothing to send ends at once
+        spinner = loop.create_task(self._spin() if self.plan.busy_poll else self._watch())
         try:
             if self.plan.open_loop is None:
                 await self._closed()
             else:
                 await self._open(t0, self.plan.open_loop)
         finally:
-            self.spinning = False
-            if spinner is not None:
-                await spinner
+            self.spinning = self.watching = False
+            await spinner
 
     async def _spin(self) -> None:
         # A ready callback on every pass makes the loop poll sockets with a zero timeout, so the
-        # worker never sleeps in epoll_wait and wakes up ~4x sooner when a chunk lands.
-        self.spinning = True
+        # worker never sleeps in epoll_wait and wakes up ~4x sooner when a chunk lands. The longest
+        # gap between passes is the loop's longest stall: no chunk waited longer to be read.
+        stall, last = 0.0, now()
         while self.spinning:
             await asyncio.sleep(0)
+            t = now()
+            stall = max(stall, t - last)
+            last = t
+        self.stall_s = stall
+
+    async def _watch(self, period_s: float = 0.001) -> None:
+        # Without busy polling: a timer every `period_s`; how late it fires is how long the loop was
+        # busy elsewhere (uvloop's timers tick in whole ms, so an idle loop reads up to ~1 ms). A stall
+        # can start up to a period before the timer is due: the bound kept is the lateness + the period.
+        stall = 0.0
+        while self.watching:
+            due = now() + period_s
+            await asyncio.sleep(period_s)
+            stall = max(stall, now() - due)
+        self.stall_s = stall + period_s
 
     async def _closed(self) -> None:
         specs = self.plan.specs
@@ -266,7 +285,7 @@ def worker_main(fd: int) -> None:
                 loop.run_until_complete(worker.run_measured(go.t0, setup.deadline))
             worker.client.close()
             loop.run_until_complete(asyncio.sleep(0))
-            pipe.send(_Done(worker.client.outcomes, worker.client.expired))
+            pipe.send(_Done(worker.client.outcomes, worker.client.expired, worker.stall_s))
         finally:
             loop.close()
     except (EOFError, OSError):  # the parent went away (interrupted or killed): nobody to report to
@@ -289,7 +308,7 @@ def run_inprocess(plan: WorkerPlan, n: int, deadline: float) -> Ran:
             loop.run_until_complete(worker.run_measured(now(), deadline))
             worker.client.close()
             loop.run_until_complete(asyncio.sleep(0))
-            got.append(Ran(worker.client.outcomes, worker.client.expired))
+            got.append(Ran(worker.client.outcomes, worker.client.expired, worker.stall_s))
         finally:
             loop.close()
             if frozen:
@@ -327,6 +346,7 @@ def run_processes(plans: list[WorkerPlan], n: int, deadline: float) -> Ran:
     pipes: list[Connection] = []
     procs: list[subprocess.Popen] = []
     outcomes: list[Outcome] = []
+    stalls: list[float] = []
     timed_out = False
     grace = 30.0
     finished = False
@@ -362,6 +382,8 @@ def run_processes(plans: list[WorkerPlan], n: int, deadline: float) -> Ran:
                     done: _Done = pipe.recv()
                     outcomes.extend(done.outcomes)
                     timed_out = timed_out or done.expired
+                    if done.stall_s is not None:
+                        stalls.append(done.stall_s)
                 else:
                     timed_out = True
             except (EOFError, OSError):
@@ -381,7 +403,8 @@ def run_processes(plans: list[WorkerPlan], n: int, deadline: float) -> Ran:
         os.unlink(counter_path)
         if balance_path is not None:
             os.unlink(balance_path)
-    return Ran(outcomes, timed_out)
+    # A worker that died or never reported leaves the stall unknown: it cannot vouch for its reads.
+    return Ran(outcomes, timed_out, max(stalls) if stalls and len(stalls) == len(plans) else None)
 
 
 def _poll(pipe: Connection, until: float) -> bool:

@@ -58,6 +58,44 @@ def test_exact_token_counts_and_record_fields(workers: int) -> None:
     assert res.window_end_s == max(r.end_s for r in res.records)
 
 
+@pytest.mark.parametrize("workers", [0, 1, 2])
+def test_the_loop_stall_is_measured_in_every_worker_mode(workers: int) -> None:
+    """Each worker measures its longest event-loop stall while measuring; the point keeps the worst."""
+    with Instrument(itl_s=0.002) as inst:
+        res = run_load(inst.base_url, "m", specs(6, 20), concurrency=3, workers=workers)
+    assert res.stall_s is not None and 0.0 <= res.stall_s < 5.0
+
+
+@pytest.mark.parametrize("busy_poll", [False, True])
+def test_a_blocked_loop_shows_as_a_stall(busy_poll: bool) -> None:
+    """The fault: something holds the load generator's loop for 80 ms mid-window. The stall it
+    measures covers it (so reconciliation cannot clear the client of reading late)."""
+    import math
+
+    from runner.client import make_target, now
+    from runner.workers import WorkerPlan, _LocalCounter, _new_loop, _Worker
+
+    with Instrument(itl_s=0.002) as inst:
+        reqs = tuple(specs(4, 100))
+        plan = WorkerPlan(target=make_target(inst.base_url, "m", None, None), specs=reqs, warmup=(),
+                          warmup_concurrency=1, concurrency=2, open_loop=None, request_timeout_s=30.0,
+                          busy_poll=busy_poll)
+        worker = _Worker(plan, _LocalCounter(len(reqs)))
+        loop = _new_loop()
+
+        async def measure() -> None:
+            asyncio.get_running_loop().call_later(0.05, time.sleep, 0.08)
+            await worker.run_measured(now(), math.inf)
+
+        try:
+            loop.run_until_complete(measure())
+            worker.client.close()
+        finally:
+            loop.close()
+    assert all(o.ok for o in worker.client.outcomes) and len(worker.client.outcomes) == 4
+    assert worker.stall_s is not None and worker.stall_s >= 0.079
+
+
 def test_chunks_are_not_tokens() -> None:
     with Instrument(tokens_per_chunk=4) as inst:
         res = run_load(inst.base_url, "m", specs(5, 10), concurrency=2, workers=0)

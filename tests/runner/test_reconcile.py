@@ -59,10 +59,11 @@ def _rec(t0: float, *, lag: float = 0.0) -> Rec:
 ZERO = dict(n=0, prompt=0, gen=0, e2e=0, ttft=0, itl_n=0, itl=0)
 
 
-def _window(recs: list[Rec], server: dict[str, float], drop: Sequence[str] = ()) -> Any:
+def _window(recs: list[Rec], server: dict[str, float], drop: Sequence[str] = (),
+            stall_s: float | None = None) -> Any:
     before = metrics.parse(_text(**ZERO, drop=drop), t_s=0.0)
     after = metrics.parse(_text(**server, drop=drop), t_s=100.0)
-    return reconcile(before, after, recs)
+    return reconcile(before, after, recs, client_stall_s=stall_s)
 
 
 CLEAN = dict(n=3, prompt=384, gen=12, e2e=3 * 0.080, ttft=3 * 0.050, itl_n=9, itl=3 * 0.030)
@@ -107,6 +108,24 @@ def test_client_that_reads_the_first_token_late_fails() -> None:
             (_rec(1.0), _rec(2.0), _rec(3.0))]
     item = _window(late, CLEAN).item("first_to_end")
     assert item.status == "fail" and "TTFT is inflated" in item.message and "STUDYC_CLIENT_CPUS" in item.message
+
+
+def test_first_token_late_beyond_the_clients_own_stall_is_the_servers() -> None:
+    """The same 40 ms late first token, with the load generator's longest loop stall measured: 0.5 ms
+    cannot account for it, so the client read on time and the item passes, naming the server's output
+    path; a 30 ms stall could (40 - 30 is within the bound), so it still fails; unmeasured, it fails."""
+    late = [dataclasses.replace(r, first_token_s=(r.first_token_s or 0) + 0.04) for r in
+            (_rec(1.0), _rec(2.0), _rec(3.0))]
+    item = _window(late, CLEAN, stall_s=0.0005).item("first_to_end")
+    assert item.status == "pass" and "longest loop stall was 0.50 ms" in item.message
+    assert "server's output path" in item.message and "first tokens late" in item.message
+    stalled = _window(late, CLEAN, stall_s=0.030).item("first_to_end")
+    assert stalled.status == "fail" and "longest loop stall: 30.00 ms" in stalled.message
+    assert "not measured" in _window(late, CLEAN).item("first_to_end").message
+    # The other direction: ends read 50 ms late by a client that stalled 0.5 ms is the server's too.
+    ends = _window([_rec(1.0, lag=0.05), _rec(2.0, lag=0.05), _rec(3.0, lag=0.05)], CLEAN, stall_s=0.0005)
+    assert ends.item("first_to_end").status == "pass"
+    assert "the ends of its requests" in ends.item("first_to_end").message
 
 
 def test_front_end_delay_common_to_both_ends_is_reported_not_failed() -> None:

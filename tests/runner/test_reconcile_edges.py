@@ -476,7 +476,8 @@ def test_first_to_end_failures_read_whole() -> None:
         "first_to_end", "fail", 0.34375, 0.203125, STREAM,
         "first token to end: client 85.94 ms, server 50.78 ms per request, difference +35.16 ms (allowed +-20.5): "
         "the client saw requests end later after their first token than the server made them: the client lagged "
-        "while streaming (starved of CPU, a GC pause), so its e2e, TPOT and ITL are inflated. " + CLIENT_FIX)
+        "while streaming (starved of CPU, a GC pause), so its e2e, TPOT and ITL are inflated (the load generator's longest loop stall: not "
+        "measured). " + CLIENT_FIX)
     late_first = window([replace(r, first_token_s=(r.first_token_s or 0) + 0.03125) for r in FOUR],
                         server(4)).item("first_to_end")
     assert late_first == Item(
@@ -484,7 +485,8 @@ def test_first_to_end_failures_read_whole() -> None:
         "first token to end: client 23.44 ms, server 50.78 ms per request, difference -27.34 ms (allowed +-20.5): "
         "the client saw the first token later, relative to the end, than the server made it: the client was slow "
         "to read the first token, so its TTFT is inflated (the client, or on a shared CPU the API server's writer, "
-        "starved of CPU; the itl_trusted check shows whether tokens came bunched). " + CLIENT_FIX)
+        "starved of CPU; the itl_trusted check shows whether tokens came bunched) (the load generator's longest "
+        "loop stall: not measured). " + CLIENT_FIX)
 
 
 # ------------------------------------------------------------------------------------ decode
