@@ -257,13 +257,10 @@ def _first_to_end(e2e: tuple[float, float | None], ttft: tuple[float | None, flo
             f"difference {diff * 1e3:+.2f} ms (allowed +-{hi * 1e3:.1f})")
     if abs(diff) <= hi:
         return Item(name, "pass", client, server, text_bound, text)
-    stall = "not measured" if stall_s is None else f"{stall_s * 1e3:.2f} ms"
-    if stall_s is not None and abs(diff) - stall_s > hi:
+    if _not_the_client(diff, hi, stall_s):
         where = "its first tokens" if diff < 0 else "the ends of its requests"
-        return Item(name, "pass", client, server, text_bound,
-                    f"{text}; the load generator's longest loop stall was {stall}, too short to account for it, "
-                    f"so the client read every chunk on time: the server's output path (its API process) sent "
-                    f"{where} late after its engine made them, which the client's TTFT rightly includes")
+        return Item(name, "pass", client, server, text_bound, _servers(text, stall_s, where))
+    stall = _stall(stall_s)
     why = ("the client saw requests end later after their first token than the server made them: the client "
            "lagged while streaming (starved of CPU, a GC pause), so its e2e, TPOT and ITL are inflated"
            if diff > 0 else
@@ -272,6 +269,22 @@ def _first_to_end(e2e: tuple[float, float | None], ttft: tuple[float | None, flo
            "server's writer, starved of CPU; the itl_trusted check shows whether tokens came bunched)")
     return Item(name, "fail", client, server, text_bound,
                 f"{text}: {why} (the load generator's longest loop stall: {stall}). {CLIENT_FIX}")
+
+
+def _not_the_client(diff: float, hi: float, stall_s: float | None) -> bool:
+    """Whether a latency difference beyond the bound is more than the client's longest loop stall
+    could have caused (it read no chunk later than that): then the client's timestamps stand."""
+    return stall_s is not None and abs(diff) - stall_s > hi
+
+
+def _stall(stall_s: float | None) -> str:
+    return "not measured" if stall_s is None else f"{stall_s * 1e3:.2f} ms"
+
+
+def _servers(text: str, stall_s: float | None, where: str) -> str:
+    return (f"{text}; the load generator's longest loop stall was {_stall(stall_s)}, too short to account for it, "
+            f"so the client read every chunk on time: the server's output path (its API process) sent {where} "
+            "late after its engine made them, which the client's latencies rightly include")
 
 
 def _histogram_sum(name: str, metric: str, n: int, before: Snapshot, after: Snapshot
@@ -361,12 +374,12 @@ def reconcile(
                          "the request")
     items += [ttft_item, _first_to_end((e2e_client, e2e_server), (ttft_client, ttft_server), n, bound,
                                        client_stall_s)]
-    items.extend(_decode(done, before, after, bound))
+    items.extend(_decode(done, before, after, bound, client_stall_s))
     return Reconciliation(tuple(items), front)
 
 
 def _decode(done: Sequence[WindowRecord], before: Snapshot, after: Snapshot,
-            bound: LatencyBound) -> Iterable[Item]:
+            bound: LatencyBound, stall_s: float | None = None) -> Iterable[Item]:
     """The server's inter-token histogram has one entry per generated token after the first.
 
     Its count is exact; its sum (first to last token, per request) is compared with the client's
@@ -399,12 +412,18 @@ def _decode(done: Sequence[WindowRecord], before: Snapshot, after: Snapshot,
     if abs(excess) <= hi:
         yield Item("decode", "pass", client, server, text_bound, text)
         return
+    if _not_the_client(excess, hi, stall_s):  # the counts are exact here: no other client's tokens either
+        where = "its first tokens" if excess < 0 else "its last tokens"
+        yield Item("decode", "pass", client, server, text_bound, _servers(text, stall_s, where))
+        return
     why = ("the client's first-to-last token span is longer than the server's: the client lagged while streaming "
-           "(starved of CPU, a GC pause). " + CLIENT_FIX if excess > 0 else
+           "(starved of CPU, a GC pause)" if excess > 0 else
            "the client's first-to-last token span is shorter than the server's: the client read the first token "
            "late (starved of CPU), or the server's sums include requests the client did not send (another "
-           "client on the same server). " + CLIENT_FIX + "; and measure a server no other client uses")
-    yield Item("decode", "fail", client, server, text_bound, f"{text}: {why}")
+           "client on the same server)")
+    tail = CLIENT_FIX if excess > 0 else CLIENT_FIX + "; and measure a server no other client uses"
+    yield Item("decode", "fail", client, server, text_bound,
+               f"{text}: {why} (the load generator's longest loop stall: {_stall(stall_s)}). {tail}")
 
 
 def server_step_s(before: Snapshot, after: Snapshot) -> float | None:

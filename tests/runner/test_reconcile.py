@@ -128,6 +128,17 @@ def test_first_token_late_beyond_the_clients_own_stall_is_the_servers() -> None:
     assert "the ends of its requests" in ends.item("first_to_end").message
 
 
+def test_decode_span_short_beyond_the_clients_own_stall_is_the_servers() -> None:
+    """The decode span 25 ms short (first chunk late) with exact counts: a 0.5 ms stall clears the
+    client; a 20 ms stall does not; unmeasured, it fails as before."""
+    fast = dict(CLEAN, itl=CLEAN["itl"] + 3 * 0.025)
+    recs = [_rec(1.0), _rec(2.0), _rec(3.0)]
+    item = _window(recs, fast, stall_s=0.0005).item("decode")
+    assert item.status == "pass" and "server's output path" in item.message and "first tokens" in item.message
+    assert _window(recs, fast, stall_s=0.020).item("decode").status == "fail"
+    assert _window(recs, fast).item("decode").status == "fail"
+
+
 def test_front_end_delay_common_to_both_ends_is_reported_not_failed() -> None:
     """A 60 ms delay before the server's clock starts (its API server admitting requests one at a
     time, or a queue in front of it: the two cannot be told apart) passes and is reported."""

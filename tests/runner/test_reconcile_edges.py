@@ -515,15 +515,15 @@ def test_decode_failures_read_whole() -> None:
     assert slow == Item(
         "decode", "fail", 0.3125, 0.171875, DECODE,
         "mean client-server decode span excess +35.16 ms per request (allowed +-22.1): the client's first-to-last "
-        "token span is longer than the server's: the client lagged while streaming (starved of CPU, a GC pause). "
-        + CLIENT_FIX)
+        "token span is longer than the server's: the client lagged while streaming (starved of CPU, a GC pause) "
+        "(the load generator's longest loop stall: not measured). " + CLIENT_FIX)
     fast = window(FOUR, server(4, itl=C_SPAN + 0.03125)).item("decode")
     assert fast == Item(
         "decode", "fail", 0.1875, 0.3125, DECODE,
         "mean client-server decode span excess -31.25 ms per request (allowed +-23.9): the client's first-to-last "
         "token span is shorter than the server's: the client read the first token late (starved of CPU), or the "
-        "server's sums include requests the client did not send (another client on the same server). "
-        + CLIENT_FIX + "; and measure a server no other client uses")
+        "server's sums include requests the client did not send (another client on the same server) (the load "
+        "generator's longest loop stall: not measured). " + CLIENT_FIX + "; and measure a server no other client uses")
 
 
 def test_requests_in_one_chunk_leave_decode_unverified() -> None:
