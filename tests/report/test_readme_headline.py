@@ -34,5 +34,5 @@ def test_each_run_says_the_launches_and_repeats_it_rests_on() -> None:
 
     runs = latest_runs([REPO / "results/h200.duckdb"])
     assert design_note(runs["cuda-graphs"]) == "3 launches per arm x 1 repeat"
-    assert design_note(runs["prefix-cache-ladder"]) == "1 launch per arm x 3 repeats"
+    assert design_note(runs["prefix-cache-ladder"]) == "4 launches per arm x 2 repeats"
     assert design_note(runs["mla-kv"]) == "1 launch per arm x 1 repeat"
