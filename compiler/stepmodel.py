@@ -23,6 +23,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import astuple, dataclass, fields, replace
 
@@ -267,6 +268,8 @@ def overlap_terms(work: Work, card: Card | None, coef: Coefficients | None) -> T
 
 
 def _add(a: Terms, b: Terms, k: float = 1.0) -> Terms:
+    if k == 1.0:
+        return (a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3], a[4] + b[4], a[5] + b[5])
     return tuple(x + k * y for x, y in zip(a, b, strict=True))  # type: ignore[return-value]
 
 
@@ -312,23 +315,23 @@ def replay(shape: ModelShape, load: Load, engine: EngineShape, card: Card, coef:
     The front end streams no token while it is admitting (one event loop does both): tokens made
     during a run of back-to-back admissions reach the client when the run ends.
 
+    Decoding sequences are kept as a count and a context sum (every one of them makes a token each
+    step: `max_num_seqs` <= the budget), so a step costs the same at batch 1 and 256; a request's last
+    decode step is known when its prefill ends.
+
     Step composition depends on `coef` (when requests are admitted relative to steps); for the
     composition replayed, every returned feature is linear in the coefficients."""
     hits = [min(load.cached(i), cache_hit_tokens(load.input_len)) if engine.prefix_caching else 0
             for i in range(load.requests)]
-    c = coef.as_terms()
+    c0, c1, c2, c3, request_value, admit_value = coef.as_terms()
+    bw, fl = card.bandwidth_Bps, card.flops_per_s
     costs = _Costs(shape, engine)
-
-    def seconds(terms: Terms) -> float:
-        return sum(t * k for t, k in zip(scale(terms, card), c, strict=True))
-
-    admit_value = seconds(_ADMIT)
-    request_value = seconds(_REQUEST)
+    body2, head2, kv_bytes, per_position = 2.0 * costs.body, 2.0 * costs.lm_head, costs.kv, costs.per_position
+    out_len, budget_tokens, max_seqs = load.output_len, engine.budget_tokens, engine.max_num_seqs
     zero = _Time(_ZERO, 0.0)
     frontend_free = zero
     sent_count = 0
-    pending: list[_Request] = []
-
+    pending: deque[_Request] = deque()
     busy: list[list[_Time]] = []  # the front end's busy periods: [start, end] of back-to-back admissions
 
     def send(at: _Time) -> None:
@@ -347,67 +350,89 @@ def replay(shape: ModelShape, load: Load, engine: EngineShape, card: Card, coef:
     for _ in range(min(load.concurrency, load.requests)):
         send(zero)
     burst = list(pending)
-    now = zero
-    waiting: list[_Request] = []
-    running: list[_Request] = []
+    now_v, now_t = 0.0, _ZERO
+    waiting: deque[_Request] = deque()
+    prefilling: list[_Request] = []  # running, prompt not yet computed, in running order
+    decoding = 0  # running sequences past their prefill: one token each per step
+    contexts = 0  # their tokens in the KV cache, summed
+    tick = 0  # decode steps so far (every step decodes every decoding sequence)
+    last_step: dict[int, list[_Request]] = {}  # tick of a request's last decode step -> requests, in running order
     done: list[_Request] = []
     steps = 0
-    while pending or waiting or running:
-        while pending and pending[0].admitted.value <= now.value + 1e-15:
-            waiting.append(pending.pop(0))
-        if not running and not waiting:
-            now = pending[0].admitted  # the engine idles until the front end hands it a request
+    while pending or waiting or prefilling or decoding:
+        while pending and pending[0].admitted.value <= now_v + 1e-15:
+            waiting.append(pending.popleft())
+        if not decoding and not prefilling and not waiting:
+            now_v, now_t = pending[0].admitted.value, pending[0].admitted.terms  # the engine idles
             continue
-        if not waiting and len(running) <= engine.budget_tokens and all(r.computed >= r.prompt for r in running):
+        if not waiting and not prefilling:
             # A run of pure decode steps: every running sequence makes one token per step until the
             # first of them finishes or the front end admits a request. Done in bulk (same steps).
-            left = min(load.output_len - r.generated for r in running) - 1
+            left = min(last_step) - tick - 1
             if left > 0:
                 admit_at = pending[0].admitted.value if pending else math.inf
-                contexts = sum(r.cached + r.computed + r.generated for r in running)
-                now, done_steps = _decode_run(costs, card, coef, len(running), contexts, left, now, admit_at)
-                for r in running:
-                    r.generated += done_steps
+                at, done_steps = _decode_run(costs, card, coef, decoding, contexts, left, _Time(now_t, now_v), admit_at)
+                now_v, now_t = at.value, at.terms
+                tick += done_steps
+                contexts += decoding * done_steps
                 steps += done_steps
                 continue
-        budget = engine.budget_tokens
+        budget = budget_tokens - decoding
         scheduled: list[tuple[_Request, int]] = []
-        for r in running:
+        for r in prefilling:
             if budget <= 0:
                 break
-            left = r.prompt - r.computed
-            n = min(left, budget) if left > 0 else 1
+            n = min(r.prompt - r.computed, budget)
             scheduled.append((r, n))
             budget -= n
-        while waiting and budget > 0 and len(running) < engine.max_num_seqs:
+        while waiting and budget > 0 and decoding + len(prefilling) < max_seqs:
             if not engine.chunked_prefill and waiting[0].prompt > budget:
                 break  # a whole prompt or nothing: it waits for a step with room
-            r = waiting.pop(0)
-            running.append(r)
+            r = waiting.popleft()
+            prefilling.append(r)
             n = min(r.prompt, budget)
             scheduled.append((r, n))
             budget -= n
-        chunks: list[tuple[int, int, bool]] = []
+        if not decoding and not scheduled:
+            raise ValueError(f"a prompt of {waiting[0].prompt} tokens never fits the budget of {budget_tokens}")
+        tokens = sampled = decoding
+        read = positions = contexts + decoding  # a decoding sequence reads its context and its new token
         for r, n in scheduled:
-            left = r.prompt - r.computed
-            context = r.cached + r.computed + (r.generated if left <= 0 else 0)
-            chunks.append((n, context, left <= 0 or n >= left))
-        terms = overlap_terms(step_work(shape, engine, chunks, costs), card, coef)
-        now = now.plus(terms, seconds(terms))
+            context = r.cached + r.computed
+            tokens += n
+            sampled += n >= r.prompt - r.computed
+            read += context + n
+            positions += n * (context + (n + 1) / 2)
+        work = (1.0, float(decoding + len(scheduled)), costs.weights(tokens), body2 * tokens + head2 * sampled,
+                read * kv_bytes, per_position * positions)
+        terms = overlap_terms(work, card, coef)
+        now_v += terms[0] * c0 + terms[1] * c1 + terms[2] / bw * c2 + terms[3] / fl * c3
+        now_t = _add(now_t, terms)
+        now = _Time(now_t, now_v)
         steps += 1
         finished: list[_Request] = []
-        for r, n in scheduled:
-            if r.computed < r.prompt:
-                r.computed += n
-                if r.computed >= r.prompt:
-                    r.generated, r.first = 1, now
-            else:
-                r.generated += 1
-            if r.generated >= load.output_len:
+        if decoding:
+            tick += 1
+            contexts += decoding
+            for r in last_step.pop(tick, ()):
                 r.end = now
                 finished.append(r)
+                decoding -= 1
+                contexts -= r.cached + r.prompt + out_len
+        for r, n in scheduled:
+            r.computed += n
+            if r.computed >= r.prompt:
+                r.first = now
+                if out_len <= 1:
+                    r.end = now
+                    finished.append(r)
+                else:  # decodes from the next step; its last decode step is out_len - 1 steps on
+                    decoding += 1
+                    contexts += r.cached + r.prompt + 1
+                    last_step.setdefault(tick + out_len - 1, []).append(r)
+        if any(r.computed >= r.prompt for r, _ in scheduled):
+            prefilling = [r for r in prefilling if r.computed < r.prompt]
         for r in finished:
-            running.remove(r)
             done.append(r)
             if sent_count < load.requests:
                 send(now.plus(_REQUEST, request_value))
@@ -423,18 +448,21 @@ def replay(shape: ModelShape, load: Load, engine: EngineShape, card: Card, coef:
         return t
 
     n = len(done)
-    tpot, ttft = _ZERO, _ZERO
+    k = len(_ZERO)
+    to_first, to_end = [0.0] * k, [0.0] * k  # summed over requests: first - sent, end - first
     for r in done:
         assert r.first is not None and r.end is not None
-        first, end = delivered(r.first), delivered(r.end)
-        ttft = _add(ttft, _add(_add(first.terms, r.sent.terms, -1.0), _REQUEST), 1.0 / n)
-        if load.output_len > 1:
-            tpot = _add(tpot, _add(end.terms, first.terms, -1.0), 1.0 / ((load.output_len - 1) * n))
+        first, end, sent = delivered(r.first).terms, delivered(r.end).terms, r.sent.terms
+        for j in range(k):
+            to_first[j] += first[j] - sent[j]
+            to_end[j] += end[j] - first[j]
+    ttft = _add(tuple(x / n for x in to_first), _REQUEST)  # type: ignore[arg-type]
+    tpot = tuple(x / ((out_len - 1) * n) for x in to_end) if out_len > 1 else _ZERO
     last_first = max((delivered(r.first) for r in burst if r.first is not None), key=lambda t: t.value)
     burst_terms = _add(last_first.terms, _REQUEST) if len(burst) > 1 else _ZERO
-    window = _add(delivered(now).terms, _REQUEST)
-    return PointTerms(tpot=tpot, ttft=ttft, window=window, burst=burst_terms,
-                      output_tokens=n * load.output_len, steps=steps)
+    window = _add(delivered(_Time(now_t, now_v)).terms, _REQUEST)
+    return PointTerms(tpot=tpot, ttft=ttft, window=window, burst=burst_terms,  # type: ignore[arg-type]
+                      output_tokens=n * out_len, steps=steps)
 
 
 def _decode_run(
@@ -443,22 +471,27 @@ def _decode_run(
     """Up to `limit` decode steps of the same `n` sequences (their contexts summing to `contexts` before
     the first), each a step of `step_work`, stopping before a step that would start at or after
     `admit_at` (the scheduler would see a new request). Returns the time after them and how many ran.
-    The step's features are affine in the step index, so each costs a few operations."""
-    kv, per_context, weights = costs.kv, costs.per_position, costs.weights(n)
-    fixed_flops = 2.0 * costs.body * n + 2.0 * costs.lm_head * n
-    c = coef.as_terms()
-    total = [0.0] * len(_ZERO)
+    Both kernels' byte and FLOP features scale together (the matmuls' are fixed for `n` tokens, the
+    attention kernel's are proportional to the tokens read), so the p-norm weights are the same for
+    every step of the run: its features are sums of an affine sequence, and each step costs one
+    multiply-add of its time."""
+    weights, matmul = costs.weights(n), 2.0 * costs.body * n + 2.0 * costs.lm_head * n
+    w_bytes, w_flops = _joined(weights, matmul, card, coef)
+    k_bytes, k_flops = _joined(costs.kv, costs.per_position, card, coef)  # per token read
+    step_s, seq_s, mem, flop = coef.step_s, coef.seq_s, coef.mem, coef.flop
+    bw, fl = card.bandwidth_Bps, card.flops_per_s
+    fixed = step_s + seq_s * n + w_bytes / bw * mem + w_flops / fl * flop
+    per_read = k_bytes / bw * mem + k_flops / fl * flop
     value = now.value
-    done = 0
+    done = read_sum = 0
     while done < limit and (done == 0 or value < admit_at - 1e-15):
         read = contexts + n * (done + 1)  # each sequence reads its context plus its new token
-        terms = overlap_terms((1.0, float(n), weights, fixed_flops, read * kv, per_context * read), card, coef)
-        scaled = scale(terms, card)
-        value += sum(t * k for t, k in zip(scaled, c, strict=True))
-        for i, t in enumerate(terms):
-            total[i] += t
+        value += fixed + per_read * read
+        read_sum += read
         done += 1
-    return _Time(_add(now.terms, tuple(total)), value), done  # type: ignore[arg-type]
+    total = (float(done), float(n * done), done * w_bytes + read_sum * k_bytes, done * w_flops + read_sum * k_flops,
+             0.0, 0.0)
+    return _Time(_add(now.terms, total), value), done
 
 
 def scale(terms: Terms, card: Card) -> Terms:
@@ -546,17 +579,19 @@ class Fit:
 def fit(observations: Sequence[Observation], prior: float = PRIOR_WEIGHT, start: Coefficients = START,
         overlaps: Sequence[float] = OVERLAPS) -> Fit:
     """The fit (see `fit_at`) at each overlap p in `overlaps`, each started from the previous one's
-    coefficients; the one with the least residual on `observations` wins."""
+    coefficients; the one with the least residual on `observations` wins. Replays are shared between
+    them (the residuals replay coefficients the iteration already replayed)."""
     best: tuple[float, Fit] | None = None
+    memo: _Memo = {}
     failures: list[str] = []
     for p in overlaps:
         try:
-            result = fit_at(observations, prior, replace(start, overlap=p))
+            result = fit_at(observations, prior, replace(start, overlap=p), memo)
         except ValueError as exc:
             failures.append(f"overlap {p:g}: {exc}")
             continue
         start = result.coefficients
-        residual = _residual(observations, result.coefficients, prior)
+        residual = _residual(observations, result.coefficients, prior, memo)
         if best is None or residual < best[0]:
             best = (residual, result)
     if best is None:
@@ -564,7 +599,8 @@ def fit(observations: Sequence[Observation], prior: float = PRIOR_WEIGHT, start:
     return best[1]
 
 
-def fit_at(observations: Sequence[Observation], prior: float = PRIOR_WEIGHT, start: Coefficients = START) -> Fit:
+def fit_at(observations: Sequence[Observation], prior: float = PRIOR_WEIGHT, start: Coefficients = START,
+           memo: _Memo | None = None) -> Fit:
     """Replay every observation with the current coefficients, fit the coefficients by exact
     non-negative least squares on the replayed features (linear for a fixed step composition), and
     repeat until no coefficient moves by more than TOLERANCE. The composition is discrete, so the
@@ -580,7 +616,7 @@ def fit_at(observations: Sequence[Observation], prior: float = PRIOR_WEIGHT, sta
     changes: list[float] = []
     damping = 1.0  # full steps until a cycle too wide to pick from, or UNDAMPED_ITERATIONS pass
     for iteration in range(1, MAX_ITERATIONS + 1):
-        points = replay_all(observations, coef)
+        points = replay_all(observations, coef, memo)
         new = replace(fit_linear(observations, points, prior), overlap=coef.overlap)
         change = _change(new, coef)
         changes.append(change)
@@ -597,7 +633,7 @@ def fit_at(observations: Sequence[Observation], prior: float = PRIOR_WEIGHT, sta
             cycle = seen[repeat:]
             spread = max(_change(a, b) for a in cycle for b in cycle)
             if spread <= CYCLE_SPREAD:
-                best = min(cycle, key=lambda c: _residual(observations, c, prior))
+                best = min(cycle, key=lambda c: _residual(observations, c, prior, memo))
                 return Fit(best, iteration, tuple(changes), cycle=len(cycle), spread=spread)
             damping = 0.5
             step = _toward(coef, new, damping)
@@ -607,7 +643,7 @@ def fit_at(observations: Sequence[Observation], prior: float = PRIOR_WEIGHT, sta
         if damping <= MIN_DAMPING and stalled:
             spread = max(_change(a, b) for a in recent for b in recent)
             if spread <= SETTLE_SPREAD:  # shortest steps still jump between compositions: settled
-                best = min(recent, key=lambda c: _residual(observations, c, prior))
+                best = min(recent, key=lambda c: _residual(observations, c, prior, memo))
                 return Fit(best, iteration, tuple(changes), cycle=len(recent), spread=spread)
     raise ValueError(f"fit did not converge in {len(changes)} iterations (last changes {changes[-3:]})")
 
@@ -620,12 +656,17 @@ def _toward(a: Coefficients, b: Coefficients, fraction: float) -> Coefficients:
     return replace(a, **dict(zip(COEFFICIENT_NAMES, moved, strict=False)))
 
 
-def replay_all(observations: Sequence[Observation], coef: Coefficients) -> list[PointTerms]:
-    """`replay` of every observation; observations with the same inputs (repeats of one config) share one."""
-    done: dict[tuple[int, Load, EngineShape, Card], PointTerms] = {}
+# Replays already made, by (model shape, load, engine, card, coefficients): a replay is a pure function of them.
+_Memo = dict[tuple[int, Load, EngineShape, Card, Coefficients], PointTerms]
+
+
+def replay_all(observations: Sequence[Observation], coef: Coefficients, memo: _Memo | None = None) -> list[PointTerms]:
+    """`replay` of every observation; observations with the same inputs (repeats of one config) share one,
+    and so do calls that pass the same `memo`."""
+    done: _Memo = {} if memo is None else memo
     out = []
     for ob in observations:
-        key = (id(ob.shape), ob.load, ob.engine, ob.card)
+        key = (id(ob.shape), ob.load, ob.engine, ob.card, coef)
         if key not in done:
             done[key] = replay(ob.shape, ob.load, ob.engine, ob.card, coef)
         out.append(done[key])
@@ -636,8 +677,8 @@ def _change(a: Coefficients, b: Coefficients) -> float:
     return max(abs(x - y) / max(abs(y), 1e-6) for x, y in zip(a.as_terms(), b.as_terms(), strict=True))
 
 
-def _residual(observations: Sequence[Observation], coef: Coefficients, prior: float) -> float:
-    points = replay_all(observations, coef)
+def _residual(observations: Sequence[Observation], coef: Coefficients, prior: float, memo: _Memo | None = None) -> float:
+    points = replay_all(observations, coef, memo)
     c = coef.as_terms()
     return sum((sum(a * b for a, b in zip(r, c, strict=True)) - y) ** 2
                for r, y in _rows(observations, points, prior))

@@ -215,3 +215,11 @@ def test_fit_chooses_the_overlap_that_made_the_data():
     got = fit(_synthetic(truth), prior=0.0, overlaps=(1.0, 4.0))
     assert got.coefficients.overlap == 4.0
     assert got.coefficients.mem == pytest.approx(truth.mem, rel=0.05)
+
+
+def test_a_whole_prompt_larger_than_the_budget_fails_not_hangs():
+    monolithic = EngineShape.from_argv(["serve", "m", "--no-enable-chunked-prefill", "--max-num-batched-tokens", "2048"])
+    with pytest.raises(ValueError, match="never fits the budget of 2048"):
+        replay(QWEN8B, Load(1, 1, 3000, 4), monolithic, CARD, COEF)
+    # Chunked, the same prompt takes two steps and then decodes.
+    assert replay(QWEN8B, Load(1, 1, 3000, 4), EngineShape(budget_tokens=2048), CARD, COEF).steps == 2 + 3
