@@ -148,13 +148,19 @@ def should_continue(loaded: LoadedStudy, data: RunData) -> bool:
     """The runner's hook after each block of a run with `[design] budget`: True while a hypothesis is
     still inconclusive (its repeated confidence interval straddles a band edge) and the budget's blocks
     are not spent. Scoring reads the budget from the run's plan, so its intervals are this rule's."""
+    return bool(undecided(loaded, data))
+
+
+def undecided(loaded: LoadedStudy, data: RunData) -> tuple[str, ...]:
+    """The ids of the hypotheses still inconclusive while the budget's blocks are not spent (none for
+    a fixed design or a spent budget): the next block need measure only what they rest on."""
     from report.intervals import layout
     from report.scoring import score_study
 
     design = layout(data.run.plan_json)
     if design.budget_blocks is None:
-        return False
+        return ()
     done = {design.point(p.point_id, p.server_id, p.repeat).block for p in data.points}
     if len(done) >= design.budget_blocks:
-        return False
-    return any(s.verdict == "inconclusive" for s in score_study(loaded, data))
+        return ()
+    return tuple(s.hypothesis for s in score_study(loaded, data) if s.verdict == "inconclusive")

@@ -13,7 +13,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,8 +55,9 @@ class RunOptions:
     ray: str | None = None  # --ray: None off; "local" a Ray cluster started here; else the address to join
     warnings: tuple[str, ...] = ()  # preflight warnings a flag let through: stored in the run's notes
     # The sequential rule, asked before each budget block (`required = false` launches): given the open
-    # store and the run id, whether a hypothesis is still undecided. None: no budget block runs.
-    decide_more: Callable[[Store, str], bool] | None = None
+    # store and the run id, whether a hypothesis is still undecided, or which ones (their ids: then, one
+    # device at a time, the block measures only the points they rest on). None: no budget block runs.
+    decide_more: Callable[[Store, str], bool | Collection[str]] | None = None
 
 
 def run_options(settings: Settings, db: Path, **flags: Any) -> RunOptions:
@@ -217,9 +218,11 @@ class _Driver:
         self.store, self.run_id, self.report, self.progress = store, run_id, report, progress
         self.predictions, self.options = predictions, options
         self.launches = {launch.id: launch for launch in plan.launches}
+        self.hypotheses = {h.id: h for h in plan.hypotheses}
         self.budget = plan.design.budget
         self.origin = time.monotonic() if origin is None else origin
         self.blocks: dict[int, bool] = {}  # budget block -> run it (decided once, for all its launches)
+        self.undecided: dict[int, frozenset[str]] = {}  # budget block -> the hypotheses it runs for, where named
 
     def handle(self, event: Event) -> None:
         if isinstance(event, ServerEvent):
@@ -273,15 +276,41 @@ class _Driver:
             self.progress.message(f"budget of {self.budget.minutes:g} min spent: block {block} not run")
             return False
         more = self.options.decide_more(self.store, self.run_id)
-        self.progress.message(f"block {block}: " + ("a hypothesis is undecided: running it" if more
+        if not isinstance(more, bool):
+            self.undecided[block] = frozenset(more)
+        named = f" ({', '.join(sorted(more))})" if not isinstance(more, bool) else ""
+        self.progress.message(f"block {block}: " + (f"undecided{named}: running it" if more
                                                     else "every hypothesis decided (or budget spent): not run"))
-        return more
+        return bool(more)
+
+    def trimmed(self, spec: LaunchSpec) -> LaunchSpec:
+        """A budget block's launch with only the points its undecided hypotheses rest on. Kept whole
+        where the rule named none, where the launch keeps its prefix cache between points (there the
+        points before a point are part of its measurement), or where an undecided server metric is read
+        from this launch's start."""
+        ids = self.undecided.get(spec.launch.block)
+        if spec.launch.required or ids is None or any(p.cache == "keep" for p in spec.points):
+            return spec
+        steps = [self.hypotheses[i] for i in ids if i in self.hypotheses]
+        sides = [s for h in steps if h.level == "server" for s in (h.numerator, h.denominator) if s is not None]
+        if any(spec.launch.id in s.launches for s in sides):
+            return spec
+        need = {p for h in steps for p in h.points}
+        points = tuple(p for p in spec.points if p.id in need)
+        if len(points) < len(spec.points):
+            self.progress.message(f"{spec.launch.id}: {len(points)} of {len(spec.points)} points (the rest serve "
+                                  "decided hypotheses only)")
+        return replace(spec, points=points)
 
 
 def run_sequential(specs: list[LaunchSpec], driver: _Driver, options: RunOptions) -> None:
     """One launch after another on this thread (one device)."""
     for spec in specs:
         if not driver.wanted(spec):
+            continue
+        spec = driver.trimmed(spec)
+        if not spec.points:
+            driver.report.launches_not_needed.append(spec.launch.id)
             continue
         try:
             run_launch(spec, driver.handle)

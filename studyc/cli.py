@@ -338,19 +338,19 @@ def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry
         sys.exit(1)
 
 
-def decide_more(loaded: Any) -> Callable[[Any, str], bool]:
+def decide_more(loaded: Any) -> Callable[[Any, str], tuple[str, ...]]:
     """The sequential rule for `run_plan`: reads the run's stored points through the open store and asks
-    `report.sequential.should_continue` (the runner never imports the report)."""
+    `report.sequential.undecided` which hypotheses are still open (the runner never imports the report)."""
 
-    def ask(store: Any, run_id: str) -> bool:
+    def ask(store: Any, run_id: str) -> tuple[str, ...]:
         from report.results import RunData
-        from report.sequential import should_continue
+        from report.sequential import undecided
 
         run = store.run(run_id)
         data = RunData(db=store.path, run=run, servers=tuple(store.servers(run_id)),
                        points=tuple(store.points(run_id)), checks=tuple(store.checks(run_id)),
                        telemetry=tuple(store.telemetry(run_id)))
-        return bool(should_continue(loaded, data))
+        return undecided(loaded, data)
 
     return ask
 

@@ -63,6 +63,32 @@ def test_spent_minutes_stop_budget_blocks_without_asking(tmp_path: Path) -> None
     assert {b for b, _ in ran} == {1, 2} and asked == []
 
 
+def test_a_budget_block_measures_only_what_its_undecided_hypotheses_rest_on(tmp_path: Path) -> None:
+    """The rule names `fast-first-token` (cold arm, c1): the cold arm's budget launch keeps its c1
+    point alone; the warm arm keeps its cache between points, so it runs whole; required launches and
+    a rule that answers only True are never trimmed."""
+    plan = _plan(tmp_path)
+    options = RunOptions(db=tmp_path / "r.duckdb", engine_command=[], python_argv=[], runs_dir=tmp_path,
+                         decide_more=lambda store, run_id: ("fast-first-token",))
+    with Store(tmp_path / "r.duckdb") as store:
+        driver = _Driver(store, "run-1", plan, RunReport("run-1"), Progress(), {}, options)
+        kept = {}
+        for launch in plan.launches:
+            spec = LaunchSpec(launch=launch, points=launch.points, run_id="run-1", placement=None,  # type: ignore[arg-type]
+                              ctx=None, engine_command=(), log_dir=tmp_path)  # type: ignore[arg-type]
+            assert driver.wanted(spec)
+            kept[launch.id] = [p.id.rsplit("/", 3)[-2:] for p in driver.trimmed(spec).points]
+    first = next(h for h in plan.hypotheses if h.id == "fast-first-token")
+    for launch in plan.launches:
+        if launch.required or launch.arm == "warm":
+            assert len(kept[launch.id]) == len(launch.points), launch.id
+        else:
+            assert kept[launch.id] == [["c1", p.rsplit("/", 1)[-1]] for p in first.points if launch.id in p]
+            assert kept[launch.id] and len(kept[launch.id]) < len(launch.points)
+    _, ran, _, _ = _wanted(tmp_path, [True, True])  # a bare True: every point, as before
+    assert len(ran) == len(plan.launches)
+
+
 def test_the_cli_rule_reads_the_stored_run_and_stops_a_fixed_design(tmp_path: Path) -> None:
     """The CLI's callback reads the run back through the open store and asks report.sequential; the
     committed fixed-design runs have no budget, so nothing more runs."""
@@ -76,7 +102,7 @@ def test_the_cli_rule_reads_the_stored_run_and_stops_a_fixed_design(tmp_path: Pa
     with Store(db) as store:
         run = store.latest_run("decode-roofline")
         assert run is not None
-        assert decide_more(loaded)(store, run.run_id) is False
+        assert decide_more(loaded)(store, run.run_id) == ()
 
 
 def test_a_run_resumed_from_a_changed_study_file_records_the_new_hash(tmp_path: Path) -> None:

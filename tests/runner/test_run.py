@@ -284,4 +284,4 @@ def test_budget_blocks_run_while_undecided(tmp_path: Path) -> None:
     assert all(p.status == "ok" for p in points), out  # judged validity varies with the load on a 2-core host
     assert len({s.launch_id or s.server_id for s in servers}) == 3, out
     assert len(points) == 3 * 2
-    assert "block 3: a hypothesis is undecided: running it" in out and "budget launches not run" not in out, out
+    assert "block 3: undecided (h): running it" in out and "budget launches not run" not in out, out
