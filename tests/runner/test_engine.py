@@ -207,6 +207,29 @@ def test_check_engine_returns_the_printed_version(tmp_path: Path) -> None:
     assert (got.version, got.executable, got.command) == ("0.32.0+cpu", str(fake), (str(fake),))
 
 
+def test_a_passed_check_is_remembered_until_the_executable_changes(tmp_path: Path) -> None:
+    """With a cache folder the command runs once; a rewritten script runs again; a failure is never
+    remembered; without the folder it runs every time."""
+    runs, cache = tmp_path / "runs.txt", tmp_path / "cache"
+
+    def ran() -> int:
+        return len(runs.read_text().splitlines()) if runs.exists() else 0
+
+    fake = _script(tmp_path, "vllm", f'echo run >> {runs}\necho "0.32.0+cpu"\n')
+    assert check_engine([str(fake)], cache_dir=cache).version == "0.32.0+cpu" and ran() == 1
+    assert check_engine([str(fake)], cache_dir=cache).version == "0.32.0+cpu" and ran() == 1
+    assert check_engine([str(fake), "--extra"], cache_dir=cache).version == "0.32.0+cpu" and ran() == 2
+    check_engine([str(fake)])
+    assert ran() == 3
+    _script(tmp_path, "vllm", f'echo run >> {runs}\necho "0.33.0rc1+cpu"\n')  # another size
+    assert check_engine([str(fake)], cache_dir=cache).version == "0.33.0rc1+cpu" and ran() == 4
+    _script(tmp_path, "vllm", f'echo run >> {runs}\necho "ImportError: no torch" >&2\nexit 1\n')
+    for _ in range(2):
+        with pytest.raises(EngineError, match="no torch"):
+            check_engine([str(fake)], cache_dir=cache)
+    assert ran() == 6
+
+
 @pytest.mark.vllm
 @needs_vllm
 def test_check_engine_on_the_real_cpu_vllm() -> None:
