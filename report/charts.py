@@ -36,7 +36,10 @@ def spec(chart: alt.TopLevelMixin) -> dict[str, Any]:
 
 
 def _data(rows: Sequence[Row]) -> alt.Data:
-    return alt.Data(values=[dict(r) for r in rows])
+    """Inline rows, not validated here: `spec` validates the whole chart, these values in it (Altair's
+    debug mode would walk every row twice: half of a big site's build time)."""
+    with alt.utils.schemapi.debug_mode(False):
+        return alt.Data(values=[dict(r) for r in rows])
 
 
 def _level_axis(rows: Sequence[Row], title: str) -> alt.X:

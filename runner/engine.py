@@ -8,6 +8,7 @@ What the server is (versions, KV capacity) and why it failed to start are read b
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import secrets
 import shlex
@@ -360,15 +361,22 @@ class EngineCheck:
     version: str
 
 
-def check_engine(command: Sequence[str], timeout_s: float = ENGINE_CHECK_TIMEOUT_S) -> EngineCheck:
+def check_engine(command: Sequence[str], timeout_s: float = ENGINE_CHECK_TIMEOUT_S,
+                 cache_dir: Path | None = None) -> EngineCheck:
     """Run `COMMAND --version` before any measuring: the version it prints, or an EngineError that
-    says what is wrong and to set STUDYC_VLLM."""
+    says what is wrong and to set STUDYC_VLLM. With `cache_dir`, a command that passed before is not
+    run again while its executable file is unchanged (`vllm --version` imports torch: ~10 s on two
+    cores, a quarter of a small run); a failure is never remembered."""
     words = tuple(command)
     if not words:
         raise EngineError(f"the engine command is empty: {_SET_STUDYC_VLLM}")
     executable = shutil.which(words[0])
     if executable is None:
         raise EngineError(f"engine command not found: {words[0]!r} ({_SET_STUDYC_VLLM})")
+    passed = _PassedChecks(cache_dir, words, executable) if cache_dir is not None else None
+    version = passed.version() if passed is not None else None
+    if version is not None:
+        return EngineCheck(command=words, executable=executable, version=version)
     shown = shlex.join([*words, "--version"])
     try:
         done = subprocess.run(
@@ -390,4 +398,35 @@ def check_engine(command: Sequence[str], timeout_s: float = ENGINE_CHECK_TIMEOUT
     printed = [line.strip() for line in done.stdout.splitlines() if line.strip()]
     if not printed:
         raise EngineError(f"`{shown}` printed no version: is it vLLM? ({_SET_STUDYC_VLLM})")
+    if passed is not None:
+        passed.remember(printed[-1])
     return EngineCheck(command=words, executable=executable, version=printed[-1])
+
+
+class _PassedChecks:
+    """The engine commands that passed `check_engine`, in `cache_dir/engine-checks.json`: each under
+    its words and its executable's real path, inode, size and modification time (reinstalling vLLM
+    rewrites its `vllm` script, so the next run checks again)."""
+
+    def __init__(self, cache_dir: Path, words: tuple[str, ...], executable: str) -> None:
+        self.path = cache_dir / "engine-checks.json"
+        real = os.path.realpath(executable)
+        stat = os.stat(real)
+        self.key = json.dumps([*words, real, stat.st_ino, stat.st_size, stat.st_mtime_ns])
+
+    def _read(self) -> dict[str, str]:
+        try:
+            found = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    def version(self) -> str | None:
+        version = self._read().get(self.key)
+        return version if isinstance(version, str) and version else None
+
+    def remember(self, version: str) -> None:
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({**self._read(), self.key: version}, indent=1) + "\n")
+        tmp.replace(self.path)

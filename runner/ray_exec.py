@@ -9,7 +9,8 @@ started. Ray places each on a node with free GPUs; a launch waits in Ray's queue
 
 A lost worker (its process killed, its node gone): the point in flight is recorded failed (like any
 failed point: the run stops unless --keep-going); the points it had committed are kept; the rest of
-that launch is dispatched once more on a fresh actor (a new server start, wherever Ray finds GPUs).
+that launch is dispatched once more on a fresh actor (a new server start under "<id>~2", wherever Ray
+finds GPUs).
 Lost a second time, the rest is left for `--resume`. The servers a lost worker started are stopped by
 a small reaper process it left beside them (the node itself gone, they are gone with it).
 
@@ -381,7 +382,8 @@ def _run(ray: Any, specs: list[LaunchSpec], driver: _Driver, wait_s: float) -> N
                 rest = _lost(driver, f, why)
                 gate.on_ended(f.index, again=bool(rest))
                 if rest:
-                    dispatch(f.index, replace(f.spec, points=rest), f.attempt + 1)
+                    dispatch(f.index, replace(f.spec, points=rest, server_ids=_fresh_ids(driver, f.spec)),
+                             f.attempt + 1)
                 dispatch_ready()
                 if gate.give_up():
                     tell_first(False)
@@ -391,6 +393,14 @@ def _run(ray: Any, specs: list[LaunchSpec], driver: _Driver, wait_s: float) -> N
         _stop(ray, live, lock)
         _drain(events, driver)
         raise
+
+
+def _fresh_ids(driver: _Driver, spec: LaunchSpec) -> tuple[str, ...]:
+    """The fresh worker's server ids ("<id>~2", as a resumed launch's): the lost servers keep their rows
+    and logs, and each point names the start that measured it."""
+    from runner.run import fresh_server_ids
+
+    return fresh_server_ids(spec.launch, {s.server_id for s in driver.store.servers(driver.run_id)})
 
 
 def _index(live: dict[int, _Follow], launch_id: str) -> int:

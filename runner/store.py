@@ -19,6 +19,7 @@ at an older version is refused with the command that migrates it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -99,15 +100,15 @@ class Table:
     rename: tuple[tuple[str, str], ...] = ()  # (field, column) where they differ
     order: str = ""  # ORDER BY of reads and exports
 
-    @property
+    @functools.cached_property
     def columns(self) -> tuple[Column, ...]:
         names = dict(self.rename)
         cols = [Column(k, "VARCHAR", k, None, str) for k in self.keys]
-        hints = typing.get_type_hints(self.record)
+        hints = _hints(self.record)
         for f in dataclasses.fields(self.record):
             tp = hints[f.name]
             if dataclasses.is_dataclass(tp):
-                sub = typing.get_type_hints(tp)
+                sub = _hints(hints[f.name])
                 cols += [Column(g.name, sql_type(sub[g.name]), g.name, f.name, sub[g.name])
                          for g in dataclasses.fields(tp)]
             else:
@@ -167,12 +168,15 @@ def to_row(table: Table, record: Any, keys: Sequence[str] = ()) -> list[Any]:
     return out
 
 
-def _value(table: Table, col: Column, value: Any, defaults: dict[str, Any]) -> Any:
+def _value(table: Table, col: Column, value: Any, record: type) -> Any:
     if value is None:
         if _optional(col.py):
             return None
-        if col.field in defaults:
-            return defaults[col.field]
+        field = _fields(record)[col.field]
+        if field.default is not dataclasses.MISSING:
+            return field.default
+        if field.default_factory is not dataclasses.MISSING:
+            return field.default_factory()
         raise StoreError(f"{table.name}.{col.name} is NULL in a stored row, and the record needs a value")
     if col.sql.endswith("[]"):
         return tuple(value)
@@ -181,14 +185,15 @@ def _value(table: Table, col: Column, value: Any, defaults: dict[str, Any]) -> A
     return value
 
 
-def _defaults(cls: type) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.default is not dataclasses.MISSING:
-            out[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            out[f.name] = f.default_factory()
-    return out
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """A record type's field types (resolved once: every row read asks)."""
+    return typing.get_type_hints(cls)
+
+
+@functools.cache
+def _fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
+    return {f.name: f for f in dataclasses.fields(cls)}
 
 
 def from_row(table: Table, names: Sequence[str], row: Sequence[Any]) -> Any:
@@ -196,17 +201,15 @@ def from_row(table: Table, names: Sequence[str], row: Sequence[Any]) -> Any:
     got = dict(zip(names, row, strict=True))
     top: dict[str, Any] = {}
     nested: dict[str, dict[str, Any]] = {}
-    hints = typing.get_type_hints(table.record)
-    top_defaults = _defaults(table.record)
+    hints = _hints(table.record)
     for c in table.columns:
         if c.name in table.keys:
             continue
         raw = got.get(c.name)
         if c.nested:
-            sub_defaults = _defaults(hints[c.nested])
-            nested.setdefault(c.nested, {})[c.field] = _value(table, c, raw, sub_defaults)
+            nested.setdefault(c.nested, {})[c.field] = _value(table, c, raw, hints[c.nested])
         else:
-            top[c.field] = _value(table, c, raw, top_defaults)
+            top[c.field] = _value(table, c, raw, table.record)
     for name, values in nested.items():
         top[name] = hints[name](**values)
     return table.record(**top)

@@ -298,7 +298,7 @@ def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry
     mismatches = check_hardware([(p.study_id, p.hardware) for p in plans], gpu_name, allow_hardware_mismatch)
     for warning in mismatches:
         click.echo(f"warning: {warning}", err=True)
-    engine = check_engine(settings.vllm_argv)
+    engine = check_engine(settings.vllm_argv, cache_dir=settings.cache_path)
     click.echo(f"engine: {' '.join(settings.vllm_argv)} ({engine.version}); GPU: {gpu_name or 'none'}", err=True)
     options = run_options(settings, db, resume=resume, keep_going=keep_going, calibrate=not no_calibrate,
                           gpus=gpus, ray=ray_address)

@@ -69,11 +69,13 @@ def tiny_model_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def vllm_server(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[Any]:
-    """A running `vllm serve` of the tiny model (a runner.engine.VllmServer; `.info` is set)."""
+    """A running `vllm serve` of the tiny model (a runner.engine.VllmServer; `.info` is set). Its start
+    and stop are checked here, on this start rather than one of their own: the API server and its
+    EngineCore share a process group, and the stop leaves none of it (stopping again is a no-op)."""
     why = vllm_missing()
     if why:
         pytest.skip(why)
-    from runner.engine import VllmServer
+    from runner.engine import VllmServer, _group_alive
 
     log = tmp_path_factory.mktemp("vllm") / "server.log"
     server = VllmServer(
@@ -82,8 +84,16 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) 
         log_path=log,
         startup_timeout_s=300,
     )
-    with server:
+    with server as running:
+        assert running is server and server.info is not None
+        pgid = server.pid
+        assert pgid is not None
+        # The API server plus vLLM's EngineCore (and a resource tracker) share the group.
+        assert len(_group_alive(pgid)) >= 2
         yield server
+    assert _group_alive(pgid) == []
+    server.stop()  # idempotent
+    assert _group_alive(pgid) == []
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -213,14 +212,6 @@ def test_eta_counts_server_starts_still_ahead() -> None:
     left = remaining_s(plan, {p.id for p in first.points}, {first.id}, 1.0)
     assert left == pytest.approx(sum(p.estimated_s for p in plan.servers[1].points) + plan.servers[1].estimated_start_s)
     assert remaining_s(plan, set(), {first.id}, 2.0) == pytest.approx(2 * (points + starts - first.estimated_start_s))
-
-
-@pytest.mark.vllm
-def test_check_engine_runs_the_real_vllm() -> None:
-    command = os.environ.get("STUDYC_VLLM", "")
-    if not Path(command).exists():
-        pytest.skip("CPU vLLM not installed")
-    assert check_engine([command]).version.startswith("0.")
 
 
 def test_plan_shows_each_prediction_through_the_one_formatter() -> None:

@@ -58,6 +58,7 @@ def _listening_addresses(port: int) -> list[str]:
 
 
 # --- the real CPU server -------------------------------------------------------------
+# (that its start and stop leave no process is checked on the session's server: tests/conftest.py)
 
 
 @pytest.mark.vllm
@@ -94,26 +95,6 @@ def test_real_server_listens_on_loopback_only_and_needs_its_key(vllm_server: Vll
     assert status == 401
     status, _ = http_call("GET", vllm_server.base_url + "/v1/models", vllm_server.api_key)
     assert status == 200
-
-
-@pytest.mark.vllm
-@needs_vllm
-def test_real_server_start_stop_leaves_no_process(tmp_path: Path, tiny_model_dir: Path) -> None:
-    server = VllmServer(
-        ["serve", str(tiny_model_dir), *TINY_SERVE_FLAGS],
-        env=TINY_SERVE_ENV,
-        log_path=tmp_path / "server.log",
-        startup_timeout_s=300,
-    )
-    with server as running:
-        assert running is server and server.info is not None
-        pgid = server.pid
-        assert pgid is not None
-        # The API server plus vLLM's EngineCore (and a resource tracker) share the group.
-        assert len(_group_alive(pgid)) >= 2
-    assert _group_alive(pgid) == []
-    server.stop()  # idempotent
-    assert _group_alive(pgid) == []
 
 
 # --- fakes: what a real server cannot be made to do on demand -------------------------
@@ -205,6 +186,29 @@ def test_check_engine_returns_the_printed_version(tmp_path: Path) -> None:
     fake = _script(tmp_path, "vllm", 'echo "W1201 triton not available" >&2\necho "0.32.0+cpu"\n')
     got = check_engine([str(fake)])
     assert (got.version, got.executable, got.command) == ("0.32.0+cpu", str(fake), (str(fake),))
+
+
+def test_a_passed_check_is_remembered_until_the_executable_changes(tmp_path: Path) -> None:
+    """With a cache folder the command runs once; a rewritten script runs again; a failure is never
+    remembered; without the folder it runs every time."""
+    runs, cache = tmp_path / "runs.txt", tmp_path / "cache"
+
+    def ran() -> int:
+        return len(runs.read_text().splitlines()) if runs.exists() else 0
+
+    fake = _script(tmp_path, "vllm", f'echo run >> {runs}\necho "0.32.0+cpu"\n')
+    assert check_engine([str(fake)], cache_dir=cache).version == "0.32.0+cpu" and ran() == 1
+    assert check_engine([str(fake)], cache_dir=cache).version == "0.32.0+cpu" and ran() == 1
+    assert check_engine([str(fake), "--extra"], cache_dir=cache).version == "0.32.0+cpu" and ran() == 2
+    check_engine([str(fake)])
+    assert ran() == 3
+    _script(tmp_path, "vllm", f'echo run >> {runs}\necho "0.33.0rc1+cpu"\n')  # another size
+    assert check_engine([str(fake)], cache_dir=cache).version == "0.33.0rc1+cpu" and ran() == 4
+    _script(tmp_path, "vllm", f'echo run >> {runs}\necho "ImportError: no torch" >&2\nexit 1\n')
+    for _ in range(2):
+        with pytest.raises(EngineError, match="no torch"):
+            check_engine([str(fake)], cache_dir=cache)
+    assert ran() == 6
 
 
 @pytest.mark.vllm

@@ -46,88 +46,6 @@ def quickstart(tmp: Path) -> Path:
     return path
 
 
-KILLED = '''[study]
-id = "killed"
-title = "A Ray worker killed mid-point"
-question = "q"
-hardware = "cpu"
-
-[model]
-path = "{model}"
-name = "tiny-qwen3"
-
-[engine]
-max_model_len = 512
-max_num_seqs = 4
-kv_cache_memory_bytes = "64M"
-block_size = 32
-enforce_eager = true
-distributed_executor_backend = "uni"
-
-[env]
-VLLM_ENABLE_V1_MULTIPROCESSING = "0"
-
-[arms.a]
-
-[workloads.long]
-input_len = 32
-output_len = 256
-
-[load]
-concurrency = [1]
-requests = 6
-warmup = 1
-launches = 1
-repeats = 3
-
-[[hypothesis]]
-id = "it-streams"
-claim = "The arm streams tokens"
-metric = "output_throughput"
-where = {{ arm = "a" }}
-predict = {{ relation = ">", value = 0 }}
-'''
-
-
-@pytest.mark.vllm
-@pytest.mark.skipif(vllm_missing() is not None or RAY_MISSING is not None,
-                    reason=str(vllm_missing() or RAY_MISSING))
-def test_quickstart_on_a_local_ray_cluster_is_scored(tmp_path: Path) -> None:
-    study = quickstart(tmp_path)
-    db = tmp_path / "q.duckdb"
-    proc = studyc("run", str(study), "--db", str(db), "--no-calibrate", "--gpus", "0,1", "--ray",
-                  env={"STUDYC_RUNS_DIR": str(tmp_path / "runs")})
-    out, _ = proc.communicate(timeout=400)
-    assert proc.returncode == 0, out
-    assert "Ray: 2 GPU(s) in the cluster; 2 launch(es) to run" in out
-    with Store(db, read_only=True) as store:
-        run = store.latest_run("quickstart")
-        assert run is not None and run.status == "complete"
-        rows = store.points(run.run_id)
-        assert len(rows) == 4 and all(r.status == "ok" for r in rows)
-        servers = store.servers(run.run_id)
-        assert {s.server_id for s in servers} == {"quickstart/cold", "quickstart/warm"}
-        assert all(s.status == "ready" and s.stopped_at is not None for s in servers)
-        # both launches ran at once, each on its own logical GPU from Ray
-        (a, b) = servers
-        assert {a.device, b.device} == {"0", "1"}
-        assert a.started_at < b.stopped_at and b.started_at < a.stopped_at
-        # interference: the first launch's first point measured twice alone, then once beside the other
-        found = json.loads(run.interference_json or "{}")
-        assert len(found["alone"]) == 2 and all(x and x > 0 for x in found["alone"]), found
-        assert found["beside"] and found["beside"] > 0, found
-        assert found["beside_launch"] in {"quickstart/cold", "quickstart/warm"}
-        assert found["beside_launch"] != found["point"].rsplit("/", 3)[0], found
-        assert isinstance(found["parallel"], bool)
-    assert f"interference on {found['point']}: " in out
-    audit = subprocess.run([sys.executable, "-m", "studyc", "audit", str(study), "--db", str(db), "--json"],
-                           cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert audit.returncode == 0, audit.stdout + audit.stderr
-    verdicts = {h["hypothesis"]: h["verdict"] for h in json.loads(audit.stdout)}
-    assert set(verdicts) == {"batching-helps", "cold-means-cold", "kept-cache-hits", "fast-first-token"}
-    assert all(v not in ("not run", "no data") for v in verdicts.values()), verdicts
-
-
 def ray_workers(pid: int, name: str = "ray::LaunchWorker") -> list[int]:
     found = []
     for p in children(pid):
@@ -150,49 +68,98 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
+def _logs_to(pid: int, log: Path) -> bool:
+    try:
+        return Path(os.readlink(f"/proc/{pid}/fd/1")) == log
+    except OSError:
+        return False
+
+
+def kill_mid_point(proc: subprocess.Popen[str], runs: Path, server: str) -> tuple[list[str], list[int]]:
+    """Once `server` is ready and its launch's first point is in flight (a completion answered in its
+    log), SIGKILL the Ray worker that runs it. Returns studyc's output so far and that worker's vLLM
+    processes."""
+    lines = wait_for_line(proc, f"server {server}: ready")
+    (log,) = runs.glob(f"*/{server.replace('/', '__')}.log")
+    deadline = time.monotonic() + 60
+    while b"POST /v1/completions" not in log.read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)  # the point (2 warmup + 8 requests of 128 tokens at c1, seconds) is in flight
+    workers = ray_workers(proc.pid)
+    assert len(workers) == 2, workers  # both launches' workers at once
+    (worker,) = [w for w in workers if any(_logs_to(p, log) for p in engines(w))]
+    servers = engines(worker)
+    assert servers, "no vLLM server under the Ray worker"
+    os.kill(worker, signal.SIGKILL)
+    return lines, servers
+
+
 @pytest.mark.vllm
 @pytest.mark.skipif(vllm_missing() is not None or RAY_MISSING is not None,
                     reason=str(vllm_missing() or RAY_MISSING))
-def test_killed_ray_worker_fails_one_point_and_resume_completes(tmp_path: Path) -> None:
-    study = tmp_path / "killed.toml"
-    study.write_text(KILLED.format(model=REPO / "models/tiny-qwen3"))
-    db = tmp_path / "k.duckdb"
+def test_quickstart_on_a_local_ray_cluster_survives_a_killed_worker_and_is_scored(tmp_path: Path) -> None:
+    """One Ray run: both launches at once, each on its own logical GPU, interference measured; the warm
+    launch's worker killed mid-point fails that point only, its other point goes to a fresh worker;
+    --resume completes the run, which is scored."""
+    study = quickstart(tmp_path)
+    db = tmp_path / "q.duckdb"
     env = {"STUDYC_RUNS_DIR": str(tmp_path / "runs")}
-    proc = studyc("run", str(study), "--db", str(db), "--no-calibrate", "--keep-going", "--ray", env=env)
-    wait_for_line(proc, "killed/a/long/c1/r1: ok", timeout_s=240)
-    time.sleep(0.5)  # r2 (6 x 256 tokens at c1, a few seconds) is in flight
-    workers = ray_workers(proc.pid)
-    assert len(workers) == 1, workers
-    servers = engines(workers[0])
-    assert servers, "no vLLM server under the Ray worker"
-    os.kill(workers[0], signal.SIGKILL)
-    out, _ = proc.communicate(timeout=300)
+    args = ("run", str(study), "--db", str(db), "--no-calibrate", "--gpus", "0,1", "--ray", "--keep-going")
+    proc = studyc(*args, env=env)
+    lines, killed = kill_mid_point(proc, tmp_path / "runs", "quickstart/warm")
+    out, _ = proc.communicate(timeout=400)
+    out = "".join(lines) + out
     assert proc.returncode == 1, out  # a failed point: the run is partial
+    assert "Ray: 2 GPU(s) in the cluster; 2 launch(es) to run" in out
     assert "Ray worker lost" in out and "remaining point(s) go to a fresh worker" in out
     deadline = time.monotonic() + 15
-    while any(alive(p) for p in servers) and time.monotonic() < deadline:
+    while any(alive(p) for p in killed) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not any(alive(p) for p in servers), "the killed worker's vLLM server was left running"
+    assert not any(alive(p) for p in killed), "the killed worker's vLLM server was left running"
     with Store(db, read_only=True) as store:
-        run = store.latest_run("killed")
+        run = store.latest_run("quickstart")
         assert run is not None and run.status == "partial"
         rows = {r.point_id: r for r in store.points(run.run_id)}
-        assert rows["killed/a/long/c1/r1"].status == "ok"  # committed before the kill: kept
-        assert rows["killed/a/long/c1/r2"].status == "failed"
-        assert "Ray worker lost" in (rows["killed/a/long/c1/r2"].error or "")
-        assert rows["killed/a/long/c1/r3"].status == "ok"  # the rest went to a fresh worker
+        assert len(rows) == 4
+        cold = [r for pid, r in rows.items() if pid.startswith("quickstart/cold/")]
+        assert len(cold) == 2 and all(r.status == "ok" for r in cold)  # committed beside the kill: kept
+        lost = rows["quickstart/warm/short/c1/r1"]
+        assert lost.status == "failed" and "Ray worker lost" in (lost.error or "")
+        assert rows["quickstart/warm/short/c4/r1"].status == "ok"  # the rest went to a fresh worker
+        assert rows["quickstart/warm/short/c4/r1"].server_id == "quickstart/warm~2"
+        servers = {s.server_id: s for s in store.servers(run.run_id)}
+        assert set(servers) == {"quickstart/cold", "quickstart/warm", "quickstart/warm~2"}
+        a, b, fresh = servers["quickstart/cold"], servers["quickstart/warm"], servers["quickstart/warm~2"]
+        assert a.status == "ready" and b.status == "failed" and "Ray worker lost" in (b.error or "")
+        assert fresh.status == "ready" and all(s.stopped_at is not None for s in servers.values())
+        # both launches ran at once, each on its own logical GPU from Ray
+        assert {a.device, b.device} == {"0", "1"}
+        assert a.started_at < b.stopped_at and b.started_at < a.stopped_at
+        # interference: the first launch's first point measured twice alone, then once beside the other
+        found = json.loads(run.interference_json or "{}")
+        assert len(found["alone"]) == 2 and all(x and x > 0 for x in found["alone"]), found
+        assert found["beside"] and found["beside"] > 0, found
+        assert found["beside_launch"] in {"quickstart/cold", "quickstart/warm"}
+        assert found["beside_launch"] != found["point"].rsplit("/", 3)[0], found
+        assert isinstance(found["parallel"], bool)
         run_id = run.run_id
-    proc = studyc("run", str(study), "--db", str(db), "--no-calibrate", "--keep-going", "--resume", "--ray",
-                  env=env)
+    assert f"interference on {found['point']}: " in out
+    proc = studyc(*args, "--resume", env=env)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
     assert "resuming run" in out
     with Store(db, read_only=True) as store:
         assert len(store.runs()) == 1
-        run = store.latest_run("killed")
+        run = store.latest_run("quickstart")
         assert run is not None and run.run_id == run_id and run.status == "complete"
         rows = store.points(run_id)
-        assert len(rows) == 3 and all(r.status == "ok" for r in rows), [(r.point_id, r.status) for r in rows]
+        assert len(rows) == 4 and all(r.status == "ok" for r in rows), [(r.point_id, r.status) for r in rows]
+    audit = subprocess.run([sys.executable, "-m", "studyc", "audit", str(study), "--db", str(db), "--json"],
+                           cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    verdicts = {h["hypothesis"]: h["verdict"] for h in json.loads(audit.stdout)}
+    assert set(verdicts) == {"batching-helps", "cold-means-cold", "kept-cache-hits", "fast-first-token"}
+    assert all(v not in ("not run", "no data") for v in verdicts.values()), verdicts
 
 
 def test_ray_missing_says_how_to_install(tmp_path: Path) -> None:
