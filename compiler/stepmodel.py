@@ -396,7 +396,8 @@ def replay(shape: ModelShape, load: Load, engine: EngineShape, card: Card, coef:
         if not decoding and not scheduled:
             raise ValueError(f"a prompt of {waiting[0].prompt} tokens never fits the budget of {budget_tokens}")
         tokens = sampled = decoding
-        read = positions = contexts + decoding  # a decoding sequence reads its context and its new token
+        read = contexts + decoding  # a decoding sequence reads its context and its new token
+        positions: float = read
         for r, n in scheduled:
             context = r.cached + r.computed
             tokens += n
