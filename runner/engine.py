@@ -364,16 +364,18 @@ class EngineCheck:
 def check_engine(command: Sequence[str], timeout_s: float = ENGINE_CHECK_TIMEOUT_S,
                  cache_dir: Path | None = None) -> EngineCheck:
     """Run `COMMAND --version` before any measuring: the version it prints, or an EngineError that
-    says what is wrong and to set STUDYC_VLLM. With `cache_dir`, a command that passed before is not
-    run again while its executable file is unchanged (`vllm --version` imports torch: ~10 s on two
-    cores, a quarter of a small run); a failure is never remembered."""
+    says what is wrong and to set STUDYC_VLLM. With `cache_dir`, a one-word command (the `vllm`
+    script) that passed before is not run again while its file and PYTHONPATH are unchanged (`vllm
+    --version` imports torch: ~10 s on two cores, a quarter of a small run). A command with arguments
+    (`python3 -m vllm...`) names an interpreter whose file does not change when the package it runs
+    does, so it is checked every time; a failure is never remembered."""
     words = tuple(command)
     if not words:
         raise EngineError(f"the engine command is empty: {_SET_STUDYC_VLLM}")
     executable = shutil.which(words[0])
     if executable is None:
         raise EngineError(f"engine command not found: {words[0]!r} ({_SET_STUDYC_VLLM})")
-    passed = _PassedChecks(cache_dir, words, executable) if cache_dir is not None else None
+    passed = _PassedChecks(cache_dir, executable) if cache_dir is not None and len(words) == 1 else None
     version = passed.version() if passed is not None else None
     if version is not None:
         return EngineCheck(command=words, executable=executable, version=version)
@@ -404,15 +406,15 @@ def check_engine(command: Sequence[str], timeout_s: float = ENGINE_CHECK_TIMEOUT
 
 
 class _PassedChecks:
-    """The engine commands that passed `check_engine`, in `cache_dir/engine-checks.json`: each under
-    its words and its executable's real path, inode, size and modification time (reinstalling vLLM
+    """The engine executables that passed `check_engine`, in `cache_dir/engine-checks.json`: each under
+    its real path, inode, size and modification time and the PYTHONPATH it ran with (reinstalling vLLM
     rewrites its `vllm` script, so the next run checks again)."""
 
-    def __init__(self, cache_dir: Path, words: tuple[str, ...], executable: str) -> None:
+    def __init__(self, cache_dir: Path, executable: str) -> None:
         self.path = cache_dir / "engine-checks.json"
         real = os.path.realpath(executable)
         stat = os.stat(real)
-        self.key = json.dumps([*words, real, stat.st_ino, stat.st_size, stat.st_mtime_ns])
+        self.key = json.dumps([real, stat.st_ino, stat.st_size, stat.st_mtime_ns, os.environ.get("PYTHONPATH", "")])
 
     def _read(self) -> dict[str, str]:
         try:
