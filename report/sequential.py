@@ -144,16 +144,11 @@ def decide(hypothesis: Claim, data_so_far: SoFar, budget: Budget) -> Decision:
     return Decision(decided, verdict, used, interval, decided or used >= budget.max_blocks)
 
 
-def should_continue(loaded: LoadedStudy, data: RunData) -> bool:
-    """The runner's hook after each block of a run with `[design] budget`: True while a hypothesis is
-    still inconclusive (its repeated confidence interval straddles a band edge) and the budget's blocks
-    are not spent. Scoring reads the budget from the run's plan, so its intervals are this rule's."""
-    return bool(undecided(loaded, data))
-
-
 def undecided(loaded: LoadedStudy, data: RunData) -> tuple[str, ...]:
-    """The ids of the hypotheses still inconclusive while the budget's blocks are not spent (none for
-    a fixed design or a spent budget): the next block need measure only what they rest on."""
+    """The runner's hook after each block of a run with `[design] budget`: the ids of the hypotheses
+    still inconclusive (their repeated confidence interval straddles a band edge) while the budget's
+    blocks are not spent; none for a fixed design or a spent budget. The next block need measure only
+    what they rest on. Scoring reads the budget from the run's plan, so its intervals are this rule's."""
     from report.intervals import layout
     from report.scoring import score_study
 

@@ -276,9 +276,10 @@ class _Driver:
             self.progress.message(f"budget of {self.budget.minutes:g} min spent: block {block} not run")
             return False
         more = self.options.decide_more(self.store, self.run_id)
+        named = ""
         if not isinstance(more, bool):
             self.undecided[block] = frozenset(more)
-        named = f" ({', '.join(sorted(more))})" if not isinstance(more, bool) else ""
+            named = f" ({', '.join(sorted(more))})"
         self.progress.message(f"block {block}: " + (f"undecided{named}: running it" if more
                                                     else "every hypothesis decided (or budget spent): not run"))
         return bool(more)
