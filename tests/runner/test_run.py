@@ -100,6 +100,8 @@ def test_quickstart_fills_every_table(quickstart_db: Path) -> None:
             assert row.metric("littles_law_error") is not None and row.counters_after_json
             assert row.verdict is not None and row.verdict.split(":")[0] in ("valid", "invalid", "unverified")
             assert row.metric("output_throughput") > 0
+            stall = row.metric("client_stall_max_s")  # the load generator's own loop stall, for reconciliation
+            assert stall is not None and 0.001 <= stall < 5.0  # the 1 ms watch's bound is at least its period
         cold = [r for r in rows if r.arm == "cold"]
         warm = [r for r in rows if r.arm == "warm"]
         assert all(r.metric("prefix_hit_rate") < 0.01 and r.reset_ok for r in cold)
