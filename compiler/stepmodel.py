@@ -236,9 +236,14 @@ def step_work(
         positions += n * (context + (n + 1) / 2)
     if tokens < 1:
         raise ValueError("a step schedules at least one token")
-    c = costs or _Costs(shape, engine)
+    return _work(costs or _Costs(shape, engine), len(chunks), tokens, sampled, read, positions)
+
+
+def _work(c: _Costs, seqs: int, tokens: int, sampled: int, read: int, positions: float) -> Work:
+    """A step's work from its sums: sequences scheduled, new tokens, tokens sampled, KV tokens read and
+    attended positions (`step_work` sums them per chunk; the replay keeps them for its decoding batch)."""
     matmul = 2.0 * c.body * tokens + 2.0 * c.lm_head * sampled
-    return (1.0, float(len(chunks)), c.weights(tokens), matmul, read * c.kv, c.per_position * positions)
+    return (1.0, float(seqs), c.weights(tokens), matmul, read * c.kv, c.per_position * positions)
 
 
 def _joined(nbytes: float, flops: float, card: Card, coef: Coefficients) -> tuple[float, float]:
@@ -326,7 +331,6 @@ def replay(shape: ModelShape, load: Load, engine: EngineShape, card: Card, coef:
     c0, c1, c2, c3, request_value, admit_value = coef.as_terms()
     bw, fl = card.bandwidth_Bps, card.flops_per_s
     costs = _Costs(shape, engine)
-    body2, head2, kv_bytes, per_position = 2.0 * costs.body, 2.0 * costs.lm_head, costs.kv, costs.per_position
     out_len, budget_tokens, max_seqs = load.output_len, engine.budget_tokens, engine.max_num_seqs
     zero = _Time(_ZERO, 0.0)
     frontend_free = zero
@@ -404,9 +408,7 @@ def replay(shape: ModelShape, load: Load, engine: EngineShape, card: Card, coef:
             sampled += n >= r.prompt - r.computed
             read += context + n
             positions += n * (context + (n + 1) / 2)
-        work = (1.0, float(decoding + len(scheduled)), costs.weights(tokens), body2 * tokens + head2 * sampled,
-                read * kv_bytes, per_position * positions)
-        terms = overlap_terms(work, card, coef)
+        terms = overlap_terms(_work(costs, decoding + len(scheduled), tokens, sampled, read, positions), card, coef)
         now_v += terms[0] * c0 + terms[1] * c1 + terms[2] / bw * c2 + terms[3] / fl * c3
         now_t = _add(now_t, terms)
         now = _Time(now_t, now_v)
