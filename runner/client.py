@@ -276,7 +276,7 @@ class Client:
         self.pools: list[list[_Conn]] = [[] for _ in self.targets]
         self.idle = self.pools[0]
         self.active: set[_Conn] = set()
-        self.expired = False
+        self._expired = False
         self.deadline = math.inf
         self._base = dict(self.target.body_base)
         self._dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True).encode
@@ -370,10 +370,16 @@ class Client:
         if math.isfinite(deadline):
             at(asyncio.get_running_loop(), deadline, self._expire)
 
+    @property
+    def expired(self) -> bool:
+        """Past the deadline. The clock is read too: a request's own timer at the deadline can fire
+        before the point's, and the slot it frees must not send another request."""
+        return self._expired or now() >= self.deadline
+
     def _expire(self) -> None:
-        if self.expired:
+        if self._expired:
             return
-        self.expired = True
+        self._expired = True
         for conn in list(self.active):
             conn.cancel(POINT_TIMEOUT)
 

@@ -193,6 +193,22 @@ def test_point_timeout_bounds_the_whole_point() -> None:
     assert not any(r.ok for r in res.records)
 
 
+def test_a_slot_freed_at_the_deadline_sends_nothing_before_the_points_timer_fires() -> None:
+    """A request's own timer at the deadline can fire before the point's: the client reads the clock,
+    so the freed slot sees the deadline passed (without it, a loaded machine sent two more requests)."""
+    from runner.client import Client, make_target, now
+
+    async def go() -> tuple[bool, bool]:
+        client = Client(make_target("http://127.0.0.1:9", "m", None, None), 1.0)
+        client.arm(now() + 0.2)
+        before = client.expired
+        client.deadline = now() - 1e-6  # past, while the point's timer is still 0.2 s away
+        return before, client.expired
+
+    before, after = asyncio.run(go())
+    assert not before and after
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_closed_loop_concurrency_is_never_exceeded(workers: int) -> None:
     with Instrument(itl_s=0.001) as inst:
