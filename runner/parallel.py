@@ -118,17 +118,21 @@ class _Turns:
 
 
 def run_parallel(specs: list[LaunchSpec], driver: _Driver, options: RunOptions) -> None:
-    """Run the launches on their slots at once; returns when all are done. The driver's exceptions
-    (a failed point or server without --keep-going) and Ctrl-C stop every server, then propagate."""
+    """Run the launches (each wanted, with points left) on their slots at once; returns when all are
+    done. The driver's exceptions (a failed point or server without --keep-going) and Ctrl-C stop every
+    server, then propagate."""
+    if not specs:
+        return
     events: queue.Queue[tuple[str, Any]] = queue.Queue()
     turns = _Turns(specs)
     cancel = Cancel()
-    wanted = [driver.wanted(s) for s in specs]
-    for i, w in enumerate(wanted):
-        if not w:
-            turns.finished[i] = turns.started[i] = True
-    todo = [i for i, w in enumerate(wanted) if w]
-    first = todo[0] if len(todo) > 1 else None
+    # Interference is measured once per run, by the first call with two launches; a gate it closed
+    # keeps the later calls (budget blocks) one launch at a time.
+    measured = driver.report.interference
+    if measured is not None and not measured["parallel"]:
+        turns.sequential = True
+    todo = list(range(len(specs)))
+    first = todo[0] if len(todo) > 1 and measured is None else None
     other_measuring = threading.Event()
     if first is not None:
         turns.hold = first

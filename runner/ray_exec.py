@@ -251,11 +251,15 @@ class _Follow:
 
 
 def run_ray(specs: list[LaunchSpec], driver: _Driver, options: RunOptions, devices: int) -> None:
-    """Run the wanted launches as Ray actors; returns when all are done. A failed point or server
-    without --keep-going, and Ctrl-C, stop every launch (their servers too), then propagate."""
+    """Run the wanted launches as Ray actors, budget blocks after what they depend on
+    (`runner.run.run_phases`); returns when all are done. A failed point or server without
+    --keep-going, and Ctrl-C, stop every launch (their servers too), then propagate."""
+    from runner.run import run_phases
+
     ray, started_here = connect(options.ray or LOCAL, devices)
+    wait_s = (options.startup_timeout_s or 600.0) + 60.0
     try:
-        _run(ray, specs, driver, (options.startup_timeout_s or 600.0) + 60.0)
+        run_phases(specs, driver, lambda some: _run(ray, some, driver, wait_s))
     finally:
         if started_here:
             ray.shutdown()
@@ -265,9 +269,9 @@ def _run(ray: Any, specs: list[LaunchSpec], driver: _Driver, wait_s: float) -> N
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    todo = [i for i, s in enumerate(specs) if driver.wanted(s)]
-    if not todo:
+    if not specs:
         return
+    todo = list(range(len(specs)))
     have = float(ray.cluster_resources().get("GPU", 0))
     need = max(specs[i].launch.gpus for i in todo)
     if need > have:
@@ -276,8 +280,11 @@ def _run(ray: Any, specs: list[LaunchSpec], driver: _Driver, wait_s: float) -> N
     worker = ray.remote(LaunchWorker)
     events: queue.Queue[tuple[str, Any]] = queue.Queue()
     # Interference is measured only where two launches can hold GPUs at once.
+    # Once per run: a gate an earlier call (the required launches) closed keeps budget blocks one at a time.
     two = len(todo) > 1 and have >= specs[todo[0]].launch.gpus + min(specs[i].launch.gpus for i in todo[1:])
-    gate = Gate(todo, {i: specs[i].launch.block for i in todo}, todo[0] if two else None)
+    measured = driver.report.interference
+    gate = Gate(todo, {i: specs[i].launch.block for i in todo}, todo[0] if two and measured is None else None,
+                sequential=measured is not None and not measured["parallel"])
     alone: list[Alone] = []
     live: dict[int, _Follow] = {}
     lock = threading.Lock()

@@ -55,8 +55,8 @@ class RunOptions:
     ray: str | None = None  # --ray: None off; "local" a Ray cluster started here; else the address to join
     warnings: tuple[str, ...] = ()  # preflight warnings a flag let through: stored in the run's notes
     # The sequential rule, asked before each budget block (`required = false` launches): given the open
-    # store and the run id, whether a hypothesis is still undecided, or which ones (their ids: then, one
-    # device at a time, the block measures only the points they rest on). None: no budget block runs.
+    # store and the run id, whether a hypothesis is still undecided, or which ones (their ids: then the
+    # block measures only the points they rest on). None: no budget block runs.
     decide_more: Callable[[Store, str], bool | Collection[str]] | None = None
 
 
@@ -165,9 +165,9 @@ def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) 
                 run_ray(specs, driver, options, devices=len(devices))
             elif report.slots > 1:
                 progress.message(f"running launches on {report.slots} device slots at once ({','.join(devices)})")
-                run_parallel(specs, driver, options)
+                run_phases(specs, driver, lambda some: run_parallel(some, driver, options))
             else:
-                run_sequential(specs, driver, options)
+                run_phases(specs, driver, lambda some: run_sequential(some, driver))
             status = "complete" if not (report.points_failed or report.servers_failed) else "partial"
         finally:
             report.wall_s = time.monotonic() - origin
@@ -304,15 +304,29 @@ class _Driver:
         return replace(spec, points=points)
 
 
-def run_sequential(specs: list[LaunchSpec], driver: _Driver, options: RunOptions) -> None:
+def run_phases(specs: list[LaunchSpec], driver: _Driver, execute: Callable[[list[LaunchSpec]], None]) -> None:
+    """The required launches first, all handed to `execute` at once; then each budget block in turn,
+    decided and trimmed only once every launch before it has run and been committed (`execute`
+    returns when its launches are done), so the sequential rule reads what they measured."""
+    required = [s for s in specs if s.launch.required]
+    execute([s for s in required if driver.wanted(s)])
+    for block in sorted({s.launch.block for s in specs if not s.launch.required}):
+        phase = []
+        for spec in specs:
+            if spec.launch.required or spec.launch.block != block or not driver.wanted(spec):
+                continue
+            spec = driver.trimmed(spec)
+            if spec.points:
+                phase.append(spec)
+            else:
+                driver.report.launches_not_needed.append(spec.launch.id)
+        if phase:
+            execute(phase)
+
+
+def run_sequential(specs: list[LaunchSpec], driver: _Driver) -> None:
     """One launch after another on this thread (one device)."""
     for spec in specs:
-        if not driver.wanted(spec):
-            continue
-        spec = driver.trimmed(spec)
-        if not spec.points:
-            driver.report.launches_not_needed.append(spec.launch.id)
-            continue
         try:
             run_launch(spec, driver.handle)
         except EngineError as exc:

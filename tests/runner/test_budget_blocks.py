@@ -122,3 +122,30 @@ def test_a_run_resumed_from_a_changed_study_file_records_the_new_hash(tmp_path: 
         run = store.run(run_id)
     assert again == run_id and run is not None and run.study_sha256 == second.study_sha256
     assert f"from a changed study file (sha256 {first.study_sha256[:12]} -> {second.study_sha256[:12]})" in (run.notes or "")
+
+
+def test_budget_blocks_wait_for_the_launches_before_them_on_every_executor(tmp_path: Path) -> None:
+    """`run_phases` hands the required launches to the executor (several device slots, Ray) at once and
+    asks the rule about block 3 only after they returned, block 4 only after block 3; the phases that
+    ran are what the rule saw."""
+    from runner.run import run_phases
+
+    plan = _plan(tmp_path)
+    phases: list[list[tuple[int, bool]]] = []
+    seen: list[int] = []
+
+    def decide(store: Store, run_id: str) -> bool:
+        seen.append(len(phases))
+        return len(seen) == 1  # block 3 runs, block 4 does not
+
+    options = RunOptions(db=tmp_path / "r.duckdb", engine_command=[], python_argv=[], runs_dir=tmp_path,
+                         decide_more=decide)
+    specs = [LaunchSpec(launch=launch, points=launch.points, run_id="run-1", placement=None,  # type: ignore[arg-type]
+                        ctx=None, engine_command=(), log_dir=tmp_path) for launch in plan.launches]  # type: ignore[arg-type]
+    with Store(tmp_path / "r.duckdb") as store:
+        driver = _Driver(store, "run-1", plan, RunReport("run-1"), Progress(), {}, options)
+        run_phases(specs, driver, lambda some: phases.append([(s.launch.block, s.launch.required) for s in some]))
+    assert [sorted({b for b, _ in p}) for p in phases] == [[1, 2], [3]]
+    assert all(required for _, required in phases[0]) and len(phases[0]) == 4  # two arms x two launches
+    assert seen == [1, 2]  # block 3 asked after the required phase ran; block 4 after block 3
+    assert sorted(driver.report.launches_not_needed) == sorted(s.id for s in plan.launches if s.block == 4)

@@ -97,10 +97,15 @@ repeats = 2
 
 
 def test_two_arms_on_two_logical_devices_run_at_once_and_rotate(tmp_path: Path) -> None:
+    """Block 3 is a budget block: the rule is asked once both required blocks were committed (it
+    finds the hypothesis decided), not before the slots start."""
     path = study(tmp_path, "duo", '''
 [arms.a]
 [arms.b]
 args = { max_num_seqs = 2 }
+
+[design]
+budget = { blocks = 3, minutes = 30 }
 
 [load]
 concurrency = [1]
@@ -113,6 +118,8 @@ repeats = 1
     out = studyc("run", str(path), "--db", str(db), "--no-calibrate", "--gpus", "0,1")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "interference on duo/a" in out.stdout or "interference on duo/b" in out.stdout
+    asked = out.stderr.index("block 3: ")  # the rule's answer, after every required launch stopped
+    assert all(out.stderr.index(f"server duo/{arm}/L{n}: stopped") < asked for arm in "ab" for n in (1, 2))
     with Store(db) as store:
         run = store.runs()[0]
         servers = {s.server_id: s for s in store.servers(run.run_id)}
@@ -120,6 +127,9 @@ repeats = 1
     assert run.devices == "0,1" and run.wall_s and run.window_s and run.wall_s > run.window_s
     found = json.loads(run.interference_json or "{}")
     assert found["rule"] and len(found["alone"]) == 2 and isinstance(found["parallel"], bool)
+    budget = [s for sid, s in servers.items() if sid.endswith("/L3")]
+    required_end = max(s.stopped_at for sid, s in servers.items() if not sid.endswith("/L3"))
+    assert all(s.started_at > required_end for s in budget)
     block1 = [s for sid, s in servers.items() if sid.endswith("/L1")]
     assert len(block1) == 2
     first, second = sorted(block1, key=lambda s: s.started_at)
@@ -128,6 +138,6 @@ repeats = 1
     assert device["duo/a/L1"] != device["duo/a/L2"] and device["duo/b/L1"] != device["duo/b/L2"]
     assert device["duo/a/L1"] != device["duo/b/L1"]
     assert {p.device for p in points} == {"0", "1"} and all(p.status == "ok" for p in points)
-    assert len(points) == 4
+    assert len(points) == 4 + len(budget)
     (row,) = audit(path, db)
     assert row["verdict"] not in ("not run", "no data")
