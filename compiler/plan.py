@@ -14,6 +14,7 @@ import json
 import math
 import os
 import random
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -153,6 +154,22 @@ class HypothesisStep(Frozen):
     points: tuple[str, ...] = Field(description="Every point id the measurement rests on (both sides).")
     numerator: HypothesisSide
     denominator: HypothesisSide | None
+
+
+def budget_points(launch: Launch, undecided: Sequence[HypothesisStep],
+                  points: Sequence[PointStep] | None = None) -> tuple[PointStep, ...]:
+    """The points (of `points`, default all of the launch's) a budget block's launch measures while only
+    `undecided` are inconclusive: every one where the launch keeps its prefix cache between points (the
+    points before a point are part of its measurement) or where an undecided server metric is read
+    from this launch's start; else the points those hypotheses rest on (none: it is not needed)."""
+    points = tuple(launch.points if points is None else points)
+    if any(p.cache == "keep" for p in launch.points):
+        return points
+    sides = [s for h in undecided if h.level == "server" for s in (h.numerator, h.denominator) if s is not None]
+    if any(launch.id in s.launches for s in sides):
+        return points
+    need = {p for h in undecided for p in h.points}
+    return tuple(p for p in points if p.id in need)
 
 
 class Plan(Frozen):

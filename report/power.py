@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compiler.hardware import HardwareError, get_hardware
-from compiler.plan import Plan
+from compiler.plan import Launch, Plan, PointStep, budget_points
 from report.intervals import fixed_critical, layout
 from runner.store import Store
 
@@ -237,7 +237,8 @@ class PowerRow:
     tolerance: float | None  # relative half-width of the band
     block_sd: float | None  # expected SD of one block's value (relative)
     blocks: int | None
-    gpu_s: float | None  # GPU time of that many blocks (every arm), one launch at a time
+    gpu_s: float | None  # GPU time of that many blocks, one launch at a time: the required blocks whole,
+    # each budget block with only the points this hypothesis rests on
     source: str  # where the spread came from
     warnings: tuple[str, ...] = ()
     launch_sd: float | None = None  # launch-to-launch SD of one side (relative)
@@ -273,14 +274,18 @@ def _side_spread(
     return None, "no earlier run of this metric on this GPU, model and vLLM version"
 
 
-def _last(score: Score | None, sd: float | None, block_s: float) -> Last | None:
+def _launch_s(launch: Launch, points: Sequence[PointStep]) -> float:
+    return launch.estimated_start_s + sum(p.estimated_s for p in points)
+
+
+def _last(score: Score | None, sd: float | None, gpu_time: Callable[[int], float]) -> Last | None:
     distance = edge_distance(score) if score is not None else None
     if score is None or score.measured is None or distance is None or sd is None:
         return None
     edges = [e for e in (score.band_low, score.band_high) if e is not None and e > 0]
     edge = min(edges, key=lambda e: abs(math.log(score.measured / e)))  # type: ignore[operator]
     blocks = blocks_to_clear(distance, sd)
-    return Last(score.measured, distance, edge, blocks, blocks * block_s if blocks else None)
+    return Last(score.measured, distance, edge, blocks, gpu_time(blocks) if blocks else None)
 
 
 def _pair(hyp: Any, steps: dict[str, Any], block_cells: Cells) -> Paired | None:
@@ -301,10 +306,17 @@ def power_plan(
     models = sorted({_model(s) for s in data["launches"]})
     cells, block_cells, version = _collect(db, plan.hardware, models, None)
     by_metric, by_config = _spreads(cells)
-    block_one = [s for s in data["launches"] if s["block"] == 1]
-    block_s = sum(s["estimated_start_s"] + sum(p["estimated_s"] for p in s["points"]) for s in block_one)
+    block_one = [launch for launch in plan.launches if launch.block == 1]
+    block_s = sum(_launch_s(launch, launch.points) for launch in block_one)
+    required = sum(1 for b in plan.design.blocks if b.required) or 1
     rows: list[PowerRow] = []
     for hyp in plan.hypotheses:
+        # A budget block, run for this hypothesis alone, measures only the points it rests on.
+        budget_s = sum(_launch_s(launch, pts) for launch in block_one if (pts := budget_points(launch, [hyp])))
+
+        def gpu_time(blocks: int, budget_s: float = budget_s) -> float:
+            return min(blocks, required) * block_s + max(blocks - required, 0) * budget_s
+
         pred = hyp.prediction
         ratio = hyp.denominator is not None
         tol = _tolerance(pred)
@@ -340,10 +352,10 @@ def power_plan(
         if tol is None:
             warnings.append("no relative band (a relation or an expression): blocks depend on the distance "
                             "to the threshold")
-        gpu_s = blocks * block_s if blocks else None
+        gpu_s = gpu_time(blocks) if blocks else None
         rows.append(PowerRow(hyp.id, hyp.metric, tol, sd, blocks, gpu_s, source, tuple(warnings),
                              spread.launch_sd if spread else None, spread.launch_df if spread else 0,
-                             _last((last or {}).get(hyp.id), sd, block_s)))
+                             _last((last or {}).get(hyp.id), sd, gpu_time)))
     return rows, version
 
 

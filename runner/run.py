@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compiler.plan import Launch, Plan, PointStep, ServerStep
+from compiler.plan import Launch, Plan, PointStep, ServerStep, budget_points
 from runner.launch import Event, LaunchSpec, PointEvent, PointStartEvent, ServerEvent, run_launch
 from runner.parallel import run_parallel
 from runner.placement import Placement, idle_gpus, parse_gpus, place, place_one
@@ -285,19 +285,12 @@ class _Driver:
         return bool(more)
 
     def trimmed(self, spec: LaunchSpec) -> LaunchSpec:
-        """A budget block's launch with only the points its undecided hypotheses rest on. Kept whole
-        where the rule named none, where the launch keeps its prefix cache between points (there the
-        points before a point are part of its measurement), or where an undecided server metric is read
-        from this launch's start."""
+        """A budget block's launch with only the points its undecided hypotheses rest on
+        (`compiler.plan.budget_points`); whole where the rule named none."""
         ids = self.undecided.get(spec.launch.block)
-        if spec.launch.required or ids is None or any(p.cache == "keep" for p in spec.points):
+        if spec.launch.required or ids is None:
             return spec
-        steps = [self.hypotheses[i] for i in ids if i in self.hypotheses]
-        sides = [s for h in steps if h.level == "server" for s in (h.numerator, h.denominator) if s is not None]
-        if any(spec.launch.id in s.launches for s in sides):
-            return spec
-        need = {p for h in steps for p in h.points}
-        points = tuple(p for p in spec.points if p.id in need)
+        points = budget_points(spec.launch, [self.hypotheses[i] for i in ids if i in self.hypotheses], spec.points)
         if len(points) < len(spec.points):
             self.progress.message(f"{spec.launch.id}: {len(points)} of {len(spec.points)} points (the rest serve "
                                   "decided hypotheses only)")

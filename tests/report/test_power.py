@@ -172,3 +172,20 @@ def test_plan_says_what_deciding_from_the_last_run_would_take(tmp_path: Path, st
     line = next(x for x in out.output.splitlines() if "from the last run's" in x).strip()
     assert re.fullmatch(r"from the last run's 1\.00\d \(1\.\d% from the edge (0\.98|1\.02)\): \d blocks, "
                         r"~\d+ GPU min to decide it", line), line
+
+
+def test_budget_blocks_cost_only_the_points_their_hypothesis_rests_on(tmp_path: Path, study: Path) -> None:
+    """The three required blocks are costed whole; each block past them, as the runner trims a budget
+    block: arm a's launch with only the c1 points `same` rests on (its start included), arm b's whole
+    (it keeps its prefix cache between points)."""
+    plan = compile_study(load_study(study))
+    row = {r.hypothesis: r for r in power_plan(plan, _db(tmp_path, study, b_launch=NOISY_B))[0]}["same"]
+    assert row.blocks is not None and row.blocks > 3 and row.gpu_s is not None
+    first = [launch for launch in plan.launches if launch.block == 1]
+    whole = sum(launch.estimated_start_s + sum(p.estimated_s for p in launch.points) for launch in first)
+    trimmed = sum(launch.estimated_start_s + sum(p.estimated_s for p in launch.points
+                                                 if p.concurrency == 1 or p.cache == "keep") for launch in first)
+    caches = {launch.arm: {p.cache for p in launch.points} for launch in first}
+    assert caches == {"a": {"reset"}, "b": {"keep"}}
+    assert trimmed < whole
+    assert row.gpu_s == pytest.approx(3 * whole + (row.blocks - 3) * trimmed)
