@@ -279,6 +279,7 @@ def worker_main(fd: int) -> None:
         worker = _Worker(plan, _FileCounter(setup.counter_path, setup.n), setup.balance_path)
         try:
             loop.run_until_complete(worker.run_warmup(setup.deadline))
+            worker.client.prepare(plan.specs)
             pipe.send(_Warm())
             go = pipe.recv()
             if isinstance(go, _Go):
@@ -305,6 +306,7 @@ def run_inprocess(plan: WorkerPlan, n: int, deadline: float) -> Ran:
         try:
             worker = _Worker(plan, _LocalCounter(n))
             loop.run_until_complete(worker.run_warmup(deadline))
+            worker.client.prepare(plan.specs)
             loop.run_until_complete(worker.run_measured(now(), deadline))
             worker.client.close()
             loop.run_until_complete(asyncio.sleep(0))

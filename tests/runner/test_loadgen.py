@@ -209,6 +209,30 @@ def test_a_slot_freed_at_the_deadline_sends_nothing_before_the_points_timer_fire
     assert not before and after
 
 
+def test_bodies_encoded_ahead_are_the_bytes_encoded_when_sent() -> None:
+    """Client.prepare encodes the measured bodies before the window; what goes on the wire is the same
+    bytes, for every replica's header, and past the byte cap the rest are encoded when sent."""
+    from runner.client import Client, make_target
+
+    targets = (make_target("http://127.0.0.1:9", "m", None, None),
+               make_target("http://127.0.0.1:10", "m", "k", {"top_k": 1}))
+    reqs = specs(6, 5, input_len=32) + [RequestSpec((7,) * 300, 9)]
+    fresh = Client(targets, 1.0)
+    sent_now = [[fresh._encode(i, s, False, r) for i, s in enumerate(reqs)] for r in (0, 1)]
+    ahead = Client(targets, 1.0)
+    assert ahead.prepare(reqs) == len(reqs)
+    assert [[ahead._encode(i, s, False, r) for i, s in enumerate(reqs)] for r in (0, 1)] == sent_now
+    assert sent_now[0][0] != sent_now[1][0]  # the replicas' headers differ; the bodies are shared
+    # A warmup request with the index of a measured one is its own body, not the prepared one.
+    warm = RequestSpec((5,) * 8, 2)
+    assert ahead._encode(0, warm, True, 0) == fresh._encode(0, warm, True, 0) != sent_now[0][0]
+    # A cap of two bodies' bytes: two are held, the rest are encoded when sent, the same bytes.
+    capped = Client(targets, 1.0)
+    held = capped.prepare(reqs, most_bytes=len(capped._body(reqs[0])) + len(capped._body(reqs[1])))
+    assert held == 2
+    assert [capped._encode(i, s, False, 1) for i, s in enumerate(reqs)] == sent_now[1]
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_closed_loop_concurrency_is_never_exceeded(workers: int) -> None:
     with Instrument(itl_s=0.001) as inst:
