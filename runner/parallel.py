@@ -57,6 +57,13 @@ def interference_result(point_id: str, alone: list[float | None], beside: float 
     return out
 
 
+def interference_state(driver: _Driver) -> tuple[bool, bool]:
+    """(still to measure, one launch at a time). Interference is measured once per run, by the first
+    executor call with two launches; a gate it closed keeps later calls (budget blocks) sequential."""
+    measured = driver.report.interference
+    return measured is None, measured is not None and not measured["parallel"]
+
+
 def record_interference(driver: _Driver, found: dict[str, Any]) -> bool:
     """Store the interference record on the run and say what the gate decided; True when launches
     may keep running side by side."""
@@ -126,13 +133,8 @@ def run_parallel(specs: list[LaunchSpec], driver: _Driver, options: RunOptions) 
     events: queue.Queue[tuple[str, Any]] = queue.Queue()
     turns = _Turns(specs)
     cancel = Cancel()
-    # Interference is measured once per run, by the first call with two launches; a gate it closed
-    # keeps the later calls (budget blocks) one launch at a time.
-    measured = driver.report.interference
-    if measured is not None and not measured["parallel"]:
-        turns.sequential = True
-    todo = list(range(len(specs)))
-    first = todo[0] if len(todo) > 1 and measured is None else None
+    to_measure, turns.sequential = interference_state(driver)
+    first = 0 if len(specs) > 1 and to_measure else None
     other_measuring = threading.Event()
     if first is not None:
         turns.hold = first
@@ -147,7 +149,7 @@ def run_parallel(specs: list[LaunchSpec], driver: _Driver, options: RunOptions) 
         turns.update(hold=None)
         wait_s = (options.startup_timeout_s or 600.0) + 60.0
         beside = again() if other_measuring.wait(wait_s) else None
-        beside_id = next((specs[i].launch.id for i in todo if i != first and turns.started[i]), None)
+        beside_id = next((s.launch.id for i, s in enumerate(specs) if i != first and turns.started[i]), None)
         events.put(("interference", interference_result(
             first_outcome.point.id, [throughput(o) for o in alone], throughput(beside),
             beside_id)))
@@ -169,8 +171,8 @@ def run_parallel(specs: list[LaunchSpec], driver: _Driver, options: RunOptions) 
         events.put(("slot_done", None))
 
     by_slot: dict[int, list[int]] = {}
-    for i in todo:
-        by_slot.setdefault(specs[i].placement.slot, []).append(i)
+    for i, spec in enumerate(specs):
+        by_slot.setdefault(spec.placement.slot, []).append(i)
     threads = [threading.Thread(target=slot_body, args=(ids,), name=f"studyc-slot{s}", daemon=True)
                for s, ids in sorted(by_slot.items())]
     for t in threads:

@@ -44,7 +44,7 @@ from runner.launch import (
     point_owner,
     run_launch,
 )
-from runner.parallel import interference_result, record_interference, throughput
+from runner.parallel import interference_result, interference_state, record_interference, throughput
 from runner.placement import Placement
 from runner.point import PointOutcome
 from runner.ray_gate import Gate
@@ -271,24 +271,22 @@ def _run(ray: Any, specs: list[LaunchSpec], driver: _Driver, wait_s: float) -> N
 
     if not specs:
         return
-    todo = list(range(len(specs)))
     have = float(ray.cluster_resources().get("GPU", 0))
-    need = max(specs[i].launch.gpus for i in todo)
+    need = max(s.launch.gpus for s in specs)
     if need > have:
         raise StudycError(f"the Ray cluster has {have:g} GPU(s); a launch of this study needs {need} "
                           "(start it with more, or with --ray and no address: --gpus names the logical devices)")
     worker = ray.remote(LaunchWorker)
     events: queue.Queue[tuple[str, Any]] = queue.Queue()
     # Interference is measured only where two launches can hold GPUs at once.
-    # Once per run: a gate an earlier call (the required launches) closed keeps budget blocks one at a time.
-    two = len(todo) > 1 and have >= specs[todo[0]].launch.gpus + min(specs[i].launch.gpus for i in todo[1:])
-    measured = driver.report.interference
-    gate = Gate(todo, {i: specs[i].launch.block for i in todo}, todo[0] if two and measured is None else None,
-                sequential=measured is not None and not measured["parallel"])
+    two = len(specs) > 1 and have >= specs[0].launch.gpus + min(s.launch.gpus for s in specs[1:])
+    to_measure, sequential = interference_state(driver)
+    gate = Gate(list(range(len(specs))), {i: s.launch.block for i, s in enumerate(specs)}, 0 if two and to_measure else None,
+                sequential=sequential)
     alone: list[Alone] = []
     live: dict[int, _Follow] = {}
     lock = threading.Lock()
-    driver.progress.message(f"Ray: {have:g} GPU(s) in the cluster; {len(todo)} launch(es) to run")
+    driver.progress.message(f"Ray: {have:g} GPU(s) in the cluster; {len(specs)} launch(es) to run")
 
     def follow(f: _Follow) -> None:
         launch = f.spec.launch
