@@ -551,6 +551,10 @@ START = Coefficients(step_s=2e-3, seq_s=0.0, mem=1.0, flop=1.0, request_s=0.01, 
 MAX_ITERATIONS = 40
 # The overlap p values `fit` tries (1: streaming and compute add; 4: within 19% of the slower one).
 OVERLAPS = (1.0, 2.0, 4.0)
+# The front-end costs per request `fit` tries for admit_s (seconds). On the H200 a burst of 128 requests
+# of 1,024 prompt tokens reached the engine over ~0.28 s (~2.2 ms each); slower hosts and eager mode
+# spend more.
+ADMITS = (1e-3, 2e-3, 3e-3, 4e-3, 6e-3)
 # Converged when no coefficient moves by more than 0.1% (relative; absolute below 1e-6). The step
 # composition is discrete (a request admitted one step earlier or later), so the iteration can end in
 # a cycle between two compositions whose coefficients differ by a few 0.01%: that is converged.
@@ -580,30 +584,38 @@ class Fit:
 
 
 def fit(observations: Sequence[Observation], prior: float = PRIOR_WEIGHT, start: Coefficients = START,
-        overlaps: Sequence[float] = OVERLAPS) -> Fit:
-    """The fit (see `fit_at`) at each overlap p in `overlaps`, each started from the previous one's
-    coefficients; the one with the least residual on `observations` wins. Replays are shared between
+        overlaps: Sequence[float] = OVERLAPS, admits: Sequence[float] = ADMITS) -> Fit:
+    """The fit (see `fit_at`) at each overlap p in `overlaps` and each front-end cost `admit_s` in
+    `admits`, held fixed there; the one with the least residual on `observations`, each on its own
+    replay, wins; then `admit_s` is freed, starting from that fit, and the result kept if it explains
+    the data better. `admit_s` decides which step a request joins, so the fixed-point iteration moves
+    it in jumps and, started far off, can settle far from the best fit. Replays are shared between
     them (the residuals replay coefficients the iteration already replayed)."""
     best: tuple[float, Fit] | None = None
     memo: _Memo = {}
     failures: list[str] = []
     for p in overlaps:
-        try:
-            result = fit_at(observations, prior, replace(start, overlap=p), memo)
-        except ValueError as exc:
-            failures.append(f"overlap {p:g}: {exc}")
-            continue
-        start = result.coefficients
-        residual = _residual(observations, result.coefficients, prior, memo)
-        if best is None or residual < best[0]:
-            best = (residual, result)
+        for admit in admits:
+            try:
+                result = fit_at(observations, prior, replace(start, overlap=p, admit_s=admit), memo, admit_s=admit)
+            except ValueError as exc:
+                failures.append(f"overlap {p:g}, admit {1e3 * admit:g} ms: {exc}")
+                continue
+            residual = _residual(observations, result.coefficients, prior, memo)
+            if best is None or residual < best[0]:
+                best = (residual, result)
     if best is None:
         raise ValueError("; ".join(failures))
-    return best[1]
+    # Then admit_s free, from the best of the grid: kept where it explains the data better.
+    try:
+        free = fit_at(observations, prior, best[1].coefficients, memo)
+    except ValueError:
+        return best[1]
+    return free if _residual(observations, free.coefficients, prior, memo) < best[0] else best[1]
 
 
 def fit_at(observations: Sequence[Observation], prior: float = PRIOR_WEIGHT, start: Coefficients = START,
-           memo: _Memo | None = None) -> Fit:
+           memo: _Memo | None = None, admit_s: float | None = None) -> Fit:
     """Replay every observation with the current coefficients, fit the coefficients by exact
     non-negative least squares on the replayed features (linear for a fixed step composition), and
     repeat until no coefficient moves by more than TOLERANCE. The composition is discrete, so the
@@ -611,7 +623,7 @@ def fit_at(observations: Sequence[Observation], prior: float = PRIOR_WEIGHT, sta
     step earlier or later); then the fit is the cycle's member that explains the data best on its own
     replay, provided the cycle spans less than CYCLE_SPREAD of every coefficient. A wider cycle, or no
     convergence in UNDAMPED_ITERATIONS, switches to damped steps, which settle as described at
-    SETTLE_SPREAD. Fails otherwise."""
+    SETTLE_SPREAD. Fails otherwise. With `admit_s`, that coefficient is held at it."""
     if not observations:
         raise ValueError("nothing to fit: no point with a measured TPOT, TTFT or window")
     coef = start
@@ -620,7 +632,7 @@ def fit_at(observations: Sequence[Observation], prior: float = PRIOR_WEIGHT, sta
     damping = 1.0  # full steps until a cycle too wide to pick from, or UNDAMPED_ITERATIONS pass
     for iteration in range(1, MAX_ITERATIONS + 1):
         points = replay_all(observations, coef, memo)
-        new = replace(fit_linear(observations, points, prior), overlap=coef.overlap)
+        new = replace(fit_linear(observations, points, prior, admit_s), overlap=coef.overlap)
         change = _change(new, coef)
         changes.append(change)
         if change <= TOLERANCE:
@@ -687,12 +699,16 @@ def _residual(observations: Sequence[Observation], coef: Coefficients, prior: fl
                for r, y in _rows(observations, points, prior))
 
 
-def fit_linear(observations: Sequence[Observation], points: Sequence[PointTerms], prior: float = PRIOR_WEIGHT) -> Coefficients:
+def fit_linear(observations: Sequence[Observation], points: Sequence[PointTerms], prior: float = PRIOR_WEIGHT,
+               admit_s: float | None = None) -> Coefficients:
     """Non-negative least squares on relative errors of TPOT, window, burst and TTFT for replayed
     points, with `mem` and `flop` pulled toward 1.0 by `prior`. Exact: every subset of coefficients
-    held at zero is tried."""
-    k = len(_ZERO)
+    held at zero is tried. With `admit_s`, that coefficient is held at it and the others fitted."""
     rows = _rows(observations, points, prior)
+    if admit_s is not None:
+        held = len(_ZERO) - 1  # admit_s is the last term
+        rows = [(r[:held], y - r[held] * admit_s) for r, y in rows]  # type: ignore[misc]
+    k = len(rows[0][0])
     gram = [[sum(r[i] * r[j] for r, _ in rows) for j in range(k)] for i in range(k)]
     moment = [sum(r[i] * y for r, y in rows) for i in range(k)]
     total = sum(y * y for _, y in rows)
@@ -714,7 +730,8 @@ def fit_linear(observations: Sequence[Observation], points: Sequence[PointTerms]
             best = (err, full)
     if best is None:
         raise ValueError("no non-negative fit exists")
-    return Coefficients(*best[1])  # overlap 1: the caller sets the one it replayed with
+    values = [*best[1], admit_s] if admit_s is not None else best[1]
+    return Coefficients(*values[:len(_ZERO)])  # overlap 1: the caller sets the one it replayed with
 
 
 def _rows(

@@ -179,6 +179,21 @@ def test_fit_converges_to_known_coefficients():
         assert pr.window_s == pytest.approx(ob.window_s, rel=0.03)
 
 
+def test_fit_searches_admit_s_on_a_grid_then_frees_it():
+    """admit_s decides which step each request joins, so `fit` holds it at each grid value (fit_at
+    keeps it there exactly), then frees it from the best."""
+    truth = replace(COEF, admit_s=6e-3)
+    obs = _synthetic(truth)
+    held = stepmodel.fit_at(obs, 0.0, replace(stepmodel.START, admit_s=2e-3), admit_s=2e-3).coefficients
+    assert held.admit_s == 2e-3
+    on_grid = fit(obs, prior=0.0, admits=(2e-3, 6e-3)).coefficients
+    assert on_grid.admit_s == pytest.approx(6e-3, rel=0.02)
+    assert on_grid.request_s == pytest.approx(truth.request_s, rel=0.02)
+    # Off the grid, freeing admit_s moves it from the best grid value (4 ms) toward the truth.
+    off_grid = fit(obs, prior=0.0, admits=(2e-3, 4e-3)).coefficients
+    assert 4e-3 < off_grid.admit_s < 6.1e-3
+
+
 def test_fit_that_does_not_settle_fails(monkeypatch):
     monkeypatch.setattr(stepmodel, "MAX_ITERATIONS", 1)
     with pytest.raises(ValueError, match="did not converge"):
