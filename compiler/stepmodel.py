@@ -730,8 +730,8 @@ def fit_linear(observations: Sequence[Observation], points: Sequence[PointTerms]
             best = (err, full)
     if best is None:
         raise ValueError("no non-negative fit exists")
-    values = [*best[1], admit_s] if admit_s is not None else best[1]
-    return Coefficients(*values[:len(_ZERO)])  # overlap 1: the caller sets the one it replayed with
+    values = best[1] if admit_s is None else [*best[1], admit_s]
+    return Coefficients(*values)  # overlap 1: the caller sets the one it replayed with
 
 
 def _rows(
