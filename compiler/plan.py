@@ -159,16 +159,18 @@ class HypothesisStep(Frozen):
 def budget_points(launch: Launch, undecided: Sequence[HypothesisStep],
                   points: Sequence[PointStep] | None = None) -> tuple[PointStep, ...]:
     """The points (of `points`, default all of the launch's) a budget block's launch measures while only
-    `undecided` are inconclusive: every one where the launch keeps its prefix cache between points (the
-    points before a point are part of its measurement) or where an undecided server metric is read
-    from this launch's start; else the points those hypotheses rest on (none: it is not needed)."""
+    `undecided` are inconclusive: every one where an undecided server metric is read from this launch's
+    start; else the points those hypotheses rest on (none: it is not needed), and where the launch keeps
+    its prefix cache between points, every point before the last of those too (the points before a point
+    are part of its measurement; those after it are not)."""
     points = tuple(launch.points if points is None else points)
-    if any(p.cache == "keep" for p in launch.points):
-        return points
     sides = [s for h in undecided if h.level == "server" for s in (h.numerator, h.denominator) if s is not None]
     if any(launch.id in s.launches for s in sides):
         return points
     need = {p for h in undecided for p in h.points}
+    if any(p.cache == "keep" for p in launch.points):
+        last = max((i for i, p in enumerate(points) if p.id in need), default=-1)
+        return points[:last + 1]
     return tuple(p for p in points if p.id in need)
 
 

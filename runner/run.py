@@ -358,6 +358,7 @@ def _open_run(store: Store, plan: Plan, options: RunOptions, progress: Progress)
     if options.resume:
         previous = store.latest_run(plan.study_id)
         if previous is not None:
+            _same_stopping_rule(store, previous, plan)
             resumed = f"resumed on {socket.gethostname()} at {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}"
             if previous.study_sha256 and previous.study_sha256 != plan.study_sha256:  # e.g. a budget added
                 resumed += f" from a changed study file (sha256 {previous.study_sha256[:12]} -> {plan.study_sha256[:12]})"
@@ -377,6 +378,28 @@ def _open_run(store: Store, plan: Plan, options: RunOptions, progress: Progress)
     run = _client_ceiling(run, options, progress)
     store.save_run(_gpu(run, options))
     return run_id, {}
+
+
+def _same_stopping_rule(store: Store, previous: RunRecord, plan: Plan) -> None:
+    """Refuse to resume a run that has measured something under another stopping rule: its required
+    launches per arm (the first look) and its budget's blocks (the horizon) fix how the error rate is
+    spent across looks (`report.sequential`), so changing them once blocks were seen spends it twice.
+    The budget's minutes only stop blocks from starting: they may change."""
+    if not store.done_points(previous.run_id):
+        return
+    try:
+        before = json.loads(previous.plan_json or "{}").get("design") or {}
+    except json.JSONDecodeError:
+        before = {}
+    budget = before.get("budget") or {}
+    was = (before.get("launches"), budget.get("blocks"))
+    now = (plan.design.launches, plan.design.budget.blocks if plan.design.budget else None)
+    if before and was != now:
+        raise StudycError(
+            f"run {previous.run_id} of {plan.study_id} measured points under launches {was[0]} and budget "
+            f"blocks {was[1]}; the study now says launches {now[0]} and budget blocks {now[1]}. A resumed run "
+            "keeps the stopping rule it started with: raising the budget after a look would spend the error "
+            "rate twice. Run without --resume to start a new run under the new rule.")
 
 
 def _with_notes(notes: str | None, more: tuple[str, ...]) -> str | None:

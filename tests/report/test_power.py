@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from compiler.load import load_study
-from compiler.plan import compile_study
+from compiler.plan import Launch, PointStep, compile_study
 from report.intervals import t_quantile
 from report.power import blocks_needed, blocks_to_clear, edge_distance, power_plan, read_spreads
 from runner.records import PointRecord, PointSummary, RunRecord
@@ -176,16 +176,23 @@ def test_plan_says_what_deciding_from_the_last_run_would_take(tmp_path: Path, st
 
 def test_budget_blocks_cost_only_the_points_their_hypothesis_rests_on(tmp_path: Path, study: Path) -> None:
     """The three required blocks are costed whole; each block past them, as the runner trims a budget
-    block: arm a's launch with only the c1 points `same` rests on (its start included), arm b's whole
-    (it keeps its prefix cache between points)."""
+    block: arm a's launch with only the c1 points `same` rests on (its start included), arm b's up to
+    its last c1 point (it keeps its prefix cache between points: the points before a point are part of it)."""
     plan = compile_study(load_study(study))
     row = {r.hypothesis: r for r in power_plan(plan, _db(tmp_path, study, b_launch=NOISY_B))[0]}["same"]
     assert row.blocks is not None and row.blocks > 3 and row.gpu_s is not None
     first = [launch for launch in plan.launches if launch.block == 1]
     whole = sum(launch.estimated_start_s + sum(p.estimated_s for p in launch.points) for launch in first)
-    trimmed = sum(launch.estimated_start_s + sum(p.estimated_s for p in launch.points
-                                                 if p.concurrency == 1 or p.cache == "keep") for launch in first)
+
+    def kept(launch: Launch) -> list[PointStep]:  # b keeps its cache: every point up to its last c1 one
+        if launch.arm == "a":
+            return [p for p in launch.points if p.concurrency == 1]
+        last = max(i for i, p in enumerate(launch.points) if p.concurrency == 1)
+        return list(launch.points[:last + 1])
+
+    trimmed = sum(launch.estimated_start_s + sum(p.estimated_s for p in kept(launch)) for launch in first)
     caches = {launch.arm: {p.cache for p in launch.points} for launch in first}
     assert caches == {"a": {"reset"}, "b": {"keep"}}
+    assert all(len(kept(launch)) < len(launch.points) for launch in first)
     assert trimmed < whole
     assert row.gpu_s == pytest.approx(3 * whole + (row.blocks - 3) * trimmed)

@@ -15,12 +15,12 @@ from tests.conftest import REPO
 BUDGET = "[design]\nbudget = { blocks = 4, minutes = 30 }\n\n[load]"
 
 
-def _plan(tmp_path: Path, design: str = BUDGET):
+def _plan(tmp_path: Path, design: str = BUDGET, launches: int = 2, extra: str = ""):
     text = (REPO / "studies/quickstart.toml").read_text()
     text = text.replace('path = "../models/tiny-qwen3"', f'path = "{REPO / "models/tiny-qwen3"}"')
-    text = text.replace("launches = 1 ", "launches = 2 ").replace("[load]", design, 1)
+    text = text.replace("launches = 1 ", f"launches = {launches} ").replace("[load]", design, 1)
     path = tmp_path / "budget.toml"
-    path.write_text(text)
+    path.write_text(text + extra)
     return compile_study(load_study(path))
 
 
@@ -63,13 +63,20 @@ def test_spent_minutes_stop_budget_blocks_without_asking(tmp_path: Path) -> None
     assert {b for b, _ in ran} == {1, 2} and asked == []
 
 
-def test_a_budget_block_measures_only_what_its_undecided_hypotheses_rest_on(tmp_path: Path) -> None:
-    """The rule names `fast-first-token` (cold arm, c1): the cold arm's budget launch keeps its c1
-    point alone; the warm arm keeps its cache between points, so it runs whole; required launches and
-    a rule that answers only True are never trimmed."""
-    plan = _plan(tmp_path)
+WARM_FIRST = """
+[[hypothesis]]
+id = "warm-first-token"
+claim = "A kept cache's first token within 100 ms at concurrency 1"
+metric = "ttft_p50_s"
+where = { arm = "warm", concurrency = 1 }
+predict = { relation = "<", value = 0.1 }
+"""
+
+
+def _kept_points(tmp_path: Path, undecided: tuple[str, ...]) -> tuple[object, dict[str, list[list[str]]]]:
+    plan = _plan(tmp_path, BUDGET, extra=WARM_FIRST)
     options = RunOptions(db=tmp_path / "r.duckdb", engine_command=[], python_argv=[], runs_dir=tmp_path,
-                         decide_more=lambda store, run_id: ("fast-first-token",))
+                         decide_more=lambda store, run_id: undecided)
     with Store(tmp_path / "r.duckdb") as store:
         driver = _Driver(store, "run-1", plan, RunReport("run-1"), Progress(), {}, options)
         kept = {}
@@ -78,15 +85,41 @@ def test_a_budget_block_measures_only_what_its_undecided_hypotheses_rest_on(tmp_
                               ctx=None, engine_command=(), log_dir=tmp_path)  # type: ignore[arg-type]
             assert driver.wanted(spec)
             kept[launch.id] = [p.id.rsplit("/", 3)[-2:] for p in driver.trimmed(spec).points]
+    return plan, kept
+
+
+def test_a_budget_block_measures_only_what_its_undecided_hypotheses_rest_on(tmp_path: Path) -> None:
+    """The rule names `fast-first-token` (cold arm, c1): the cold arm's budget launch keeps its c1
+    points alone and the warm arm's is not needed; required launches and a rule that answers only True
+    are never trimmed."""
+    plan, kept = _kept_points(tmp_path, ("fast-first-token",))
     first = next(h for h in plan.hypotheses if h.id == "fast-first-token")
     for launch in plan.launches:
-        if launch.required or launch.arm == "warm":
+        if launch.required:
             assert len(kept[launch.id]) == len(launch.points), launch.id
+        elif launch.arm == "warm":
+            assert kept[launch.id] == [], launch.id
         else:
             assert kept[launch.id] == [["c1", p.rsplit("/", 1)[-1]] for p in first.points if launch.id in p]
             assert kept[launch.id] and len(kept[launch.id]) < len(launch.points)
     _, ran, _, _ = _wanted(tmp_path, [True, True])  # a bare True: every point, as before
     assert len(ran) == len(plan.launches)
+
+
+def test_a_kept_cache_launch_is_trimmed_to_the_points_up_to_its_last_needed_one(tmp_path: Path) -> None:
+    """The warm arm keeps its cache between points, so a point's measurement includes every point
+    before it: for `warm-first-token` (c1) the budget launch runs up to its last c1 point and stops
+    there; for `kept-cache-hits` (c4, its last points) it runs whole."""
+    plan, kept = _kept_points(tmp_path, ("warm-first-token",))
+    budget_warm = [launch for launch in plan.launches if not launch.required and launch.arm == "warm"]
+    assert budget_warm
+    for launch in budget_warm:  # run order: the ladder c1, c4 once per repeat
+        assert kept[launch.id] == [["c1", "r1"], ["c4", "r1"], ["c1", "r2"], ["c4", "r2"], ["c1", "r3"]], kept[launch.id]
+        assert [p.id.rsplit("/", 3)[-2:] for p in launch.points][:5] == kept[launch.id]  # a prefix, in run order
+        assert len(launch.points) == 6
+    _, kept = _kept_points(tmp_path, ("kept-cache-hits",))
+    for launch in budget_warm:
+        assert len(kept[launch.id]) == len(launch.points)
 
 
 def test_the_cli_rule_reads_the_stored_run_and_stops_a_fixed_design(tmp_path: Path) -> None:
@@ -122,6 +155,33 @@ def test_a_run_resumed_from_a_changed_study_file_records_the_new_hash(tmp_path: 
         run = store.run(run_id)
     assert again == run_id and run is not None and run.study_sha256 == second.study_sha256
     assert f"from a changed study file (sha256 {first.study_sha256[:12]} -> {second.study_sha256[:12]})" in (run.notes or "")
+
+
+def test_a_run_that_measured_refuses_to_resume_under_another_stopping_rule(tmp_path: Path) -> None:
+    """Once a point is committed, --resume refuses a raised budget (the horizon the error rate is spent
+    over) and a changed number of required launches (the first look), naming both rules; the same rule,
+    or only other minutes, resumes."""
+    import pytest
+
+    from runner.records import PointRecord
+    from runner.run import _open_run
+    from studyc.errors import StudycError
+
+    first = _plan(tmp_path)
+    options = RunOptions(db=tmp_path / "r.duckdb", engine_command=[], python_argv=[], runs_dir=tmp_path, resume=True)
+    with Store(tmp_path / "r.duckdb") as store:
+        run_id, _ = _open_run(store, first, options, Progress())
+        point = first.launches[0].points[0]
+        store.commit_point(PointRecord(run_id=run_id, point_id=point.id, fingerprint=point.fingerprint), [], [], [])
+        for design in ("[design]\nbudget = { blocks = 6, minutes = 30 }\n\n[load]", "[load]"):
+            with pytest.raises(StudycError) as err:
+                _open_run(store, _plan(tmp_path, design), options, Progress())
+            assert f"run {run_id}" in err.value.message and "budget blocks 4" in err.value.message
+            assert "without --resume" in err.value.message
+        with pytest.raises(StudycError, match="launches {'cold': 2, 'warm': 2}"):
+            _open_run(store, _plan(tmp_path, launches=3), options, Progress())
+        again, done = _open_run(store, _plan(tmp_path, BUDGET.replace("minutes = 30", "minutes = 90")), options, Progress())
+    assert again == run_id and set(done) == {point.id}
 
 
 def test_budget_blocks_wait_for_the_launches_before_them_on_every_executor(tmp_path: Path) -> None:
