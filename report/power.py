@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from compiler.hardware import HardwareError, get_hardware
 from compiler.plan import Launch, Plan, PointStep, budget_points
 from report.intervals import fixed_critical, layout
+from report.sequential import look_critical
 from runner.store import Store
 
 if TYPE_CHECKING:
@@ -185,14 +186,23 @@ def _pool(metric: str, groups: Sequence[dict[str, list[float]]]) -> Spread:
     return Spread(metric, launch_sd, b_df, within_sd, w_df)
 
 
-def blocks_needed(tolerance: float, spread: float, *, target: float = 0.5, most: int = 100) -> int | None:
-    """Fewest blocks n (>= 2) whose expected 95% half-width t(n-1) x spread / sqrt(n) is at most
-    `target` x tolerance (relative units): then a truth within (1 - target) x tolerance of the prediction
-    is confirmed and one beyond (1 + target) x tolerance is refuted. None when `most` blocks do not do it."""
+def _critical(n: int, first: int) -> float:
+    """The t multiplier (df n - 1) of the interval a run of n blocks reads at its end: a fixed design's
+    95% for n up to the required blocks `first`, else the last look of a budget of n blocks
+    (`report.sequential`: 80% of the 5%)."""
+    return look_critical(n, n, first)(n - 1) if n > first else fixed_critical(n - 1)
+
+
+def blocks_needed(tolerance: float, spread: float, *, target: float = 0.5, most: int = 100,
+                  first: int = 2) -> int | None:
+    """Fewest blocks n (>= 2) whose expected half-width at the run's end, t x spread / sqrt(n), is at
+    most `target` x tolerance (relative units): then a truth within (1 - target) x tolerance of the
+    prediction is confirmed and one beyond (1 + target) x tolerance is refuted. None when `most` blocks
+    do not do it. Past the `first` required blocks the interval is a budget's last look (`_critical`)."""
     if tolerance <= 0:
         return None
     for n in range(2, most + 1):
-        if fixed_critical(n - 1) * spread / math.sqrt(n) <= target * tolerance:
+        if _critical(n, first) * spread / math.sqrt(n) <= target * tolerance:
             return n
     return None
 
@@ -209,12 +219,12 @@ def edge_distance(last: Score) -> float | None:
     return min(found) if found else None
 
 
-def blocks_to_clear(distance: float, spread: float, *, most: int = 100) -> int | None:
-    """Fewest blocks n (>= 2) whose expected 95% half-width t(n-1) x spread / sqrt(n) is under `distance`:
-    if the truth is where the last run put it, its interval then clears the nearest edge. None when
-    `most` blocks do not do it (the mean sits on the edge, or the spread is too large)."""
+def blocks_to_clear(distance: float, spread: float, *, most: int = 100, first: int = 2) -> int | None:
+    """Fewest blocks n (>= 2) whose expected half-width at the run's end (`_critical`) is under
+    `distance`: if the truth is where the last run put it, its interval then clears the nearest edge.
+    None when `most` blocks do not do it (the mean sits on the edge, or the spread is too large)."""
     for n in range(2, most + 1):
-        if fixed_critical(n - 1) * spread / math.sqrt(n) < distance:
+        if _critical(n, first) * spread / math.sqrt(n) < distance:
             return n
     return None
 
@@ -278,13 +288,13 @@ def _launch_s(launch: Launch, points: Sequence[PointStep]) -> float:
     return launch.estimated_start_s + sum(p.estimated_s for p in points)
 
 
-def _last(score: Score | None, sd: float | None, gpu_time: Callable[[int], float]) -> Last | None:
+def _last(score: Score | None, sd: float | None, gpu_time: Callable[[int], float], first: int) -> Last | None:
     distance = edge_distance(score) if score is not None else None
     if score is None or score.measured is None or distance is None or sd is None:
         return None
     edges = [e for e in (score.band_low, score.band_high) if e is not None and e > 0]
     edge = min(edges, key=lambda e: abs(math.log(score.measured / e)))  # type: ignore[operator]
-    blocks = blocks_to_clear(distance, sd)
+    blocks = blocks_to_clear(distance, sd, first=first)
     return Last(score.measured, distance, edge, blocks, gpu_time(blocks) if blocks else None)
 
 
@@ -348,14 +358,14 @@ def power_plan(
         if tol is not None and launch_sd is not None and tol < launch_sd:
             warnings.append(f"tolerance {100 * tol:.2g}% is below the {what} "
                             f"{100 * launch_sd:.2g}%: it cannot be decided at any budget worth running")
-        blocks = blocks_needed(tol, sd) if tol is not None and sd is not None else None
+        blocks = blocks_needed(tol, sd, first=required) if tol is not None and sd is not None else None
         if tol is None:
             warnings.append("no relative band (a relation or an expression): blocks depend on the distance "
                             "to the threshold")
         gpu_s = gpu_time(blocks) if blocks else None
         rows.append(PowerRow(hyp.id, hyp.metric, tol, sd, blocks, gpu_s, source, tuple(warnings),
                              spread.launch_sd if spread else None, spread.launch_df if spread else 0,
-                             _last((last or {}).get(hyp.id), sd, gpu_time)))
+                             _last((last or {}).get(hyp.id), sd, gpu_time, required)))
     return rows, version
 
 

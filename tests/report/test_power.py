@@ -144,10 +144,13 @@ def test_edge_distance_is_to_the_nearest_edge_the_interval_must_clear() -> None:
 
 
 def test_blocks_to_clear_the_edge() -> None:
+    """Past the required blocks, the interval it must clear is a budget's last look (4% two-sided)."""
     sd, distance = 0.0085, 0.0045
-    n = blocks_to_clear(distance, sd)
-    assert n is not None and t_quantile(0.975, n - 1) * sd / math.sqrt(n) < distance
-    assert t_quantile(0.975, n - 2) * sd / math.sqrt(n - 1) >= distance  # the fewest
+    n = blocks_to_clear(distance, sd, first=3)
+    assert n is not None and n > 3 and t_quantile(0.98, n - 1) * sd / math.sqrt(n) < distance
+    assert t_quantile(0.98, n - 2) * sd / math.sqrt(n - 1) >= distance  # the fewest
+    fixed = blocks_to_clear(distance, sd, first=100)  # read as a fixed design's 95%: fewer blocks
+    assert fixed is not None and fixed < n and t_quantile(0.975, fixed - 1) * sd / math.sqrt(fixed) < distance
     assert blocks_to_clear(0.0, 0.01) is None  # a mean on the edge is never decided
     assert blocks_to_clear(1.0, 0.01) == 2
 
