@@ -71,10 +71,10 @@ def test_server_metric_hypotheses_name_servers_not_points() -> None:
     plan = compile_study(load_study("studies/fp8_kv.toml"))
     capacity = next(h for h in plan.hypotheses if h.metric == "kv_capacity_tokens")
     assert capacity.level == "server" and capacity.points == ()
-    # three required blocks and the budget's four: every block's server
-    assert capacity.numerator.servers == tuple(f"fp8-kv/fp8/L{n}" for n in range(1, 8))
+    # three required blocks and the budget's nine: every block's server
+    assert capacity.numerator.servers == tuple(f"fp8-kv/fp8/L{n}" for n in range(1, 13))
     assert capacity.denominator is not None
-    assert capacity.denominator.servers == tuple(f"fp8-kv/bf16/L{n}" for n in range(1, 8))
+    assert capacity.denominator.servers == tuple(f"fp8-kv/bf16/L{n}" for n in range(1, 13))
 
 
 def test_plan_json_lists_hypotheses_with_their_points() -> None:
@@ -87,11 +87,11 @@ def test_plan_json_lists_hypotheses_with_their_points() -> None:
 
 def test_launches_outer_repeats_interleaved() -> None:
     plan = compile_study(load_study("studies/fp8_kv.toml"))
-    # Three launches per arm and a budget of seven blocks: seven blocks, each with one launch of every
+    # Three launches per arm and a budget of twelve blocks: twelve blocks, each with one launch of every
     # arm, in a seeded order; the first three required.
     assert [sorted(b.launches) for b in plan.design.blocks] == [
-        [f"fp8-kv/bf16/L{n}", f"fp8-kv/fp8/L{n}"] for n in range(1, 8)]
-    assert [s.required for s in plan.launches] == [True] * 6 + [False] * 8
+        [f"fp8-kv/bf16/L{n}", f"fp8-kv/fp8/L{n}"] for n in range(1, 13)]
+    assert [s.required for s in plan.launches] == [True] * 6 + [False] * 18
     assert [s.id for s in plan.launches] == [i for b in plan.design.blocks for i in b.launches]
     bf16 = next(s for s in plan.launches if s.arm == "bf16")
     ids = [p.id for p in bf16.points]
@@ -99,7 +99,7 @@ def test_launches_outer_repeats_interleaved() -> None:
     assert len(ids) == len(set(ids)) == 2 * 4 * 1
     # fingerprints differ between launches and arms but the prompts are the same seeded set
     fps = {p.fingerprint for s in plan.servers for p in s.points}
-    assert len(fps) == 16 * 7
+    assert len(fps) == 16 * 12
 
 
 def test_argv_resolved() -> None:
