@@ -164,8 +164,23 @@ def design_note(data: RunData) -> str:
     counts = sorted({len(v) for v in launches.values()}) or [0]
     repeats = len({p.repeat for p in data.points})
     span = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
-    return (f"{span} launch{'es' if counts[-1] != 1 else ''} per arm x {repeats} "
+    note = (f"{span} launch{'es' if counts[-1] != 1 else ''} per arm x {repeats} "
             f"repeat{'s' if repeats != 1 else ''}")
+    return note + sequential_note(data)
+
+
+def sequential_note(data: RunData) -> str:
+    """For a run with a budget: the blocks it has measured of the budget's, and the level of the look its
+    intervals are read at ("; blocks 5 of 12: a repeated interval, this look's at 99.9%")."""
+    from report.intervals import layout
+    from report.sequential import look_alpha
+
+    design = layout(data.run.plan_json)
+    if design.budget_blocks is None:
+        return ""
+    blocks = len({design.point(p.point_id, p.server_id, p.repeat).block for p in data.points})
+    alpha = look_alpha(blocks, design.budget_blocks, design.first_look)
+    return f"; blocks {blocks} of {design.budget_blocks}: a repeated interval, this look's at {100 * (1 - alpha):.3g}%"
 
 
 def run_audit(study_paths: Sequence[Path], dbs: Sequence[Path], as_json: bool, markdown: bool = False) -> Audit:

@@ -3,7 +3,8 @@
 #
 #   bash scripts/gpu/device.sh unpack [STUDY...] # after the bundle's pieces arrived: unpack and check
 #   bash scripts/gpu/device.sh run STUDY...      # run studies/STUDY.toml, one DuckDB file each (RESUME=1: continue
-#                                                # the latest run in /tmp/results/h200-STUDY.duckdb, e.g. its budget blocks)
+#                                                # the latest run in /tmp/results/h200-STUDY.duckdb, e.g. its budget
+#                                                # blocks; on a fresh machine, the one in results/h200-running/STUDY.duckdb)
 #   bash scripts/gpu/device.sh start STUDY...    # the same in the background (outlives this call)
 #   bash scripts/gpu/device.sh wait SECONDS      # wait for it at most SECONDS, copy what it has to $OUT
 #   bash scripts/gpu/device.sh agree             # benchmarks/bench_agreement.py on the 8B shape
@@ -37,6 +38,11 @@ print(gpu_info(0)); print(calibrate(['python3']))" 2>&1 | tail -2
   run)
     for s in "$@"; do
       echo "=== $s $(date +%T)"
+      # A run in progress kept in the repo (results/h200-running/STUDY.duckdb) is where RESUME=1 goes on
+      if [ -n "${RESUME:-}" ] && [ ! -f "/tmp/results/h200-$s.duckdb" ] && [ -f "results/h200-running/$s.duckdb" ]; then
+        cp "results/h200-running/$s.duckdb" "/tmp/results/h200-$s.duckdb" && chmod u+w "/tmp/results/h200-$s.duckdb"
+        echo "resuming from results/h200-running/$s.duckdb"
+      fi
       python3 -m studyc run "studies/$s.toml" --db "/tmp/results/h200-$s.duckdb" --keep-going ${RESUME:+--resume} 2>&1 | grep -v '━' | tail -60
       cp "/tmp/results/h200-$s.duckdb" "$OUT/" 2>/dev/null
     done

@@ -34,5 +34,17 @@ def test_each_run_says_the_launches_and_repeats_it_rests_on() -> None:
 
     runs = latest_runs([REPO / "results/h200.duckdb"])
     assert design_note(runs["cuda-graphs"]) == "3 launches per arm x 1 repeat"
-    assert design_note(runs["prefix-cache-ladder"]) == "4 launches per arm x 2 repeats"
+    assert design_note(runs["prefix-cache-ladder"]) == ("4 launches per arm x 2 repeats; blocks 4 of 4: a repeated "
+                                                        "interval, this look's at 96%")
     assert design_note(runs["mla-kv"]) == "1 launch per arm x 1 repeat"
+
+
+def test_a_run_read_before_its_budget_is_spent_says_the_level_of_its_look() -> None:
+    """The fp8-kv run in progress (five blocks of twelve): its intervals are an early look's, far wider
+    than a 95% interval, and the footer says so."""
+    from report.audit import sequential_note
+    from report.results import latest_runs
+
+    run = latest_runs([REPO / "results/h200-running/fp8_kv.duckdb"])["fp8-kv"]
+    assert sequential_note(run) == "; blocks 5 of 12: a repeated interval, this look's at 99.9%"
+    assert sequential_note(latest_runs([REPO / "results/h200.duckdb"])["mla-kv"]) == ""  # a fixed design
