@@ -229,6 +229,16 @@ def blocks_to_clear(distance: float, spread: float, *, most: int = 100, first: i
     return None
 
 
+def blocks_within(distance: float, spread: float, *, first: int, budget: int) -> int | None:
+    """Fewest blocks n (from the first look to `budget`) at which a run under a budget of `budget` blocks
+    expects its look's interval (`report.sequential`: an early look's share, the last look's 80%) to
+    clear `distance`; None when even its last look does not."""
+    for n in range(max(2, first), budget + 1):
+        if look_critical(n, budget, first)(n - 1) * spread / math.sqrt(n) < distance:
+            return n
+    return None
+
+
 @dataclass(frozen=True)
 class Last:
     """The latest stored run's estimate of a hypothesis, and what deciding it from there would take."""
@@ -238,6 +248,8 @@ class Last:
     edge: float
     blocks: int | None
     gpu_s: float | None
+    budget: int | None = None  # the study's budget blocks, where it has one
+    within: int | None = None  # the block by which a run under that budget expects to decide it
 
 
 @dataclass(frozen=True)
@@ -288,14 +300,16 @@ def _launch_s(launch: Launch, points: Sequence[PointStep]) -> float:
     return launch.estimated_start_s + sum(p.estimated_s for p in points)
 
 
-def _last(score: Score | None, sd: float | None, gpu_time: Callable[[int], float], first: int) -> Last | None:
+def _last(score: Score | None, sd: float | None, gpu_time: Callable[[int], float], first: int,
+          budget: int | None = None) -> Last | None:
     distance = edge_distance(score) if score is not None else None
     if score is None or score.measured is None or distance is None or sd is None:
         return None
     edges = [e for e in (score.band_low, score.band_high) if e is not None and e > 0]
     edge = min(edges, key=lambda e: abs(math.log(score.measured / e)))  # type: ignore[operator]
     blocks = blocks_to_clear(distance, sd, first=first)
-    return Last(score.measured, distance, edge, blocks, gpu_time(blocks) if blocks else None)
+    within = blocks_within(distance, sd, first=first, budget=budget) if budget else None
+    return Last(score.measured, distance, edge, blocks, gpu_time(blocks) if blocks else None, budget, within)
 
 
 def _pair(hyp: Any, steps: dict[str, Any], block_cells: Cells) -> Paired | None:
@@ -365,7 +379,8 @@ def power_plan(
         gpu_s = gpu_time(blocks) if blocks else None
         rows.append(PowerRow(hyp.id, hyp.metric, tol, sd, blocks, gpu_s, source, tuple(warnings),
                              spread.launch_sd if spread else None, spread.launch_df if spread else 0,
-                             _last((last or {}).get(hyp.id), sd, gpu_time, required)))
+                             _last((last or {}).get(hyp.id), sd, gpu_time, required,
+                                   plan.design.budget.blocks if plan.design.budget else None)))
     return rows, version
 
 
@@ -383,7 +398,11 @@ def format_power(rows: Sequence[PowerRow], version: str | None, db: Path) -> str
         if r.last is not None:
             then = (f"{r.last.blocks} blocks, ~{r.last.gpu_s / 60:.0f} GPU min" if r.last.blocks and r.last.gpu_s
                     else "more than 100 blocks")
+            under = ""
+            if r.last.budget:
+                under = (f"; under this study's budget of {r.last.budget} blocks, by block {r.last.within}"
+                         if r.last.within else f"; not within this study's budget of {r.last.budget} blocks")
             out.append(f"    from the last run's {r.last.measured:.4g} ({100 * r.last.distance:.2g}% from the edge "
-                       f"{r.last.edge:.4g}): {then} to decide it")
+                       f"{r.last.edge:.4g}): {then} to decide it{under}")
         out += [f"    warning: {w}" for w in r.warnings]
     return "\n".join(out) + "\n"

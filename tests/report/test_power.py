@@ -199,3 +199,20 @@ def test_budget_blocks_cost_only_the_points_their_hypothesis_rests_on(tmp_path: 
     assert all(len(kept(launch)) < len(launch.points) for launch in first)
     assert trimmed < whole
     assert row.gpu_s == pytest.approx(3 * whole + (row.blocks - 3) * trimmed)
+
+
+def test_blocks_within_a_budget_are_read_at_its_looks() -> None:
+    """Under a study's budget of K blocks, a look before the last gets an early look's share of alpha:
+    the same distance takes more blocks than a budget of exactly that many, and one the last look
+    cannot clear is not decided within the budget."""
+    from report.power import blocks_within
+    from report.sequential import look_critical
+
+    sd, distance = 0.0058, 0.0076
+    alone = blocks_to_clear(distance, sd, first=3)
+    within = blocks_within(distance, sd, first=3, budget=12)
+    assert alone is not None and within is not None and alone < within <= 12
+    assert look_critical(within, 12, 3)(within - 1) * sd / math.sqrt(within) < distance
+    assert look_critical(within - 1, 12, 3)(within - 2) * sd / math.sqrt(within - 1) >= distance  # the fewest
+    assert blocks_within(0.001, sd, first=3, budget=12) is None
+    assert blocks_within(1.0, sd, first=3, budget=12) == 3  # the first look, after the required blocks
