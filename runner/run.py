@@ -396,10 +396,22 @@ def _same_stopping_rule(store: Store, previous: RunRecord, plan: Plan) -> None:
     now = (plan.design.launches, plan.design.budget.blocks if plan.design.budget else None)
     if before and was != now:
         raise StudycError(
+            f"{_where(plan, 'design.budget' if was[1] != now[1] else 'load.launches')}: "
             f"run {previous.run_id} of {plan.study_id} measured points under launches {was[0]} and budget "
             f"blocks {was[1]}; the study now says launches {now[0]} and budget blocks {now[1]}. A resumed run "
             "keeps the stopping rule it started with: raising the budget after a look would spend the error "
             "rate twice. Run without --resume to start a new run under the new rule.")
+
+
+def _where(plan: Plan, key: str) -> str:
+    """`file:line: key` of a key in the plan's study file (the file alone where it cannot be read)."""
+    from compiler.toml_lines import key_lines, line_of
+
+    try:
+        text = Path(plan.study_path).read_text()
+    except OSError:
+        return plan.study_path
+    return f"{plan.study_path}:{line_of(key_lines(text), key)}: {key}"
 
 
 def _with_notes(notes: str | None, more: tuple[str, ...]) -> str | None:

@@ -177,9 +177,14 @@ def test_a_run_that_measured_refuses_to_resume_under_another_stopping_rule(tmp_p
             with pytest.raises(StudycError) as err:
                 _open_run(store, _plan(tmp_path, design), options, Progress())
             assert f"run {run_id}" in err.value.message and "budget blocks 4" in err.value.message
+            assert err.value.message.startswith(f"{tmp_path / 'budget.toml'}:")  # file:line: key
+            assert ": design.budget: " in err.value.message
             assert "without --resume" in err.value.message
-        with pytest.raises(StudycError, match="launches {'cold': 2, 'warm': 2}"):
+        with pytest.raises(StudycError, match="launches {'cold': 2, 'warm': 2}") as err:
             _open_run(store, _plan(tmp_path, launches=3), options, Progress())
+        text = (tmp_path / "budget.toml").read_text().splitlines()
+        line = int(err.value.message.split(":")[1])
+        assert text[line - 1].startswith("launches = 3") and ": load.launches: " in err.value.message
         again, done = _open_run(store, _plan(tmp_path, BUDGET.replace("minutes = 30", "minutes = 90")), options, Progress())
     assert again == run_id and set(done) == {point.id}
 
