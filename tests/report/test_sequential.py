@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 
 import pytest
 
@@ -23,8 +24,11 @@ def _block(b: int, d: float) -> tuple[Obs, Obs]:
     return Obs(f"t/L{b}", math.exp(d), f"t/L{b}", b), Obs(f"b/L{b}", 1.0, f"b/L{b}", b)
 
 
-def _false_refuted(max_blocks: int, peeks: tuple[int, ...], *, naive: bool, seed: int) -> float:
-    """Share of simulated runs (truth on the edge) that stop on "refuted" at one of the peeks."""
+Verdict = Callable[[int, list[Obs], list[Obs]], str | None]  # after block b: a look's verdict, None: no look
+
+
+def _simulate(max_blocks: int, look: Verdict, seed: int) -> float:
+    """Share of simulated runs (truth on the edge) that stop on "refuted" at one of their looks."""
     rng = random.Random(seed)
     hits = 0
     for _ in range(SIMS):
@@ -34,17 +38,27 @@ def _false_refuted(max_blocks: int, peeks: tuple[int, ...], *, naive: bool, seed
             t, u = _block(b, math.log(EDGE) + rng.gauss(0.0, SIGMA))
             top.append(t)
             bottom.append(u)
-            if b not in peeks:
-                continue
-            if naive:
-                est = ratio_interval(top, bottom, fixed_critical)
-                verdict = judge("value", None, CLAIM.band_low, CLAIM.band_high, est.ci_low, est.ci_high)
-            else:
-                verdict = decide(CLAIM, SoFar(top, bottom), Budget(max_blocks, first_look=2)).verdict
-            if verdict != "inconclusive":
+            verdict = look(b, top, bottom)
+            if verdict is not None and verdict != "inconclusive":
                 hits += verdict == "refuted"
                 break
     return hits / SIMS
+
+
+def _plain(top: list[Obs], bottom: list[Obs]) -> str:
+    est = ratio_interval(top, bottom, fixed_critical)
+    return judge("value", None, CLAIM.band_low, CLAIM.band_high, est.ci_low, est.ci_high)
+
+
+def _false_refuted(max_blocks: int, peeks: tuple[int, ...], *, naive: bool, seed: int) -> float:
+    """Looks after the blocks in `peeks`: plain t intervals (`naive`) or the stopping rule's."""
+
+    def look(b: int, top: list[Obs], bottom: list[Obs]) -> str | None:
+        if b not in peeks:
+            return None
+        return _plain(top, bottom) if naive else decide(CLAIM, SoFar(top, bottom), Budget(max_blocks, 2)).verdict
+
+    return _simulate(max_blocks, look, seed)
 
 
 def test_alpha_is_spent_by_the_union_bound() -> None:
@@ -86,29 +100,16 @@ def test_decide_stops_when_decided_or_out_of_budget() -> None:
 
 
 def _extended_false_refuted(first: int, then: int, *, seed: int) -> float:
-    """Share of simulated runs (truth on the edge) that read "refuted": a fixed design of `first` blocks
-    looked at once, and where that was inconclusive, a budget of `then` blocks added afterwards and its
-    looks taken from the next block on (what resuming under a raised budget would do)."""
-    rng = random.Random(seed)
-    hits = 0
-    for _ in range(SIMS):
-        top: list[Obs] = []
-        bottom: list[Obs] = []
-        for b in range(1, then + 1):
-            t, u = _block(b, math.log(EDGE) + rng.gauss(0.0, SIGMA))
-            top.append(t)
-            bottom.append(u)
-            if b < first:
-                continue
-            if b == first:
-                est = ratio_interval(top, bottom, fixed_critical)
-                verdict = judge("value", None, CLAIM.band_low, CLAIM.band_high, est.ci_low, est.ci_high)
-            else:
-                verdict = decide(CLAIM, SoFar(top, bottom), Budget(then, first_look=first)).verdict
-            if verdict != "inconclusive":
-                hits += verdict == "refuted"
-                break
-    return hits / SIMS
+    """A fixed design of `first` blocks looked at once, and where that was inconclusive, a budget of
+    `then` blocks added afterwards and its looks taken from the next block on (what resuming under a
+    raised budget would do)."""
+
+    def look(b: int, top: list[Obs], bottom: list[Obs]) -> str | None:
+        if b < first:
+            return None
+        return _plain(top, bottom) if b == first else decide(CLAIM, SoFar(top, bottom), Budget(then, first)).verdict
+
+    return _simulate(then, look, seed)
 
 
 def test_a_budget_raised_after_a_look_spends_the_error_rate_twice() -> None:
