@@ -178,7 +178,7 @@ def sequential_note(data: RunData) -> str:
     design = layout(data.run.plan_json)
     if design.budget_blocks is None:
         return ""
-    blocks = len({design.point(p.point_id, p.server_id, p.repeat).block for p in data.points})
+    blocks = len(design.blocks(data.points))
     alpha = look_alpha(blocks, design.budget_blocks, design.first_look)
     return f"; blocks {blocks} of {design.budget_blocks}: a repeated interval, this look's at {100 * (1 - alpha):.3g}%"
 

@@ -364,6 +364,10 @@ class Layout:
     def server(self, server_id: str, index: int) -> Place:
         return self.servers.get(server_id) or Place(server_id, None, index)
 
+    def blocks(self, points: Sequence[Any]) -> set[int | None]:
+        """The blocks stored points (`PointRecord`s) were measured in."""
+        return {self.point(p.point_id, p.server_id, p.repeat).block for p in points}
+
 
 def layout(plan_json: str | None) -> Layout:
     """The layout of a stored plan (schema v1 or v2). Schema v1 plans carry no `exchangeable`: it is

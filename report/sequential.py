@@ -155,7 +155,6 @@ def undecided(loaded: LoadedStudy, data: RunData) -> tuple[str, ...]:
     design = layout(data.run.plan_json)
     if design.budget_blocks is None:
         return ()
-    done = {design.point(p.point_id, p.server_id, p.repeat).block for p in data.points}
-    if len(done) >= design.budget_blocks:
+    if len(design.blocks(data.points)) >= design.budget_blocks:
         return ()
     return tuple(s.hypothesis for s in score_study(loaded, data) if s.verdict == "inconclusive")

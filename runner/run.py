@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compiler.plan import Launch, Plan, PointStep, ServerStep, budget_points
+from compiler.plan import Design, Launch, Plan, PointStep, ServerStep, budget_points
 from runner.launch import Event, LaunchSpec, PointEvent, PointStartEvent, ServerEvent, run_launch
 from runner.parallel import run_parallel
 from runner.placement import Placement, idle_gpus, parse_gpus, place, place_one
@@ -385,33 +385,35 @@ def _same_stopping_rule(store: Store, previous: RunRecord, plan: Plan) -> None:
     launches per arm (the first look) and its budget's blocks (the horizon) fix how the error rate is
     spent across looks (`report.sequential`), so changing them once blocks were seen spends it twice.
     The budget's minutes only stop blocks from starting: they may change."""
-    if not store.done_points(previous.run_id):
+    if not previous.plan_json or not store.done_points(previous.run_id):
         return
     try:
-        before = json.loads(previous.plan_json or "{}").get("design") or {}
-    except json.JSONDecodeError:
-        before = {}
-    budget = before.get("budget") or {}
-    was = (before.get("launches"), budget.get("blocks"))
-    now = (plan.design.launches, plan.design.budget.blocks if plan.design.budget else None)
-    if before and was != now:
-        raise StudycError(
-            f"{_where(plan, 'design.budget' if was[1] != now[1] else 'load.launches')}: "
-            f"run {previous.run_id} of {plan.study_id} measured points under launches {was[0]} and budget "
-            f"blocks {was[1]}; the study now says launches {now[0]} and budget blocks {now[1]}. A resumed run "
-            "keeps the stopping rule it started with: raising the budget after a look would spend the error "
-            "rate twice. Run without --resume to start a new run under the new rule.")
+        before = Plan.model_validate_json(previous.plan_json).design
+    except ValueError:  # not JSON, or not a plan: nothing to compare against
+        return
+
+    def rule(design: Design) -> tuple[dict[str, int], int | None]:
+        return design.launches, design.budget.blocks if design.budget else None
+
+    was, now = rule(before), rule(plan.design)
+    if was != now:
+        message = (f"run {previous.run_id} of {plan.study_id} measured points under launches {was[0]} and budget "
+                   f"blocks {was[1]}; the study now says launches {now[0]} and budget blocks {now[1]}. A resumed "
+                   "run keeps the stopping rule it started with: raising the budget after a look would spend the "
+                   "error rate twice. Run without --resume to start a new run under the new rule.")
+        raise StudycError(_at(plan, "design.budget" if was[1] != now[1] else "load.launches", message))
 
 
-def _where(plan: Plan, key: str) -> str:
-    """`file:line: key` of a key in the plan's study file (the file alone where it cannot be read)."""
+def _at(plan: Plan, key: str, message: str) -> str:
+    """`file:line: key: message` for a key of the plan's study file (`file: message` where it cannot be read)."""
+    from compiler.load import Problem
     from compiler.toml_lines import key_lines, line_of
 
     try:
         text = Path(plan.study_path).read_text()
     except OSError:
-        return plan.study_path
-    return f"{plan.study_path}:{line_of(key_lines(text), key)}: {key}"
+        return f"{plan.study_path}: {message}"
+    return str(Problem(plan.study_path, line_of(key_lines(text), key), key, message))
 
 
 def _with_notes(notes: str | None, more: tuple[str, ...]) -> str | None:
