@@ -43,7 +43,8 @@ print(gpu_info(0)); print(calibrate(['python3']))" 2>&1 | tail -2
         cp "results/h200-running/$s.duckdb" "/tmp/results/h200-$s.duckdb" && chmod u+w "/tmp/results/h200-$s.duckdb"
         echo "resuming from results/h200-running/$s.duckdb"
       fi
-      python3 -m studyc run "studies/$s.toml" --db "/tmp/results/h200-$s.duckdb" --keep-going ${RESUME:+--resume} 2>&1 | grep -v '━' | tail -60
+      # streamed, not tailed: `wait` shows the run's progress while it runs
+      python3 -m studyc run "studies/$s.toml" --db "/tmp/results/h200-$s.duckdb" --keep-going ${RESUME:+--resume} 2>&1 | grep --line-buffered -v '━'
       cp "/tmp/results/h200-$s.duckdb" "$OUT/" 2>/dev/null
     done
     tar -C /tmp/results -czf "$OUT/logs.tgz" --exclude='*.duckdb' --exclude='compile-cache' . 2>/dev/null
@@ -59,12 +60,20 @@ print(gpu_info(0)); print(calibrate(['python3']))" 2>&1 | tail -2
     echo "started $* in the background, pid $(cat /tmp/results/background.pid)"
     ;;
   wait)
-    limit=${1:-560}; t0=$(date +%s); pid=$(cat /tmp/results/background.pid 2>/dev/null || echo 0)
-    while kill -0 "$pid" 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt "$limit" ]; do sleep 5; done
+    # Copies what the run has to $OUT every minute as well as at the end: a call cut short (its time
+    # limit, or the session's device time running out) still brings back what was committed by then.
+    limit=${1:-560}; t0=$(date +%s); pid=$(cat /tmp/results/background.pid 2>/dev/null || echo 0); last=0
+    snapshot() {
+      for f in /tmp/results/h200-*.duckdb /tmp/results/h200-*.duckdb.wal; do [ -f "$f" ] && cp "$f" "$OUT/"; done
+      tar -C /tmp/results -czf "$OUT/logs.tgz" --exclude='*.duckdb' --exclude='*.wal' --exclude='compile-cache' . 2>/dev/null
+    }
+    while kill -0 "$pid" 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt "$limit" ]; do
+      sleep 5
+      if [ $(( $(date +%s) - last )) -ge 60 ]; then snapshot; last=$(date +%s); fi
+    done
     kill -0 "$pid" 2>/dev/null && echo "still running after ${limit} s" || echo "background run finished"
-    grep -v '━' /tmp/results/background.log | tail -80
-    for f in /tmp/results/h200-*.duckdb /tmp/results/h200-*.duckdb.wal; do [ -f "$f" ] && cp "$f" "$OUT/"; done
-    tar -C /tmp/results -czf "$OUT/logs.tgz" --exclude='*.duckdb' --exclude='*.wal' --exclude='compile-cache' . 2>/dev/null
+    tail -80 /tmp/results/background.log
+    snapshot
     ;;
   agree)
     # studyc's client vs `vllm bench serve --temperature 0` on one Qwen3-8B server (issue: gates, item 8)

@@ -40,11 +40,11 @@ def test_each_run_says_the_launches_and_repeats_it_rests_on() -> None:
 
 
 def test_a_run_read_before_its_budget_is_spent_says_the_level_of_its_look() -> None:
-    """The fp8-kv run in progress (five blocks of twelve): its intervals are an early look's, far wider
+    """The fp8-kv run in progress (eleven blocks of twelve begun): its intervals are an early look's, far wider
     than a 95% interval, and the footer says so."""
     from report.audit import sequential_note
     from report.results import latest_runs
 
     run = latest_runs([REPO / "results/h200-running/fp8_kv.duckdb"])["fp8-kv"]
-    assert sequential_note(run) == "; blocks 5 of 12: a repeated interval, this look's at 99.9%"
+    assert sequential_note(run) == "; blocks 11 of 12: a repeated interval, this look's at 99.9%"
     assert sequential_note(latest_runs([REPO / "results/h200.duckdb"])["mla-kv"]) == ""  # a fixed design
