@@ -24,6 +24,11 @@ export VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 HF_HUB_OFFLINE=1 TRAN
 export STUDYC_VLLM="python3 -m vllm.entrypoints.cli.main"
 # One compile cache for every call on this machine: a foreground run after a background one starts warm
 export STUDYC_CACHE_DIR=${STUDYC_CACHE_DIR:-/tmp/studyc-cache}
+# What the runs have so far (databases, their WALs, the logs) copied to $OUT
+snapshot() {
+  for f in /tmp/results/h200-*.duckdb /tmp/results/h200-*.duckdb.wal; do [ -f "$f" ] && cp "$f" "$OUT/"; done
+  tar -C /tmp/results -czf "$OUT/logs.tgz" --exclude='*.duckdb' --exclude='*.wal' --exclude='compile-cache' . 2>/dev/null
+}
 stage=${1:?unpack|run}; shift
 case "$stage" in
   unpack)
@@ -45,9 +50,8 @@ print(gpu_info(0)); print(calibrate(['python3']))" 2>&1 | tail -2
       fi
       # streamed, not tailed: `wait` shows the run's progress while it runs
       python3 -m studyc run "studies/$s.toml" --db "/tmp/results/h200-$s.duckdb" --keep-going ${RESUME:+--resume} 2>&1 | grep --line-buffered -v '━'
-      cp "/tmp/results/h200-$s.duckdb" "$OUT/" 2>/dev/null
+      snapshot
     done
-    tar -C /tmp/results -czf "$OUT/logs.tgz" --exclude='*.duckdb' --exclude='compile-cache' . 2>/dev/null
     ;;
   start)
     # The run in the background, so that a study longer than one call's limit needs no split: later
@@ -63,10 +67,6 @@ print(gpu_info(0)); print(calibrate(['python3']))" 2>&1 | tail -2
     # Copies what the run has to $OUT every minute as well as at the end: a call cut short (its time
     # limit, or the session's device time running out) still brings back what was committed by then.
     limit=${1:-560}; t0=$(date +%s); pid=$(cat /tmp/results/background.pid 2>/dev/null || echo 0); last=0
-    snapshot() {
-      for f in /tmp/results/h200-*.duckdb /tmp/results/h200-*.duckdb.wal; do [ -f "$f" ] && cp "$f" "$OUT/"; done
-      tar -C /tmp/results -czf "$OUT/logs.tgz" --exclude='*.duckdb' --exclude='*.wal' --exclude='compile-cache' . 2>/dev/null
-    }
     while kill -0 "$pid" 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt "$limit" ]; do
       sleep 5
       if [ $(( $(date +%s) - last )) -ge 60 ]; then snapshot; last=$(date +%s); fi
