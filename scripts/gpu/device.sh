@@ -7,6 +7,7 @@
 #                                                # blocks; on a fresh machine, the one in results/h200-running/STUDY.duckdb)
 #   bash scripts/gpu/device.sh start STUDY...    # the same in the background (outlives this call)
 #   bash scripts/gpu/device.sh wait SECONDS      # wait for it at most SECONDS, copy what it has to $OUT
+#                                                # (databases gzipped in pieces: see snapshot)
 #   bash scripts/gpu/device.sh agree             # benchmarks/bench_agreement.py on the 8B shape
 #   bash scripts/gpu/device.sh disturb           # benchmarks/telemetry_disturbance.py on the 0.6B shape
 #
@@ -24,9 +25,13 @@ export VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 HF_HUB_OFFLINE=1 TRAN
 export STUDYC_VLLM="python3 -m vllm.entrypoints.cli.main"
 # One compile cache for every call on this machine: a foreground run after a background one starts warm
 export STUDYC_CACHE_DIR=${STUDYC_CACHE_DIR:-/tmp/studyc-cache}
-# What the runs have so far (databases, their WALs, the logs) copied to $OUT
+# What the runs have so far (databases, their WALs, the logs) copied to $OUT. A file comes back only
+# under 16 MiB, and a database of a long run is larger: each goes gzipped, in 15 MiB pieces
+# (here: cat DIR/h200-STUDY.duckdb.gz.* | gunzip > h200-STUDY.duckdb).
 snapshot() {
-  for f in /tmp/results/h200-*.duckdb /tmp/results/h200-*.duckdb.wal; do [ -f "$f" ] && cp "$f" "$OUT/"; done
+  rm -f "$OUT"/h200-*.duckdb.gz.* "$OUT"/h200-*.duckdb.wal
+  for f in /tmp/results/h200-*.duckdb; do [ -f "$f" ] && gzip -1 -c "$f" | split -b 15M -d - "$OUT/$(basename "$f").gz."; done
+  for f in /tmp/results/h200-*.duckdb.wal; do [ -f "$f" ] && cp "$f" "$OUT/"; done
   tar -C /tmp/results -czf "$OUT/logs.tgz" --exclude='*.duckdb' --exclude='*.wal' --exclude='compile-cache' . 2>/dev/null
 }
 stage=${1:?unpack|run}; shift
