@@ -40,11 +40,21 @@ def test_each_run_says_the_launches_and_repeats_it_rests_on() -> None:
 
 
 def test_a_run_read_before_its_budget_is_spent_says_the_level_of_its_look() -> None:
-    """The fp8-kv run in progress (eleven blocks of twelve begun): its intervals are an early look's, far wider
-    than a 95% interval, and the footer says so."""
+    """The fp8-kv run under a budget of twelve blocks: read at its last look, its intervals are at 96%; the
+    same run read as it stood after five blocks is an early look's, far wider than a 95% interval, and the
+    footer says so."""
+    from dataclasses import replace
+
     from report.audit import sequential_note
+    from report.intervals import layout
     from report.results import latest_runs
 
-    run = latest_runs([REPO / "results/h200-running/fp8_kv.duckdb"])["fp8-kv"]
-    assert sequential_note(run) == "; blocks 11 of 12: a repeated interval, this look's at 99.9%"
-    assert sequential_note(latest_runs([REPO / "results/h200.duckdb"])["mla-kv"]) == ""  # a fixed design
+    runs = latest_runs([REPO / "results/h200.duckdb"])
+    run = runs["fp8-kv"]
+    assert sequential_note(run) == "; blocks 12 of 12: a repeated interval, this look's at 96%"
+    design = layout(run.run.plan_json)
+    early = replace(run, points=tuple(p for p in run.points
+                                      if (design.point(p.point_id, p.server_id, p.repeat).block or 0) <= 5))
+    assert 0 < len(early.points) < len(run.points)
+    assert sequential_note(early) == "; blocks 5 of 12: a repeated interval, this look's at 99.9%"
+    assert sequential_note(runs["mla-kv"]) == ""  # a fixed design
