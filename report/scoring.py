@@ -30,7 +30,7 @@ from compiler.study import Hypothesis
 from report.context import ArmModel, StudyContext, arm_models, build_context, side_label
 from report.intervals import Interval, Layout, Obs, mean_interval, ratio_interval
 from report.results import RunData
-from report.sequential import look_critical
+from report.sequential import look_alpha, look_critical
 from runner.records import CheckResult, PointRecord, ServerRecord, base_server_id
 from studyc import format as fmt
 
@@ -121,6 +121,7 @@ class Why(StrEnum):
     ZERO_DENOMINATOR = "zero denominator"  # repeats whose ratio has a zero denominator
     NOT_POSITIVE = "ratio not positive"  # a ratio <= 0: summarized on the linear scale
     STRADDLES = "straddles edge"  # the 95% interval contains a band edge: inconclusive
+    EARLY_LOOK = "early look"  # measured in fewer blocks than the run: its interval is read at its own last look
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,9 @@ class Reason:
             return f"{self.count} repeat(s) with a zero denominator were left out"
         if w is Why.NOT_POSITIVE:
             return "a ratio is not positive: its interval is on the linear scale"
+        if w is Why.EARLY_LOOK:
+            return (f"measured in {self.count} of the run's blocks (a decided hypothesis is not measured "
+                    f"again): its interval is read at that look, at {self.detail}")
         return f"{w.value}: {self.detail}"
 
     @property
@@ -392,7 +396,8 @@ def _score(ctx: StudyContext, hyp: Hypothesis, failed: dict[str, list[CheckResul
                 side_list.append(_server_side(data, plan_side.servers, hyp.metric, ctx.layout))
             else:
                 side_list.append(_point_side(data, plan_side.points, hyp.metric, failed, ctx.layout))
-    values, stats, method = _estimate(side_list, notes, ctx.layout)
+    run_blocks = len(ctx.layout.blocks(data.points)) if data is not None else 0
+    values, stats, method = _estimate(side_list, notes, ctx.layout, run_blocks)
     checks = sorted(set().union(*(s.checks for s in side_list))) if side_list else []
     flagged: dict[str, list[str]] = {}
     for s in side_list:
@@ -445,13 +450,18 @@ def _score(ctx: StudyContext, hyp: Hypothesis, failed: dict[str, list[CheckResul
     )
 
 
-def _estimate(side_list: list[_Side], notes: list[Reason], design: Layout) -> tuple[list[float], Stats | None, str]:
+def _estimate(side_list: list[_Side], notes: list[Reason], design: Layout,
+              run_blocks: int = 0) -> tuple[list[float], Stats | None, str]:
     """(unit values, statistics, method): the interval at the level that varies (report.intervals), read at
-    the run's look when its plan had a sequential budget (report.sequential)."""
+    the look of the hypothesis's last block when the plan had a sequential budget (report.sequential): a
+    hypothesis decided before the run's last block is read at the look that decided it, and says so."""
     if not side_list or any(not s.values for s in side_list):
         return [], None, ""
     blocks = len({o.block for s in side_list for o in s.values})
     critical = look_critical(blocks, design.budget_blocks, design.first_look)
+    if design.budget_blocks is not None and blocks < run_blocks:
+        level = 100 * (1 - look_alpha(blocks, design.budget_blocks, design.first_look))
+        notes.append(Reason(Why.EARLY_LOOK, count=blocks, detail=f"{level:.3g}%"))
     est: Interval
     try:
         if len(side_list) == 1:

@@ -646,3 +646,25 @@ def test_a_ratio_read_at_a_sequential_look(tmp_path: Path) -> None:
     mean = sum(logs) / 2
     half = t_quantile(1 - 0.01 / 2, 1) * abs(logs[1] - logs[0]) / 2  # an early look: alpha 0.01
     assert (s.ci_low, s.ci_high) == pytest.approx((math.exp(mean - half), math.exp(mean + half)))
+
+
+def test_a_hypothesis_measured_in_fewer_blocks_than_the_run_says_the_look_it_is_read_at(tmp_path: Path) -> None:
+    """Under a budget, a hypothesis decided at block 3 is not measured in block 4: its interval is block 3's
+    look (alpha 0.01 / 1 at the first look of a four-block budget), and the score says so; one measured in
+    every block of the run is read at the run's look and says nothing more."""
+    loaded = study(tmp_path, hyp("c1", TPUT, "{ arm = \"a\", concurrency = 1 }", "{ relation = \">\", value = 90.0 }")
+                   + hyp("c4", TPUT, "{ arm = \"a\", concurrency = 4 }", "{ relation = \">\", value = 90.0 }"))
+    c1 = {1: 100.0, 2: 102.0, 3: 104.0}
+    c4 = {1: 200.0, 2: 204.0, 3: 202.0, 4: 206.0}
+    pts = ([point("a", 1, f"L{b}", v) for b, v in c1.items()] + [point("a", 4, f"L{b}", v) for b, v in c4.items()])
+    plan = {"launches": [launch(f"L{b}", b, [(pid("a", 1, f"L{b}"), 1, "")] * (b in c1) + [(pid("a", 4, f"L{b}"), 1, "")])
+                         for b in (1, 2, 3, 4)],
+            "design": {"launches": {"a": 3}, "budget": {"blocks": 4}}}
+    got = scores(loaded, run(pts, plan=plan))
+    early = [r for r in got["c1"].reasons if r.why is Why.EARLY_LOOK]
+    assert early == [Reason(Why.EARLY_LOOK, count=3, detail="99%")]
+    assert early[0].text == ("measured in 3 of the run's blocks (a decided hypothesis is not measured again): its "
+                             "interval is read at that look, at 99%")
+    half = t_quantile(1 - 0.01 / 2, 2) * 2.0 / math.sqrt(3)
+    assert (got["c1"].ci_low, got["c1"].ci_high) == pytest.approx((102.0 - half, 102.0 + half))
+    assert not [r for r in got["c4"].reasons if r.why is Why.EARLY_LOOK]
