@@ -173,14 +173,14 @@ def sequential_note(data: RunData) -> str:
     """For a run with a budget: the blocks it has measured of the budget's, and the level of the look its
     intervals are read at ("; blocks 5 of 12: a repeated interval, this look's at 99.9%")."""
     from report.intervals import layout
-    from report.sequential import look_alpha
+    from report.sequential import look_level
 
     design = layout(data.run.plan_json)
     if design.budget_blocks is None:
         return ""
     blocks = len(design.blocks(data.points))
-    alpha = look_alpha(blocks, design.budget_blocks, design.first_look)
-    return f"; blocks {blocks} of {design.budget_blocks}: a repeated interval, this look's at {100 * (1 - alpha):.3g}%"
+    level = look_level(blocks, design.budget_blocks, design.first_look)
+    return f"; blocks {blocks} of {design.budget_blocks}: a repeated interval, this look's at {level}"
 
 
 def run_audit(study_paths: Sequence[Path], dbs: Sequence[Path], as_json: bool, markdown: bool = False) -> Audit:

@@ -30,7 +30,7 @@ from compiler.study import Hypothesis
 from report.context import ArmModel, StudyContext, arm_models, build_context, side_label
 from report.intervals import Interval, Layout, Obs, mean_interval, ratio_interval
 from report.results import RunData
-from report.sequential import look_alpha, look_critical
+from report.sequential import look_critical, look_level
 from runner.records import CheckResult, PointRecord, ServerRecord, base_server_id
 from studyc import format as fmt
 
@@ -363,10 +363,11 @@ def score(ctx: StudyContext) -> list[Score]:
     for check in ctx.data.checks if ctx.data else ():
         if not check.passed:
             failed.setdefault(check.point_id, []).append(check)
-    return [_score(ctx, hyp, failed) for hyp in ctx.study.hypothesis]
+    run_blocks = len(ctx.layout.blocks(ctx.data.points)) if ctx.data else 0
+    return [_score(ctx, hyp, failed, run_blocks) for hyp in ctx.study.hypothesis]
 
 
-def _score(ctx: StudyContext, hyp: Hypothesis, failed: dict[str, list[CheckResult]]) -> Score:
+def _score(ctx: StudyContext, hyp: Hypothesis, failed: dict[str, list[CheckResult]], run_blocks: int) -> Score:
     study, data = ctx.study, ctx.data
     metric = METRICS.get(hyp.metric)
     notes: list[Reason] = []
@@ -396,7 +397,6 @@ def _score(ctx: StudyContext, hyp: Hypothesis, failed: dict[str, list[CheckResul
                 side_list.append(_server_side(data, plan_side.servers, hyp.metric, ctx.layout))
             else:
                 side_list.append(_point_side(data, plan_side.points, hyp.metric, failed, ctx.layout))
-    run_blocks = len(ctx.layout.blocks(data.points)) if data is not None else 0
     values, stats, method = _estimate(side_list, notes, ctx.layout, run_blocks)
     checks = sorted(set().union(*(s.checks for s in side_list))) if side_list else []
     flagged: dict[str, list[str]] = {}
@@ -451,7 +451,7 @@ def _score(ctx: StudyContext, hyp: Hypothesis, failed: dict[str, list[CheckResul
 
 
 def _estimate(side_list: list[_Side], notes: list[Reason], design: Layout,
-              run_blocks: int = 0) -> tuple[list[float], Stats | None, str]:
+              run_blocks: int) -> tuple[list[float], Stats | None, str]:
     """(unit values, statistics, method): the interval at the level that varies (report.intervals), read at
     the look of the hypothesis's last block when the plan had a sequential budget (report.sequential): a
     hypothesis decided before the run's last block is read at the look that decided it, and says so."""
@@ -460,8 +460,8 @@ def _estimate(side_list: list[_Side], notes: list[Reason], design: Layout,
     blocks = len({o.block for s in side_list for o in s.values})
     critical = look_critical(blocks, design.budget_blocks, design.first_look)
     if design.budget_blocks is not None and blocks < run_blocks:
-        level = 100 * (1 - look_alpha(blocks, design.budget_blocks, design.first_look))
-        notes.append(Reason(Why.EARLY_LOOK, count=blocks, detail=f"{level:.3g}%"))
+        notes.append(Reason(Why.EARLY_LOOK, count=blocks,
+                            detail=look_level(blocks, design.budget_blocks, design.first_look)))
     est: Interval
     try:
         if len(side_list) == 1:

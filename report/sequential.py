@@ -61,6 +61,11 @@ def look_alpha(blocks: int, max_blocks: int | None, first: int = 2) -> float:
     return ALPHA * (1.0 - FINAL_SHARE) / (len(schedule) - 1)
 
 
+def look_level(blocks: int, max_blocks: int | None, first: int = 2) -> str:
+    """The confidence level of the interval at the look after `blocks` blocks, as the audit words it ("99.9%")."""
+    return f"{100 * (1 - look_alpha(blocks, max_blocks, first)):.3g}%"
+
+
 @lru_cache(maxsize=4096)
 def _t_at(alpha: float, df: float) -> float:
     return t_quantile(1.0 - alpha / 2.0, df)
