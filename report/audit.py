@@ -5,7 +5,6 @@ not an error: exit 0.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
@@ -14,11 +13,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from compiler.load import LoadedStudy, load_studies
-from report import units
+from compiler.load import LoadedStudy
+from report import score_text
 from report.context import build_context
 from report.results import RunData, latest_runs
-from report.scoring import Score, Why, score
+from report.score_model import Score, Why
+from report.scoring import score
 from report.seed import gpu_name
 from runner.records import base_server_id
 
@@ -57,7 +57,7 @@ def json_row(s: Score) -> dict[str, Any]:
         out[key] = list(out[key])
     out["reasons"] = [asdict(r) | {"why": r.why.value, "checks": list(r.checks), "text": r.text} for r in s.reasons]
     out["notes"] = list(s.notes)
-    out["prediction"] = units.prediction(s)
+    out["prediction"] = score_text.prediction(s)
     return out
 
 
@@ -92,10 +92,10 @@ def print_table(result: Audit) -> None:
         table.add_column("verdict", no_wrap=True)
         table.add_column("checks", overflow="fold")
         for s in scores:
-            cells = [s.hypothesis, s.metric, units.prediction(s)]
+            cells = [s.hypothesis, s.metric, score_text.prediction(s)]
             if show_spec:
-                cells.append(units.prediction(s, spec=True, sides=False) if spec_differs(s) else "")
-            cells += [units.mean(s), units.interval(s), str(s.n), units.off_band(s)]
+                cells.append(score_text.prediction(s, spec=True, sides=False) if spec_differs(s) else "")
+            cells += [score_text.mean(s), score_text.interval(s), str(s.n), score_text.off_band(s)]
             # Text cells: study text is never read as rich markup.
             table.add_row(*(Text(c) for c in cells), Text(s.verdict, style=VERDICT_STYLE[s.verdict]),
                           Text(", ".join(s.checks)))
@@ -130,8 +130,8 @@ def markdown_rows(result: Audit) -> list[tuple[str, ...]]:
     """One row per hypothesis, in study then file order: the cells of `markdown_table`, unescaped."""
     source = {(loaded.study.study.id, h.id): h.source.strip()
               for loaded in result.studies for h in loaded.study.hypothesis}
-    return [(s.study_id, s.claim, source.get((s.study_id, s.hypothesis)) or "-", units.prediction(s),
-             units.measured(s), str(s.n), s.verdict) for s in result.scores]
+    return [(s.study_id, s.claim, source.get((s.study_id, s.hypothesis)) or "-", score_text.prediction(s),
+             score_text.measured(s), str(s.n), s.verdict) for s in result.scores]
 
 
 def markdown_table(result: Audit) -> str:
@@ -170,28 +170,14 @@ def design_note(data: RunData) -> str:
 
 
 def sequential_note(data: RunData) -> str:
-    """For a run with a budget: the blocks it has measured of the budget's, and the level of the look its
+    """For a run with a budget: the blocks it has measured of the budget's, and the confidence of the look its
     intervals are read at ("; blocks 5 of 12: a repeated interval, this look's at 99.9%")."""
     from report.intervals import layout
-    from report.sequential import look_level
+    from report.sequential import look_confidence
 
     design = layout(data.run.plan_json)
     if design.budget_blocks is None:
         return ""
     blocks = len(design.blocks(data.points))
-    level = look_level(blocks, design.budget_blocks, design.first_look)
-    return f"; blocks {blocks} of {design.budget_blocks}: a repeated interval, this look's at {level}"
-
-
-def run_audit(study_paths: Sequence[Path], dbs: Sequence[Path], as_json: bool, markdown: bool = False) -> Audit:
-    """The `studyc audit` command: load, score, print."""
-    import click
-
-    result = audit_studies(load_studies(list(study_paths)), dbs)
-    if as_json:
-        click.echo(json.dumps(json_rows(result), indent=2, default=str))
-    elif markdown:
-        click.echo(markdown_table(result))
-    else:
-        print_table(result)
-    return result
+    confidence = look_confidence(blocks, design.budget_blocks, design.first_look)
+    return f"; blocks {blocks} of {design.budget_blocks}: a repeated interval, this look's at {confidence}"

@@ -1,5 +1,5 @@
-"""Page builders: studies, runs and scores in, page contexts (report.contexts) out, gathered before
-anything is written. Numbers are formatted here, through studyc.format and report.units; templates only
+"""Page builders: studies, runs and scores in, page contexts (report.page_models) out, gathered before
+anything is written. Numbers are formatted here, through studyc.format and report.score_text; templates only
 place strings. Charts come from report.study_charts; rendering is report.site's.
 """
 
@@ -14,10 +14,10 @@ from compiler.hardware import Hardware
 from compiler.load import LoadedStudy
 from compiler.modelmath import ModelShape, describe
 from compiler.study import Study
-from report import charts, units
+from report import charts, score_text
 from report.audit import spec_differs
 from report.context import StudyContext
-from report.contexts import (
+from report.page_models import (
     ArgChange,
     ArmRow,
     AuditPage,
@@ -37,7 +37,7 @@ from report.contexts import (
     WorkloadRow,
 )
 from report.results import RunData
-from report.scoring import Score, Why, verdict_counts
+from report.score_model import Score, Why, verdict_counts
 from report.seed import seed_note
 from report.study_charts import study_charts
 from studyc import format as fmt
@@ -109,8 +109,8 @@ def audit_page(studies: Sequence[LoadedStudy], runs: dict[str, RunData], scores:
         for s in scores[sid]:
             rows.append(AuditRow(
                 study=sid, study_href=f"{study_href(sid)}#h-{s.hypothesis}", hypothesis=s.hypothesis,
-                claim=s.claim, metric=s.metric, where=_where(s), prediction=units.prediction(s, sides=False),
-                measured=units.mean(s), interval=units.interval(s), n=s.n, off_band=units.off_band(s),
+                claim=s.claim, metric=s.metric, where=_where(s), prediction=score_text.prediction(s, sides=False),
+                measured=score_text.mean(s), interval=score_text.interval(s), n=s.n, off_band=score_text.off_band(s),
                 verdict=s.verdict, spec=_spec_cell(s), checks=", ".join(s.checks),
             ))
             point = _scatter_row(s)
@@ -142,7 +142,7 @@ def _scatter_row(s: Score) -> dict[str, Any] | None:
 
 def _where(s: Score) -> str:
     if s.ratio:
-        return units.ratio_sides(s.targets)
+        return score_text.ratio_sides(s.targets)
     return " ÷ ".join(s.targets) if s.targets else "-"
 
 
@@ -150,7 +150,7 @@ def _spec_cell(s: Score) -> SpecCell | None:
     """The spec-sheet score, only where it differs from the measured-ceiling one."""
     if not spec_differs(s):
         return None
-    return SpecCell(units.prediction(s, spec=True, sides=False), units.off_band(s, spec=True), s.verdict_spec)
+    return SpecCell(score_text.prediction(s, spec=True, sides=False), score_text.off_band(s, spec=True), s.verdict_spec)
 
 
 # -- study page ----------------------------------------------------------------------------------------
@@ -229,8 +229,8 @@ def _hypothesis_row(study: Study, s: Score) -> HypothesisRow:
     hyp = next(h for h in study.hypothesis if h.id == s.hypothesis)
     return HypothesisRow(
         anchor=f"h-{s.hypothesis}", id=s.hypothesis, claim=s.claim, source=hyp.source, metric=s.metric,
-        where=_where(s), prediction=units.prediction(s, sides=False), measured=units.mean(s),
-        spread=units.spread(s), interval=units.interval(s), n=s.n, off_band=units.off_band(s), verdict=s.verdict,
+        where=_where(s), prediction=score_text.prediction(s, sides=False), measured=score_text.mean(s),
+        spread=score_text.spread(s), interval=score_text.interval(s), n=s.n, off_band=score_text.off_band(s), verdict=s.verdict,
         spec=_spec_cell(s), checks=", ".join(s.checks), flags=s.flags,
         notes=tuple(r.text for r in s.reasons if r.why is not Why.NOT_CALIBRATED),  # said once, above the table
     )

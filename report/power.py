@@ -23,7 +23,7 @@ from report.sequential import look_critical
 from runner.store import Store
 
 if TYPE_CHECKING:
-    from report.scoring import Score
+    from report.score_model import Score
 
 Key = tuple[Any, ...]
 # Options whose spelled-out default leaves the server as it is (vLLM 0.2x: prefix caching is on by default).

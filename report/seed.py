@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from compiler.hardware import Hardware
 from compiler.predict_env import build_env
 from compiler.study import Hypothesis
-from report import units
+from report import score_text
 from report.context import StudyContext
-from report.scoring import Score, Verdict, Why
+from report.score_model import Score, Why
+from report.verdict import Verdict
 from runner.records import RunRecord
 from studyc import format as fmt
 
@@ -155,10 +156,10 @@ def summary(verdicts: Sequence[str], gpu: str) -> str:
 
 
 def _line(ctx: StudyContext, hyp: Hypothesis, s: Score, gpu: str) -> SeedLine:
-    measured = "" if s.measured is None else units.measured(s, spread=True, n=True)
+    measured = "" if s.measured is None else score_text.measured(s, spread=True, n=True)
     return SeedLine(
         hypothesis=s.hypothesis, anchor=f"h-{s.hypothesis}", claim=s.claim, seed=hyp.source.strip(), gpu=gpu,
-        measured=measured, fractions=roofline_fractions(ctx, hyp, s), prediction=units.prediction(s),
+        measured=measured, fractions=roofline_fractions(ctx, hyp, s), prediction=score_text.prediction(s),
         verdict=s.verdict, held=HELD[s.verdict], reason=_reason(s, ctx.run),
     )
 

@@ -19,10 +19,11 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
 from compiler.load import LoadedStudy, load_studies
-from report import contexts, pages
+from report import page_models, pages
 from report.context import build_context
 from report.results import RunData, latest_runs
-from report.scoring import Score, score
+from report.score_model import Score
+from report.scoring import score
 from runner.store import Store
 from studyc.errors import StudycError
 
@@ -71,9 +72,9 @@ def default_studies(dbs: Sequence[Path], studies_dir: Path) -> list[Path]:
 
 @dataclass(frozen=True)
 class Gathered:
-    index: contexts.IndexPage
-    audit: contexts.AuditPage
-    studies: tuple[tuple[contexts.StudyPage, RunData | None], ...]
+    index: page_models.IndexPage
+    audit: page_models.AuditPage
+    studies: tuple[tuple[page_models.StudyPage, RunData | None], ...]
     warnings: tuple[str, ...]
 
 

@@ -13,7 +13,7 @@ from compiler.load import LoadedStudy
 from compiler.modelmath import ModelShape, ceiling, decode_placement
 from report import charts
 from report.context import StudyContext
-from report.contexts import Chart
+from report.page_models import Chart
 from report.results import RunData
 from runner.records import TelemetrySample
 from studyc import format as fmt

@@ -29,6 +29,7 @@ MODULES=(
   "reconcile|runner/reconcile.py|tests/runner/test_reconcile.py tests/runner/test_reconcile_edges.py"
   "context|report/context.py|tests/report/test_study_context.py tests/report/test_scoring_branches.py"
   "scoring|report/scoring.py|tests/report/test_scoring.py tests/report/test_scoring_edges.py tests/report/test_scoring_branches.py"
+  "verdict|report/verdict.py|tests/report/test_scoring_edges.py tests/report/test_scoring.py tests/report/test_sequential.py"
   "intervals|report/intervals.py|tests/report/test_intervals.py tests/report/test_intervals_edges.py"
 )
 

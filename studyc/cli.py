@@ -340,11 +340,11 @@ def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry
 
 def decide_more(loaded: Any) -> Callable[[Any, str], tuple[str, ...]]:
     """The sequential rule for `run_plan`: reads the run's stored points through the open store and asks
-    `report.sequential.undecided` which hypotheses are still open (the runner never imports the report)."""
+    `report.scoring.undecided` which hypotheses are still open (the runner never imports the report)."""
 
     def ask(store: Any, run_id: str) -> tuple[str, ...]:
         from report.results import RunData
-        from report.sequential import undecided
+        from report.scoring import undecided
 
         run = store.run(run_id)
         data = RunData(db=store.path, run=run, servers=tuple(store.servers(run_id)),

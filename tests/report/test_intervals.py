@@ -146,7 +146,8 @@ def test_scoring_uses_launch_blocks_from_the_stored_plan(tmp_path: Path) -> None
     """Three launches per arm in blocks: the ratio is paired over blocks, with no single-launch mark; the
     kept-cache arm's cold points are left out and named."""
     from report.results import latest_runs
-    from report.scoring import Why, score_study
+    from report.score_model import Why
+    from report.scoring import score_study
     from tests.report.test_power import HYP, _db
 
     path = write_study(tmp_path, HYP, hardware="h200")

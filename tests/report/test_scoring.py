@@ -10,14 +10,9 @@ import pytest
 from compiler.load import load_study
 from report.intervals import t_quantile
 from report.results import latest_runs
-from report.scoring import (
-    Score,
-    Why,
-    judge,
-    off_band,
-    score_study,
-    straddled,
-)
+from report.score_model import Score, Why
+from report.scoring import off_band, score_study
+from report.verdict import judge, straddled
 from tests.report.helpers import P, make_db, write_study
 
 HYPOTHESES = '''

@@ -19,15 +19,10 @@ from compiler.modelmath import ModelError, load_model
 from compiler.study import Where
 from report.context import model_dir, serving_dtypes
 from report.intervals import Obs, fixed_critical, ratio_interval, t_quantile
+from report.prediction import Resolved, resolve_prediction
 from report.results import RunData
-from report.scoring import (
-    Reason,
-    Resolved,
-    Score,
-    Why,
-    resolve_prediction,
-    score_study,
-)
+from report.score_model import Reason, Score, Why
+from report.scoring import score_study
 from runner.records import CheckResult, PointRecord, PointSummary, RunRecord, ServerRecord
 from tests.report.helpers import TINY_MODEL
 

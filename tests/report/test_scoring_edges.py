@@ -7,16 +7,9 @@ from typing import Any
 
 import pytest
 
-from report.scoring import (
-    VERDICTS,
-    Reason,
-    Score,
-    Why,
-    judge,
-    off_band,
-    straddled,
-    verdict_counts,
-)
+from report.score_model import Reason, Score, Why, verdict_counts
+from report.scoring import off_band
+from report.verdict import VERDICTS, judge, straddled
 
 
 # ---- band and relation verdicts -------------------------------------------------------------------

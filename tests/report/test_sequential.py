@@ -1,19 +1,25 @@
-"""The stopping rule keeps the false-refuted rate honest under peeking after every block (simulation)."""
+"""The stopping rule keeps the false-refuted rate honest under peeking after every block (simulation), read
+the way scoring reads a look: the look's critical value (report.sequential) on the block ratios, then the
+verdict rule (report.verdict); and the runner's hook asks for another block only while that is undecided."""
 
 from __future__ import annotations
 
 import math
 import random
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from report.intervals import Obs, fixed_critical, ratio_interval
-from report.scoring import judge
-from report.sequential import Budget, Claim, SoFar, decide, look_alpha, look_critical, looks
+from report.results import RunData
+from report.scoring import undecided
+from report.sequential import look_alpha, look_critical, looks
+from report.verdict import judge
+from tests.report.test_scoring_branches import hyp, launch, pid, point, run, study
 
+LOW = 0.98  # the band's low edge
 EDGE = 1.02  # the band's high edge; the truth is placed exactly on it
-CLAIM = Claim("value", None, 0.98, EDGE)
 SIGMA = 0.0065  # SD of one block's log ratio (plan-shape.md's H200 figure)
 SIMS = 5000
 NOMINAL = 0.025  # a false "refuted" above the band: one side of a 95% two-sided interval
@@ -47,7 +53,15 @@ def _simulate(max_blocks: int, look: Verdict, seed: int) -> float:
 
 def _plain(top: list[Obs], bottom: list[Obs]) -> str:
     est = ratio_interval(top, bottom, fixed_critical)
-    return judge("value", None, CLAIM.band_low, CLAIM.band_high, est.ci_low, est.ci_high)
+    return judge("value", None, LOW, EDGE, est.ci_low, est.ci_high)
+
+
+def _at_look(top: list[Obs], bottom: list[Obs], max_blocks: int, first: int) -> str:
+    """The verdict at the look after the blocks so far, as scoring reads it under a budget of `max_blocks`
+    blocks whose first look is after `first`."""
+    blocks = len({o.block for o in [*top, *bottom]})
+    est = ratio_interval(top, bottom, look_critical(blocks, max_blocks, first))
+    return judge("value", None, LOW, EDGE, est.ci_low, est.ci_high)
 
 
 def _false_refuted(max_blocks: int, peeks: tuple[int, ...], *, naive: bool, seed: int) -> float:
@@ -56,7 +70,7 @@ def _false_refuted(max_blocks: int, peeks: tuple[int, ...], *, naive: bool, seed
     def look(b: int, top: list[Obs], bottom: list[Obs]) -> str | None:
         if b not in peeks:
             return None
-        return _plain(top, bottom) if naive else decide(CLAIM, SoFar(top, bottom), Budget(max_blocks, 2)).verdict
+        return _plain(top, bottom) if naive else _at_look(top, bottom, max_blocks, 2)
 
     return _simulate(max_blocks, look, seed)
 
@@ -88,15 +102,34 @@ def test_naive_repeated_t_intervals_fail_the_same_test() -> None:
     assert peeking > NOMINAL + TOL and peeking > once + 2 * TOL
 
 
-def test_decide_stops_when_decided_or_out_of_budget() -> None:
+def test_a_look_decides_only_when_its_interval_clears_the_band() -> None:
     far = [_block(b, math.log(1.30) + 0.001 * (-1) ** b) for b in range(1, 4)]
-    d = decide(CLAIM, SoFar([t for t, _ in far], [u for _, u in far]), Budget(8, 3))
-    assert (d.decided, d.verdict, d.blocks_used, d.stop) == (True, "refuted", 3, True)
+    assert _at_look([t for t, _ in far], [u for _, u in far], 8, 3) == "refuted"
     near = [_block(b, math.log(EDGE) + 0.01 * (-1) ** b) for b in range(1, 5)]
-    d = decide(CLAIM, SoFar([t for t, _ in near], [u for _, u in near]), Budget(4, 2))
-    assert (d.decided, d.verdict, d.stop) == (False, "inconclusive", True)
-    d = decide(CLAIM, SoFar([t for t, _ in near[:3]], [u for _, u in near[:3]]), Budget(4, 2))
-    assert not d.stop
+    assert _at_look([t for t, _ in near], [u for _, u in near], 4, 2) == "inconclusive"
+    assert _at_look([t for t, _ in near[:3]], [u for _, u in near[:3]], 4, 2) == "inconclusive"
+
+
+def test_another_block_runs_only_while_undecided_and_within_the_budget(tmp_path: Path) -> None:
+    """`undecided`, the runner's hook: the inconclusive hypotheses while the budget has blocks left; none
+    once they are decided, once its blocks are spent, or for a fixed design."""
+    loaded = study(tmp_path, hyp("near", "output_throughput", "{ arm = \"a\", concurrency = 1 }",
+                                 "{ value = 100.0, tolerance = 0.05 }")
+                   + hyp("far", "output_throughput", "{ arm = \"a\", concurrency = 4 }",
+                         "{ value = 100.0, tolerance = 0.05 }"))
+    near = {1: 100.0, 2: 110.0, 3: 105.0, 4: 104.0}  # straddles the edge 105 at every look
+    far = {1: 200.0, 2: 201.0, 3: 202.0, 4: 203.0}  # refuted from the first look
+
+    def data(blocks: int, budget: dict[str, int] | None = None) -> RunData:
+        pts = [point("a", c, f"L{b}", values[b]) for c, values in ((1, near), (4, far)) for b in range(1, blocks + 1)]
+        plan = {"launches": [launch(f"L{b}", b, [(pid("a", 1, f"L{b}"), 1, ""), (pid("a", 4, f"L{b}"), 1, "")])
+                             for b in range(1, blocks + 1)],
+                "design": {"launches": {"a": 2}} | ({"budget": budget} if budget else {})}
+        return run(pts, plan=plan)
+
+    assert undecided(loaded, data(3, {"blocks": 4})) == ("near",)
+    assert undecided(loaded, data(4, {"blocks": 4})) == ()
+    assert undecided(loaded, data(3)) == ()
 
 
 def _extended_false_refuted(first: int, then: int, *, seed: int) -> float:
@@ -107,7 +140,7 @@ def _extended_false_refuted(first: int, then: int, *, seed: int) -> float:
     def look(b: int, top: list[Obs], bottom: list[Obs]) -> str | None:
         if b < first:
             return None
-        return _plain(top, bottom) if b == first else decide(CLAIM, SoFar(top, bottom), Budget(then, first)).verdict
+        return _plain(top, bottom) if b == first else _at_look(top, bottom, then, first)
 
     return _simulate(then, look, seed)
 

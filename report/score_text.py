@@ -5,7 +5,7 @@ mean with interval and spread, its distance from the band. Shared by the site, t
 
 from __future__ import annotations
 
-from report.scoring import Score
+from report.score_model import Score
 from studyc import format as fmt
 
 

@@ -1,4 +1,4 @@
-"""Page contexts: plain frozen dataclasses of what each page shows, every number already text (formatted
+"""Page models: plain frozen dataclasses of what each page shows, every number already text (formatted
 by studyc.format). Built by report.pages, rendered by report.site through the Jinja templates.
 """
 

@@ -1,0 +1,144 @@
+"""The Score model: one hypothesis scored against a run (prediction, measurement, verdict) and the
+structured reasons behind it, each with the sentence the audit and the site show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from compiler.metrics import METRICS
+from report.verdict import VERDICTS, Verdict
+from studyc import format as fmt
+
+
+class Why(StrEnum):
+    """What a reason is about."""
+
+    SELECTOR = "selector"  # the hypothesis' points could not be selected
+    PREDICTION = "prediction"  # the prediction could not be evaluated
+    NOT_CALIBRATED = "not calibrated"  # the run measured no ceilings: predicted against the spec sheet
+    NO_POINTS = "no points"  # the run has no point for the selector
+    NOT_MEASURED = "not measured"  # the points lack the metric
+    POINT_STATUS = "point status"  # a point did not finish
+    FAILED_CHECK = "failed check"  # a point failed a fail-level check
+    SERVER_FAILED = "server failed"  # a server the metric is read from failed
+    UNPAIRED = "unpaired repeats"  # launches (or repeats) without a partner in their block
+    SINGLE_LAUNCH = "single launch"  # the interval rests on one launch's repeats
+    NOT_EXCHANGEABLE = "not exchangeable"  # a point the plan marks as differing by construction: left out
+    ZERO_DENOMINATOR = "zero denominator"  # repeats whose ratio has a zero denominator
+    NOT_POSITIVE = "ratio not positive"  # a ratio <= 0: summarized on the linear scale
+    STRADDLES = "straddles edge"  # the 95% interval contains a band edge: inconclusive
+    EARLY_LOOK = "early look"  # measured in fewer blocks than the run: its interval is read at its own last look
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One structured reason behind a score: which point failed which check, what was not measured,
+    which edge the interval straddles."""
+
+    why: Why
+    point: str = ""  # point or server id
+    checks: tuple[str, ...] = ()  # failed fail-level checks (FAILED_CHECK)
+    edge: float | None = None  # the band edge (STRADDLES), in the metric's unit
+    unit: str = ""  # display unit of `edge`
+    count: int = 0  # how many repeats (UNPAIRED, ZERO_DENOMINATOR)
+    detail: str = ""  # free text from below (an exception, a status, an error)
+
+    @property
+    def text(self) -> str:
+        w = self.why
+        if w is Why.FAILED_CHECK:
+            return f"{self.point}: failed check {', '.join(self.checks) or '(marked invalid)'}"
+        if w is Why.POINT_STATUS:
+            return f"{self.point}: status {self.detail}"
+        if w is Why.SERVER_FAILED:
+            return f"{self.point}: server failed ({self.detail or 'no detail'})"
+        if w is Why.STRADDLES:
+            edge = fmt.quantity(self.edge, self.unit, measured=False)
+            return f"the 95% interval straddles the band edge {edge}: more repeats could decide"
+        if w is Why.NOT_CALIBRATED:
+            return "run not calibrated: predicted against the spec sheet"
+        if w is Why.NO_POINTS:
+            return "no measured points for this selector in the run"
+        if w is Why.NOT_MEASURED:
+            return f"metric {self.detail} was not measured on these points"
+        if w is Why.UNPAIRED:
+            return (f"{self.count} launch(es) or repeat(s) without a partner in their block were left out of "
+                    "the paired interval")
+        if w is Why.SINGLE_LAUNCH:
+            return "single launch: launch-to-launch variation not included"
+        if w is Why.NOT_EXCHANGEABLE:
+            return f"{self.point}: left out of the interval, not exchangeable ({self.detail})"
+        if w is Why.ZERO_DENOMINATOR:
+            return f"{self.count} repeat(s) with a zero denominator were left out"
+        if w is Why.NOT_POSITIVE:
+            return "a ratio is not positive: its interval is on the linear scale"
+        if w is Why.EARLY_LOOK:
+            return (f"measured in {self.count} of the run's blocks (a decided hypothesis is not measured "
+                    f"again): its interval is read at that look, at {self.detail}")
+        return f"{w.value}: {self.detail}"
+
+    @property
+    def invalidates(self) -> bool:
+        return self.why in (Why.FAILED_CHECK, Why.POINT_STATUS, Why.SERVER_FAILED)
+
+
+@dataclass(frozen=True)
+class Score:
+    study_id: str
+    hypothesis: str
+    claim: str
+    metric: str
+    unit: str
+    kind: str  # value | range | relation
+    relation: str | None
+    tolerance: float | None
+    ratio: bool
+    targets: tuple[str, ...]
+    predicted: float | None
+    predicted_spec: float | None
+    band_low: float | None
+    band_high: float | None
+    band_low_spec: float | None
+    band_high_spec: float | None
+    values: tuple[float, ...]
+    n: int
+    measured: float | None
+    ci_low: float | None
+    ci_high: float | None
+    spread_low: float | None
+    spread_high: float | None
+    error: float | None  # value predictions: (mean - predicted) / |predicted|; None for ranges, relations
+    error_spec: float | None
+    off_band: float | None  # relative distance from the mean to the band, 0 inside (`off_band`)
+    off_band_spec: float | None
+    verdict: Verdict
+    verdict_spec: Verdict
+    run_id: str | None
+    calibrated: bool
+    checks: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ()
+    reasons: tuple[Reason, ...] = ()
+    point_ids: tuple[str, ...] = field(default=(), repr=False)
+    interval: str = ""  # how the interval was computed (report.intervals)
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """The reasons as sentences."""
+        return tuple(r.text for r in self.reasons)
+
+    def has(self, why: Why) -> bool:
+        return any(r.why is why for r in self.reasons)
+
+    @property
+    def display_unit(self) -> str:
+        """The unit its numbers are shown in: x, %, ms or the metric's own (studyc.format)."""
+        metric = METRICS.get(self.metric)
+        return fmt.display_unit(metric.unit if metric else self.unit, ratio=self.ratio)
+
+
+def verdict_counts(scores: Sequence[Score]) -> dict[str, int]:
+    """Verdict -> count, every verdict present (zeros included), in VERDICTS order."""
+    return {v: sum(1 for s in scores if s.verdict == v) for v in VERDICTS}

@@ -1,0 +1,95 @@
+"""The measured sides of a hypothesis: exactly the plan's point ids (server ids for a server metric) read
+from a run, with their observations, failed checks, flags and what makes them invalid.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from report.intervals import Layout, Obs
+from report.results import RunData
+from report.score_model import Reason, Why
+from runner.records import CheckResult, PointRecord, ServerRecord, base_server_id
+
+
+@dataclass
+class MeasuredSide:
+    """One side of a hypothesis (the numerator, or the denominator of a ratio) as measured."""
+
+    values: list[Obs] = field(default_factory=list)  # with their launch, block and exchangeability
+    rows: int = 0
+    point_ids: list[str] = field(default_factory=list)
+    invalid: list[Reason] = field(default_factory=list)
+    checks: set[str] = field(default_factory=set)
+    flags: dict[str, list[str]] = field(default_factory=dict)  # what is flagged -> point ids
+
+
+def point_side(data: RunData, ids: Sequence[str], metric: str, failed_checks: dict[str, list[CheckResult]],
+               design: Layout) -> MeasuredSide:
+    """The stored points of one side of a hypothesis: exactly the plan's point ids."""
+    side = MeasuredSide()
+    wanted = set(ids)
+    rows: list[PointRecord] = [p for p in data.points if p.point_id in wanted]
+    for row in sorted(rows, key=lambda r: (r.repeat, r.point_id)):
+        side.rows += 1
+        side.point_ids.append(row.point_id)
+        fails = failed_checks.get(row.point_id, [])
+        fail_names = sorted({c.name for c in fails if c.severity == "fail"})
+        warn_names = sorted({c.name for c in fails if c.severity != "fail"})
+        side.checks.update(fail_names + warn_names)
+        if row.status != "ok":
+            error = row.error
+            side.invalid.append(Reason(Why.POINT_STATUS, point=row.point_id,
+                                       detail=f"{row.status}" + (f" ({error})" if error else "")))
+        elif fail_names or not row.valid:
+            side.invalid.append(Reason(Why.FAILED_CHECK, point=row.point_id, checks=tuple(fail_names)))
+        if row.cache_policy == "keep":
+            side.flags.setdefault("prefix cache kept between points (cache = keep)", []).append(row.point_id)
+        for name in warn_names:
+            if not (name == "cache_cold" and row.cache_policy == "keep"):
+                side.flags.setdefault(f"warning {name}", []).append(row.point_id)
+        value = row.metric(metric)
+        if value is not None and math.isfinite(value):
+            at = design.point(row.point_id, row.server_id, row.repeat)
+            side.values.append(Obs(row.point_id, value, at.launch, at.block, at.repeat, at.exchangeable, at.why))
+    return side
+
+
+# A start that compiled its graphs is not exchangeable, for a server metric, with the starts of the same run
+# that loaded them: vLLM profiles memory with the compiler's allocations in it (H200, Qwen3-8B, fp8 KV: a
+# cold start reported 1,628,304 KV tokens, its warm starts 1,635,648 each) and takes twice as long.
+COLD_COMPILE = ("its start compiled the graphs (cold compile cache) where this run's other starts loaded them: "
+                "its memory profile and start time differ by construction")
+
+
+def server_side(data: RunData, ids: Sequence[str], metric: str, design: Layout) -> MeasuredSide:
+    """The stored servers of one side of a server-metric hypothesis: exactly the plan's server ids,
+    each by its latest start (a resumed launch starts its servers again, as "<id>~N")."""
+    side = MeasuredSide()
+    wanted = set(ids)
+    latest: dict[str, ServerRecord] = {}
+    for s in data.servers:
+        base = base_server_id(s.server_id)
+        if base in wanted and (base not in latest or _started(s) >= _started(latest[base])):
+            latest[base] = s
+    servers = [latest[b] for b in sorted(latest)]
+    warm_seen = any(s.compile_cache == "warm" for s in data.servers)
+    for index, server in enumerate(servers):
+        side.rows += 1
+        side.point_ids.append(server.server_id)
+        if server.status == "failed":
+            side.invalid.append(Reason(Why.SERVER_FAILED, point=server.server_id,
+                                       detail=str(server.error or "")))
+        value = server.metric(metric)
+        if value is not None and math.isfinite(float(value)):
+            at = design.server(base_server_id(server.server_id), index)
+            cold = warm_seen and server.compile_cache == "cold"
+            side.values.append(Obs(server.server_id, float(value), at.launch, at.block, at.repeat,
+                                   not cold, COLD_COMPILE if cold else ""))
+    return side
+
+
+def _started(server: ServerRecord) -> float:
+    return server.started_at.timestamp() if server.started_at else float("-inf")
