@@ -117,7 +117,7 @@ def plan(study: Path, db: Path | None, bench: bool, fmt: str | None, **aliases: 
                 click.echo("  ".join(cells) + ("  " + r[4] if r[4] else ""))
     if db is not None and shown != "json":
         from report.audit import audit_studies
-        from report.power import format_power, power_plan
+        from report.block_planner import format_power, power_plan
 
         last = {s.hypothesis: s for s in audit_studies([loaded], [db]).scores if s.run_id is not None}
         click.echo("\n" + format_power(*power_plan(compiled, db, last), db), nl=False)

@@ -148,7 +148,7 @@ def test_scoring_uses_launch_blocks_from_the_stored_plan(tmp_path: Path) -> None
     from report.results import latest_runs
     from report.score_model import Why
     from report.scoring import score_study
-    from tests.report.test_power import HYP, _db
+    from tests.report.test_block_planner import HYP, _db
 
     path = write_study(tmp_path, HYP, hardware="h200")
     path.write_text(path.read_text().replace("repeats = 3", "repeats = 2\nlaunches = 3"))

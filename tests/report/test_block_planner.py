@@ -15,8 +15,8 @@ from click.testing import CliRunner
 
 from compiler.load import load_study
 from compiler.plan import Launch, PointStep, compile_study
+from report.block_planner import blocks_needed, blocks_to_clear, edge_distance, power_plan, read_spreads
 from report.intervals import t_quantile
-from report.power import blocks_needed, blocks_to_clear, edge_distance, power_plan, read_spreads
 from runner.records import PointRecord, PointSummary, RunRecord
 from runner.store import Store
 from studyc.cli import main
@@ -205,7 +205,7 @@ def test_blocks_within_a_budget_are_read_at_its_looks() -> None:
     """Under a study's budget of K blocks, a look before the last gets an early look's share of alpha:
     the same distance takes more blocks than a budget of exactly that many, and one the last look
     cannot clear is not decided within the budget."""
-    from report.power import blocks_within
+    from report.block_planner import blocks_within
     from report.sequential import look_critical
 
     sd, distance = 0.0058, 0.0076
