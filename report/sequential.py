@@ -154,12 +154,13 @@ def undecided(loaded: LoadedStudy, data: RunData) -> tuple[str, ...]:
     still inconclusive (their repeated confidence interval straddles a band edge) while the budget's
     blocks are not spent; none for a fixed design or a spent budget. The next block need measure only
     what they rest on. Scoring reads the budget from the run's plan, so its intervals are this rule's."""
-    from report.intervals import layout
-    from report.scoring import score_study
+    from report.context import build_context
+    from report.scoring import score
 
-    design = layout(data.run.plan_json)
+    ctx = build_context(loaded, data)  # reads the stored plan once, for the layout and the scores
+    design = ctx.layout
     if design.budget_blocks is None:
         return ()
     if len(design.blocks(data.points)) >= design.budget_blocks:
         return ()
-    return tuple(s.hypothesis for s in score_study(loaded, data) if s.verdict == "inconclusive")
+    return tuple(s.hypothesis for s in score(ctx) if s.verdict == "inconclusive")

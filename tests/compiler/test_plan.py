@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from compiler.load import load_study
-from compiler.plan import cli_args, compile_study
+from compiler.plan_compile import cli_args, compile_study
 from studyc.cli import main
 from tests.golden import check_golden
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from compiler.load import load_study
-from compiler.plan import compile_study
+from compiler.plan_compile import compile_study
 from report.intervals import (
     SINGLE_LAUNCH,
     Obs,
