@@ -1,26 +1,24 @@
-"""Study -> Plan: the immutable, serializable design the runner carries out.
+"""The plan's types: the immutable, serializable design the runner carries out, and the reading of a stored one.
 
-Pure. Launches (server instances) are the outer level: arms interleaved across launches in
-randomised blocks (block b holds launch b of every arm, in an order drawn from a seeded RNG),
-points inside a launch, repeats interleaved inside the launch. Every step has a stable readable id
-and a fingerprint of its resolved parameters, and every launch carries its full `vllm serve` argv,
-so nothing downstream re-parses the study. The field descriptions below are the contract.
+Launches (server instances) are the outer level: arms interleaved across launches in randomised blocks
+(block b holds launch b of every arm, in an order drawn from a seeded RNG), points inside a launch,
+repeats interleaved inside the launch. Every step has a stable readable id and a fingerprint of its
+resolved parameters, and every launch carries its full `vllm serve` argv and its engine settings, so
+nothing downstream re-parses the study or the argv. The field descriptions below are the contract.
+`compiler.plan_compile` builds a plan from a study; `Plan.from_stored` reads one a run stored (schema v1
+plans upgraded here).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
-import os
-import random
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from compiler.load import LoadedStudy
-from compiler.study import Budget, Checks, Prediction, Study
+from compiler.study import Budget, Checks, Prediction
 
 SCHEMA_VERSION = 2
 PARALLEL_OPTIONS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
@@ -70,6 +68,56 @@ class PointStep(Frozen):
         return f"c{self.concurrency}" if self.concurrency is not None else f"rate{self.rate_rps:g}"
 
 
+class Engine(Frozen):
+    """The engine settings of a launch, read once from its serve argv so that no reader re-parses it."""
+
+    max_num_batched_tokens: int | None = Field(description="--max-num-batched-tokens; None: vLLM's default.")
+    max_num_seqs: int | None = Field(description="--max-num-seqs; None: vLLM's default.")
+    dtype: str | None = Field(description="--dtype as given; None when the argv has none.")
+    enforce_eager: bool = Field(description="--enforce-eager: no CUDA graphs.")
+    prefix_caching: bool = Field(description="False only with --no-enable-prefix-caching.")
+    chunked_prefill: bool = Field(description="False only with --no-enable-chunked-prefill.")
+    configuration: tuple[str, ...] = Field(description=(
+        "The argv that makes two launches the same configuration: the served name, a default "
+        "--kv-cache-dtype and --enable-prefix-caching left out, the model by its folder name."))
+
+    @classmethod
+    def from_argv(cls, argv: Sequence[str]) -> Engine:
+        """The settings of a `vllm serve` argv (['serve', MODEL, ...])."""
+        def value(flag: str) -> str | None:
+            for i, arg in enumerate(argv):
+                if arg == flag and i + 1 < len(argv):
+                    return argv[i + 1]
+                if arg.startswith(flag + "="):
+                    return arg.split("=", 1)[1]
+            return None
+
+        budget, seqs = value("--max-num-batched-tokens"), value("--max-num-seqs")
+        return cls(
+            max_num_batched_tokens=int(budget) if budget else None, max_num_seqs=int(seqs) if seqs else None,
+            dtype=value("--dtype"), enforce_eager="--enforce-eager" in argv,
+            prefix_caching="--no-enable-prefix-caching" not in argv,
+            chunked_prefill="--no-enable-chunked-prefill" not in argv, configuration=_configuration(argv),
+        )
+
+
+def _configuration(argv: Sequence[str]) -> tuple[str, ...]:
+    args = list(argv)
+    if "--served-model-name" in args[:-1]:
+        i = args.index("--served-model-name")
+        del args[i:i + 2]
+    # Options whose spelled-out default leaves the server as it is (vLLM 0.2x: prefix caching is on by default).
+    for flag, default in (("--kv-cache-dtype", "auto"),):  # spelled out or left out: the same server
+        if flag in args[:-1] and args[args.index(flag) + 1] == default:
+            i = args.index(flag)
+            del args[i:i + 2]
+    if "--enable-prefix-caching" in args:
+        args.remove("--enable-prefix-caching")
+    if len(args) > 1:
+        args[1] = Path(str(args[1])).name  # the model folder, wherever it lies
+    return tuple(args)
+
+
 class Launch(Frozen):
     """One launch of an arm: `replicas` servers started together with the same argv, its points, then stopped."""
 
@@ -96,12 +144,18 @@ class Launch(Frozen):
     model_dir: str
     served_model_name: str
     kv_cache_dtype: str
+    engine: Engine = Field(description="Its settings, from the argv (filled in for plans stored without them).")
     estimated_start_s: float
     fingerprint: str = Field(description="Of the argv and env: equal for every launch of an arm.")
     points: tuple[PointStep, ...]
 
-
-ServerStep = Launch  # the name the runner used when every arm had one server
+    @model_validator(mode="before")
+    @classmethod
+    def _engine(cls, data: Any) -> Any:
+        """A launch stored before `engine` existed reads it from its argv."""
+        if isinstance(data, dict) and "engine" not in data and "argv" in data:
+            return {**data, "engine": Engine.from_argv(data["argv"])}
+        return data
 
 
 class Block(Frozen):
@@ -214,16 +268,30 @@ class Plan(Frozen):
     def to_json(self) -> str:
         return self.model_dump_json(indent=2)
 
+    @classmethod
+    def from_stored(cls, text: str | None) -> Plan | None:
+        """The plan a run stored (its JSON, any schema), upgraded to this one: the one reader of a stored
+        plan. None when there is none or it does not read."""
+        if not text:
+            return None
+        try:
+            return cls.model_validate(json.loads(text))
+        except ValueError:  # not JSON, or not a plan (pydantic's ValidationError is a ValueError)
+            return None
+
 
 def upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """A schema v1 plan (one server per arm, `servers`) as one block of single launches; its points are
+    marked exchangeable or not by the kept-cache rule (`kept_prompts`), as the compiler marks them."""
     data = dict(data)
     launches = []
     for order, server in enumerate(data.pop("servers"), start=1):
         gpus = _gpus_from_argv(server.get("argv", ()))
+        points = mark_cold([PointStep.model_validate(p) for p in server.get("points", ())])
         launches.append({**server, "launch": 1, "block": 1, "order": order, "gpus_per_server": gpus,
-                         "gpus": gpus, "server_ids": [server["id"]]})
+                         "gpus": gpus, "server_ids": [server["id"]], "points": points})
     arms = list(dict.fromkeys(s["arm"] for s in launches))
-    repeats = max((p["repeat"] for s in launches for p in s["points"]), default=1)
+    repeats = max((p.repeat for s in launches for p in s["points"]), default=1)
     data["launches"] = launches
     data["design"] = {
         "seed": 0, "seed_from": "none", "launches": dict.fromkeys(arms, 1), "repeats": repeats,
@@ -256,140 +324,36 @@ def _gpus_from_argv(argv: Any) -> int:
     return gpus
 
 
-def fingerprint(payload: Any) -> str:
-    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+def kept_prompts(points: Sequence[PointStep]) -> dict[str, int]:
+    """The kept-cache rule, for the points of one launch in run order: point id -> how many of its prompts
+    an earlier point of the launch already sent, so that a kept prefix cache holds them (0 under cache =
+    reset). A prompt set is its input and prefix lengths, seed and vocabulary; prompt i of a set is the
+    same on every point that sends it."""
+    sent: dict[tuple[int, ...], int] = {}  # prompt set -> most prompts of it sent on this launch so far
+    out: dict[str, int] = {}
+    for p in points:
+        if p.cache != "keep":
+            out[p.id] = 0
+            continue
+        prompts = (p.input_len, p.prefix_len, p.prompt_seed, p.vocab_lo, p.vocab_hi)
+        before = sent.get(prompts, 0)
+        out[p.id] = min(before, p.requests)
+        sent[prompts] = max(before, p.requests)
+    return out
 
 
-def cli_args(options: dict[str, Any]) -> list[str]:
-    """`vllm serve` options table -> argv: true -> --flag, false -> --no-flag, tables -> JSON."""
-    argv: list[str] = []
-    for key, value in options.items():
-        flag = "--" + key.replace("_", "-")
-        if value is True:
-            argv.append(flag)
-        elif value is False:
-            argv.append("--no-" + flag[2:])
-        elif isinstance(value, dict):
-            argv += [flag, json.dumps(value, sort_keys=True, separators=(",", ":"))]
-        elif isinstance(value, list):
-            argv += [flag, *(str(v) for v in value)]
-        else:
-            argv += [flag, str(value)]
-    return argv
-
-
-def compile_study(loaded: LoadedStudy) -> Plan:
-    """Compile a validated study. Pure: same file in, byte-identical plan out."""
-    from compiler.hardware import get_hardware
-    from compiler.modelmath import load_model
-
-    study = loaded.study
-    hardware = get_hardware(study.study.hardware)
-    # Paths in the plan are absolute, so the plan means the same from any working directory;
-    # fingerprints use them relative to the study file, so they don't depend on the checkout's place.
-    study_path = os.path.normpath(os.path.abspath(loaded.path))
-    directory = os.path.dirname(study_path)
-    start_s = 25.0 if hardware.name == "cpu" else 120.0
-    arms: dict[str, dict[str, Any]] = {}
-    for arm_name, arm in study.arms.items():
-        model_rel = arm.model or study.model.path
-        model_dir = os.path.normpath(os.path.join(directory, model_rel)) if model_rel else None
-        options = {**study.engine, **arm.args}
-        served = _served_name(study, arm.model, model_dir)
-        portable = _serve_argv(study, ".", model_dir and os.path.relpath(model_dir, directory), served, options)
-        env = {**study.env, **arm.env}
-        per_server = parallel_gpus(options)
-        kv_dtype = str(options.get("kv_cache_dtype", options.get("kv-cache-dtype", "auto")))
-        arms[arm_name] = {
-            "argv": tuple(_serve_argv(study, directory, model_dir, served, options)), "env": env,
-            "model_dir": model_dir or served, "served_model_name": served, "kv_cache_dtype": kv_dtype,
-            "estimated_start_s": start_s, "fingerprint": fingerprint({"argv": portable, "env": env}),
-            "replicas": arm.replicas, "balance": arm.balance, "gpus_per_server": per_server,
-            "gpus": arm.replicas * per_server,
-            "shape": load_model(model_dir) if model_dir else None,
-        }
-    design = plan_design(study)
-    launches: list[Launch] = []
-    for block in design.blocks:
-        for order, launch_id in enumerate(block.launches, start=1):
-            arm_name, index = _launch_key(launch_id, study.study.id)
-            launches += _launch_steps(study, arm_name, index, block, order, launch_id, arms[arm_name], hardware)
-    required = [s for s in launches if s.required]
-    total = sum(_launch_s(s) for s in required)
-    most = sum(_launch_s(s) for s in launches)
-    return Plan(
-        study_id=study.study.id,
-        title=study.study.title,
-        study_path=study_path,
-        study_sha256=loaded.sha256,
-        hardware=hardware.name,
-        checks=study.checks,
-        design=design.model_copy(update={"max_launch_gpus": max(s.gpus for s in launches)}),
-        launches=tuple(launches),
-        estimated_s=round(total, 1),
-        estimated_max_s=round(most, 1),
-        estimate_basis=(
-            f"{len(required)} launch(es) one at a time, each starting its servers in {start_s:.0f} s; decode at "
-            f"75% of the {hardware.name} spec-sheet bandwidth roofline, with a per-step floor; prefill ignored"
-        ),
-        hypotheses=tuple(_hypotheses(study, launches)),
-    )
-
-
-def design_seed(study: Study) -> tuple[int, Literal["study", "study id"]]:
-    """The study's design.seed, else 32 bits of sha256 of the study id."""
-    if study.design.seed is not None:
-        return study.design.seed, "study"
-    digest = hashlib.sha256(f"studyc-design|{study.study.id}".encode()).digest()
-    return int.from_bytes(digest[:4], "big"), "study id"
-
-
-def launch_counts(study: Study) -> dict[str, int]:
-    """Required launches per arm: the arm's own `launches`, else load.launches."""
-    return {name: arm.launches or study.load.launches for name, arm in study.arms.items()}
-
-
-def launch_id(study_id: str, arm: str, launch: int, multi: bool) -> str:
-    """study/arm for an arm with one launch (the ids of schema v1), else study/arm/L<launch>."""
-    return f"{study_id}/{arm}/L{launch}" if multi else f"{study_id}/{arm}"
-
-
-def block_orders(arms: list[list[str]], seed: int) -> list[list[str]]:
-    """One run order per block: `arms[b]` are the arms of block b+1 (in study order).
-
-    Each order is a random permutation drawn from random.Random(seed), one shuffle per block in
-    block order, redrawn while it equals the previous block's order (two arms alternate)."""
-    rng = random.Random(seed)
-    orders: list[list[str]] = []
-    for present in arms:
-        order = list(present)
-        rng.shuffle(order)
-        while orders and len(set(order)) > 1 and order == orders[-1]:
-            rng.shuffle(order)
-        orders.append(order)
-    return orders
-
-
-def plan_design(study: Study) -> Design:
-    """Blocks and their launch ids in run order (required blocks, then the budget's sequential ones)."""
-    seed, source = design_seed(study)
-    counts = launch_counts(study)
-    budget = study.design.budget
-    total = max(budget.blocks if budget else 0, *counts.values())
-    multi = {a: budget is not None or n > 1 for a, n in counts.items()}
-    present = [[a for a in study.arms if b <= counts[a] or (budget is not None and b > max(counts.values()))]
-               for b in range(1, total + 1)]
-    blocks = []
-    for index, order in enumerate(block_orders(present, seed), start=1):
-        blocks.append(Block(
-            index=index, launches=tuple(launch_id(study.study.id, a, index, multi[a]) for a in order),
-            required=index <= max(counts.values()),
-        ))
-    return Design(
-        seed=seed, seed_from=source, launches=counts, repeats=study.load.repeats, blocks=tuple(blocks),
-        budget=budget, gpus=study.design.gpus,
-    )
+def mark_cold(points: Sequence[PointStep]) -> tuple[PointStep, ...]:
+    """The points of one launch, each not exchangeable where the kept-cache rule has it run (partly) cold:
+    the first point of the launch to send some of its prompts."""
+    warm = kept_prompts(points)
+    out = []
+    for p in points:
+        why = ""
+        if p.cache == "keep" and p.requests > warm[p.id]:
+            why = (f"cache = keep: the first point of this launch to send {p.requests - warm[p.id]} of its "
+                   f"{p.requests} prompts, so it runs (partly) cold where its other repeats run warm")
+        out.append(p.model_copy(update={"exchangeable": not why, "not_exchangeable_because": why}))
+    return tuple(out)
 
 
 def parallel_gpus(options: dict[str, Any]) -> int:
@@ -402,162 +366,3 @@ def parallel_gpus(options: dict[str, Any]) -> int:
         elif isinstance(value, str) and value.strip().isdigit() and int(value) > 0:
             gpus *= int(value)
     return gpus
-
-
-def _launch_key(launch: str, study_id: str) -> tuple[str, int]:
-    parts = launch[len(study_id) + 1:].split("/")
-    return parts[0], int(parts[1][1:]) if len(parts) > 1 else 1
-
-
-def _launch_s(step: Launch) -> float:
-    return step.estimated_start_s + sum(p.estimated_s for p in step.points)
-
-
-def _launch_steps(
-    study: Study, arm_name: str, index: int, block: Block, order: int, lid: str, built: dict[str, Any],
-    hardware: Any,
-) -> list[Launch]:
-    arm = study.arms[arm_name]
-    vocab_hi = built["shape"].vocab_size if built["shape"] else 32000
-    multi = lid.endswith(f"/L{index}")
-    points = _points(study, arm_name, lid, index if multi else None, block.index, arm.cache or study.load.cache,
-                     vocab_hi, built["shape"], hardware, built["kv_cache_dtype"])
-    common = {k: v for k, v in built.items() if k != "shape"}
-    common.update(arm=arm_name, launch=index, block=block.index, order=order, required=block.required)
-    if study.load.server == "per-point":
-        fresh = [p.model_copy(update={"exchangeable": True, "not_exchangeable_because": ""}) for p in points]
-        return [Launch(id=p.id, server_ids=_server_ids(p.id, arm.replicas), points=(p,), **common) for p in fresh]
-    return [Launch(id=lid, server_ids=_server_ids(lid, arm.replicas), points=tuple(points), **common)]
-
-
-def _server_ids(lid: str, replicas: int) -> tuple[str, ...]:
-    return (lid,) if replicas == 1 else tuple(f"{lid}/s{k}" for k in range(1, replicas + 1))
-
-
-def _served_name(study: Study, arm_model: str | None, model_dir: str | None) -> str:
-    """The study's `model.name` serves the study's model; an arm's own model folder serves under its own name."""
-    if arm_model is not None:
-        return os.path.basename(os.path.normpath(arm_model))
-    return study.model.name or os.path.basename(model_dir or "model")
-
-
-def _serve_argv(
-    study: Study, directory: str, model_dir: str | None, served: str, options: dict[str, Any]
-) -> list[str]:
-    spec = study.model
-    argv = ["serve", model_dir or served, "--served-model-name", served, "--load-format", spec.load_format]
-    argv += ["--dtype", spec.dtype]
-    if spec.tokenizer is not None:
-        argv += ["--tokenizer", os.path.normpath(os.path.join(directory, spec.tokenizer))]
-    return argv + cli_args(options)
-
-
-def _hypotheses(study: Study, launches: list[Launch]) -> list[HypothesisStep]:
-    from compiler.metrics import METRICS
-    from compiler.select import Target, sides
-
-    def side(target: Target, level: str) -> HypothesisSide:
-        on = [s for s in launches if s.arm == target.arm]
-        points = [
-            p.id for s in on for p in s.points
-            if level == "point" and p.workload == target.workload and p.level == target.level
-        ]
-        hosts = [s for s in on if level == "server" or any(p.id in points for p in s.points)]
-        closed = study.load.concurrency is not None
-        return HypothesisSide(
-            arm=target.arm, workload=target.workload,
-            concurrency=int(target.level) if closed and target.level is not None else None,
-            rate_rps=None if closed or target.level is None else float(target.level),
-            points=tuple(points), launches=tuple(s.id for s in hosts),
-            servers=tuple(i for s in hosts for i in s.server_ids),
-        )
-
-    out: list[HypothesisStep] = []
-    for hyp in study.hypothesis:
-        metric = METRICS[hyp.metric]
-        top, bottom = sides(study, hyp)
-        numerator = side(top, metric.level)
-        denominator = side(bottom, metric.level) if bottom is not None else None
-        out.append(HypothesisStep(
-            id=hyp.id, claim=hyp.claim, metric=hyp.metric, unit=metric.unit, level=metric.level,
-            source=hyp.source, prediction=hyp.predict,
-            points=numerator.points + (denominator.points if denominator else ()),
-            numerator=numerator, denominator=denominator,
-        ))
-    return out
-
-
-def _points(
-    study: Study, arm: str, lid: str, launch: int | None, block: int, cache: Literal["reset", "keep"], vocab: int,
-    shape: Any, hardware: Any, kv_dtype: str,
-) -> list[PointStep]:
-    """The points of one launch, repeats interleaved. `launch` is None for an arm's only launch: its ids and
-    fingerprints are those of schema v1, so stored runs still resume."""
-    load = study.load
-    vocab_lo, vocab_hi = 16, max(32, int(vocab * 0.9))
-    sent: dict[tuple[int, ...], int] = {}  # prompt set -> most prompts of it sent on this launch so far
-    out: list[PointStep] = []
-    for repeat in range(1, load.repeats + 1):
-        for wname, work in study.workloads.items():
-            for index, level in enumerate(load.levels):
-                closed = load.concurrency is not None
-                requests = load.requests_at(index)
-                label = f"c{int(level)}" if closed else f"rate{level:g}"
-                params = {
-                    "arm": arm, "workload": wname, "concurrency": int(level) if closed else None,
-                    "rate_rps": None if closed else float(level), "repeat": repeat, "requests": requests,
-                    "warmup": load.warmup, "cache": cache, "input_len": work.input_len,
-                    "output_len": work.output_len, "prefix_len": work.prefix_len, "prompt_seed": work.seed,
-                    "vocab_lo": vocab_lo, "vocab_hi": vocab_hi, "arrival": load.arrival,
-                    "burstiness": load.burstiness, "request_timeout_s": load.request_timeout_s,
-                    "point_timeout_s": load.point_timeout_s,
-                }
-                why = ""
-                if cache == "keep":
-                    prompts = (work.input_len, work.prefix_len, work.seed, vocab_lo, vocab_hi)
-                    before = sent.get(prompts, 0)
-                    if requests > before:
-                        why = (f"cache = keep: the first point of this launch to send {requests - before} of its "
-                               f"{requests} prompts, so it runs (partly) cold where its other repeats run warm")
-                        sent[prompts] = requests
-                estimate = _estimate_point_s(params, shape, hardware, kv_dtype)
-                keyed = params if launch is None else {**params, "launch": launch}
-                out.append(
-                    PointStep.model_validate({
-                        "id": f"{lid}/{wname}/{label}/r{repeat}",
-                        "launch": launch or 1, "block": block,
-                        "exchangeable": not why, "not_exchangeable_because": why,
-                        "burst": load.burst and closed,
-                        "estimated_s": estimate,
-                        "fingerprint": fingerprint(keyed),
-                        **params,
-                    })
-                )
-    return out
-
-
-def _estimate_point_s(params: dict[str, Any], shape: Any, hardware: Any, kv_dtype: str) -> float:
-    """A rough wall time: waves of requests, each output_len decode steps at a roofline pace."""
-    out_len, in_len = params["output_len"], params["input_len"]
-    floor = 0.0035 if hardware.name == "cpu" else 0.002
-    def step_s(batch: int) -> float:
-        if shape is None:
-            return floor
-        roof = shape.decode_step_s(batch, in_len + out_len // 2, hardware.bandwidth_Bps, kv_dtype=_kv(kv_dtype))
-        return max(roof / 0.75, floor)
-
-    total = 0.0
-    for count in (params["warmup"], params["requests"]):
-        if count == 0:
-            continue
-        if params["concurrency"] is not None:
-            batch = min(params["concurrency"], count)
-            waves = math.ceil(count / batch)
-            total += waves * out_len * step_s(batch)
-        else:
-            total += count / params["rate_rps"] + out_len * step_s(1)
-    return round(total + 1.0, 1)
-
-
-def _kv(kv_dtype: str) -> str:
-    return "fp8" if kv_dtype.startswith("fp8") else "auto"

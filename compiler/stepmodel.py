@@ -121,29 +121,6 @@ class EngineShape:
     prefix_caching: bool = True
     chunked_prefill: bool = True  # off: a prompt is scheduled only whole, when it fits the step's budget
 
-    @classmethod
-    def from_argv(cls, argv: Sequence[str], kv_cache_dtype: str = "auto") -> EngineShape:
-        def value(flag: str) -> str | None:
-            for i, arg in enumerate(argv):
-                if arg == flag and i + 1 < len(argv):
-                    return argv[i + 1]
-                if arg.startswith(flag + "="):
-                    return arg.split("=", 1)[1]
-            return None
-
-        budget = value("--max-num-batched-tokens")
-        seqs = value("--max-num-seqs")
-        dtype = value("--dtype")
-        return cls(
-            budget_tokens=int(budget) if budget else DEFAULT_BUDGET_TOKENS,
-            max_num_seqs=int(seqs) if seqs else DEFAULT_MAX_NUM_SEQS,
-            dtype="bf16" if dtype in (None, "auto") else str(dtype),
-            kv_cache_dtype=kv_cache_dtype,
-            enforce_eager="--enforce-eager" in argv,
-            prefix_caching="--no-enable-prefix-caching" not in argv,
-            chunked_prefill="--no-enable-chunked-prefill" not in argv,
-        )
-
 
 @dataclass(frozen=True)
 class Load:

@@ -9,7 +9,6 @@ what that costs in GPU time, and a warning where a tolerance is below the launch
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,8 +25,6 @@ if TYPE_CHECKING:
     from report.score_model import Score
 
 Key = tuple[Any, ...]
-# Options whose spelled-out default leaves the server as it is (vLLM 0.2x: prefix caching is on by default).
-_DEFAULTS = (("--kv-cache-dtype", "auto"),)
 
 
 @dataclass(frozen=True)
@@ -48,23 +45,11 @@ class Spread:
         return math.sqrt(var * (2.0 if ratio else 1.0))
 
 
-def config_key(launch: dict[str, Any], point: dict[str, Any]) -> Key:
-    """What makes two measurements the same configuration: the serve argv (served name aside), the
-    workload's shape, the cache policy and the load level."""
-    argv = list(launch.get("argv", ()))
-    if "--served-model-name" in argv[:-1]:
-        i = argv.index("--served-model-name")
-        del argv[i:i + 2]
-    for flag, default in _DEFAULTS:  # spelled out or left out: the same server
-        if flag in argv[:-1] and argv[argv.index(flag) + 1] == default:
-            i = argv.index(flag)
-            del argv[i:i + 2]
-    if "--enable-prefix-caching" in argv:
-        argv.remove("--enable-prefix-caching")
-    if len(argv) > 1:
-        argv[1] = Path(str(argv[1])).name  # the model folder, wherever it lies
-    return (tuple(argv), point.get("input_len"), point.get("output_len"), point.get("prefix_len"),
-            point.get("cache"), point.get("concurrency"), point.get("rate_rps"))
+def config_key(launch: Launch, point: PointStep) -> Key:
+    """What makes two measurements the same configuration: the launch's engine configuration (its argv,
+    see `compiler.plan.Engine`), the workload's shape, the cache policy and the load level."""
+    return (launch.engine.configuration, point.input_len, point.output_len, point.prefix_len, point.cache,
+            point.concurrency, point.rate_rps)
 
 
 def _same_gpu(gpu_name: str | None, hardware: str) -> bool:
@@ -76,10 +61,11 @@ def _same_gpu(gpu_name: str | None, hardware: str) -> bool:
         return False
 
 
-def _model(launch: dict[str, Any]) -> str:
-    return Path(str(launch.get("model_dir") or (launch.get("argv") or ["", ""])[1])).name
+def _model(launch: Launch) -> str:
+    return Path(launch.model_dir).name
 
 
+Steps = dict[str, tuple[Launch, PointStep]]  # point id -> its launch and step
 Cells = dict[tuple[str, Key], dict[str, list[float]]]  # (metric, config) -> launch or block -> log values
 
 
@@ -113,10 +99,11 @@ def _collect(db: Path, hardware: str, models: Sequence[str], vllm_version: str |
         # (metric, config) -> launch -> log values of exchangeable repeats
         cells: dict[tuple[str, Key], dict[str, list[float]]] = {}
         for run in runs:
-            plan = json.loads(run.plan_json or "{}")
-            steps = {str(p["id"]): (launch, p) for launch in plan.get("launches") or plan.get("servers") or []
-                     for p in launch.get("points", []) if _model(launch) in models}
-            places = layout(run.plan_json)
+            plan = Plan.from_stored(run.plan_json)
+            if plan is None:
+                continue
+            steps = {p.id: (launch, p) for launch in plan.launches for p in launch.points if _model(launch) in models}
+            places = layout(plan)
             for point in store.points(run.run_id):
                 if point.status != "ok" or not point.valid or point.point_id not in steps:
                     continue
@@ -279,7 +266,7 @@ def _tolerance(pred: Any) -> float | None:
 
 
 def _side_spread(
-    metric: str, point: str | None, steps: dict[str, Any], by_config: dict[tuple[str, Key], Spread],
+    metric: str, point: str | None, steps: Steps, by_config: dict[tuple[str, Key], Spread],
     by_metric: dict[str, Spread],
 ) -> tuple[Spread | None, str]:
     """One side's spread and where it came from: its configuration's, with the metric's pooled
@@ -312,7 +299,7 @@ def _last(score: Score | None, sd: float | None, gpu_time: Callable[[int], float
     return Last(score.measured, distance, edge, blocks, gpu_time(blocks) if blocks else None, budget, within)
 
 
-def _pair(hyp: Any, steps: dict[str, Any], block_cells: Cells) -> Paired | None:
+def _pair(hyp: Any, steps: Steps, block_cells: Cells) -> Paired | None:
     top, bottom = next(iter(hyp.numerator.points), None), next(iter(hyp.denominator.points), None)
     if top is None or bottom is None:
         return None
@@ -325,9 +312,8 @@ def power_plan(
     """Per hypothesis of a compiled plan: the blocks it likely needs and their GPU time, from `db`. With
     `last` (hypothesis id -> the latest stored run's score), also the blocks that would decide it if the
     truth is where that run measured it."""
-    data = json.loads(plan.to_json())
-    steps = {str(p["id"]): (s, p) for s in data["launches"] for p in s["points"]}
-    models = sorted({_model(s) for s in data["launches"]})
+    steps = {p.id: (s, p) for s in plan.launches for p in s.points}
+    models = sorted({_model(s) for s in plan.launches})
     cells, block_cells, version = _collect(db, plan.hardware, models, None)
     by_metric, by_config = _spreads(cells)
     block_one = [launch for launch in plan.launches if launch.block == 1]

@@ -10,18 +10,16 @@ are stable); the context says so (`plan_source`).
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from typing import Literal
-
-from pydantic import ValidationError
 
 from compiler.hardware import Hardware, HardwareError, get_hardware
 from compiler.load import LoadedStudy
 from compiler.metrics import METRICS
 from compiler.modelmath import ModelError, ModelShape, load_model
 from compiler.plan import HypothesisSide, HypothesisStep, Plan
+from compiler.plan_resolve import hypothesis_side, hypothesis_step
 from compiler.select import Target, sides
 from compiler.study import Hypothesis, Study
 from report.intervals import Layout, layout
@@ -130,16 +128,6 @@ def arm_models(loaded: LoadedStudy) -> dict[str, ArmModel]:
     return out
 
 
-def stored_plan(plan_json: str | None) -> Plan | None:
-    """The plan a run stored, upgraded to the current schema; None when there is none or it does not read."""
-    if not plan_json:
-        return None
-    try:
-        return Plan.model_validate(json.loads(plan_json))
-    except (ValueError, ValidationError):
-        return None
-
-
 def resolve_hypothesis(study: Study, hyp: Hypothesis, data: RunData | None, plan: Plan | None) -> HypothesisStep:
     """A hypothesis of the study file resolved onto a run that stored no resolution: the compiler's selectors
     (compiler.select) give each side's arm, workload and level; its points are the run's stored points
@@ -157,21 +145,10 @@ def resolve_hypothesis(study: Study, hyp: Hypothesis, data: RunData | None, plan
         points = () if metric.level == "server" else tuple(
             i for i, arm, workload, level in steps
             if (arm, workload, level) == (target.arm, target.workload, target.level))
-        closed = study.load.concurrency is not None
-        return HypothesisSide(
-            arm=target.arm, workload=target.workload,
-            concurrency=int(target.level) if closed and target.level is not None else None,
-            rate_rps=None if closed or target.level is None else float(target.level),
-            points=points, servers=tuple(i for i, arm in servers if arm == target.arm),
-        )
+        return hypothesis_side(target, study.load.concurrency is not None, points,
+                               servers=[i for i, arm in servers if arm == target.arm])
 
-    numerator = side(top)
-    denominator = side(bottom) if bottom is not None else None
-    return HypothesisStep(
-        id=hyp.id, claim=hyp.claim, metric=hyp.metric, unit=metric.unit, level=metric.level, source=hyp.source,
-        prediction=hyp.predict, points=numerator.points + (denominator.points if denominator else ()),
-        numerator=numerator, denominator=denominator,
-    )
+    return hypothesis_step(hyp, side(top), side(bottom) if bottom is not None else None)
 
 
 def side_label(side: HypothesisSide) -> str:
@@ -183,7 +160,7 @@ def side_label(side: HypothesisSide) -> str:
 def build_context(loaded: LoadedStudy, data: RunData | None) -> StudyContext:
     """The study's context against one run (None: not run)."""
     study = loaded.study
-    plan = stored_plan(data.run.plan_json) if data else None
+    plan = Plan.from_stored(data.run.plan_json) if data else None
     stored = {h.id: h for h in plan.hypotheses} if plan is not None else {}
     hypotheses: dict[str, HypothesisStep] = {}
     unresolved: dict[str, str] = {}
@@ -205,5 +182,5 @@ def build_context(loaded: LoadedStudy, data: RunData | None) -> StudyContext:
         plan_source="recompiled from the study file" if recompiled else "stored",
         recompiled=tuple(recompiled), hypotheses=hypotheses, unresolved=unresolved, models=arm_models(loaded),
         calibrated_hw=cal, spec_hw=spec, calibrated=calibrated,
-        layout=layout(data.run.plan_json) if data else Layout(),
+        layout=layout(plan),
     )

@@ -17,12 +17,14 @@ cold first repeat of a kept-cache launch) is left out and reported.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from compiler.plan import Plan
 
 Critical = Callable[[float], float]  # degrees of freedom -> multiplier of the standard error
 
@@ -369,48 +371,17 @@ class Layout:
         return {self.point(p.point_id, p.server_id, p.repeat).block for p in points}
 
 
-def layout(plan_json: str | None) -> Layout:
-    """The layout of a stored plan (schema v1 or v2). Schema v1 plans carry no `exchangeable`: it is
-    derived with the compiler's rule (cache = keep: a launch's first point to send some of its prompt set
-    runs partly cold)."""
-    try:
-        data: Any = json.loads(plan_json) if plan_json else {}
-    except json.JSONDecodeError:
-        data = {}
-    if not isinstance(data, dict):
+def layout(plan: Plan | None) -> Layout:
+    """The layout of a run's plan (`Plan.from_stored`; None: no readable plan, an empty layout)."""
+    if plan is None:
         return Layout()
-    v1 = data.get("schema_version") == 1 and "servers" in data
-    launches = data.get("launches") or data.get("servers") or []
     points: dict[str, Place] = {}
     servers: dict[str, Place] = {}
-    for launch in launches:
-        lid = str(launch.get("id", ""))
-        block = int(launch.get("block", 1))
-        for k, sid in enumerate(launch.get("server_ids") or [lid], start=1):
-            servers[str(sid)] = Place(lid, block, k)
-        cold = _cold_v1(launch.get("points", [])) if v1 else {}
-        for p in launch.get("points", []):
-            why = cold.get(p["id"], "") if v1 else str(p.get("not_exchangeable_because", ""))
-            exchangeable = not why if v1 else bool(p.get("exchangeable", True))
-            points[str(p["id"])] = Place(lid, block, int(p.get("repeat", 1)), exchangeable, why)
-    design = data.get("design") or {}
-    budget = design.get("budget") if isinstance(design, dict) else None
-    first = max(design.get("launches", {}).values(), default=1) if isinstance(design, dict) else 1
-    blocks = int(budget["blocks"]) if isinstance(budget, dict) and budget.get("blocks") else None
-    return Layout(points, servers, blocks, int(first))
-
-
-def _cold_v1(points: Sequence[dict[str, Any]]) -> dict[str, str]:
-    """Point id -> why it runs (partly) cold, for the points of one v1 launch in run order."""
-    sent: dict[tuple[Any, ...], int] = {}
-    out: dict[str, str] = {}
-    for p in points:
-        if p.get("cache") != "keep":
-            continue
-        prompts = (p.get("input_len"), p.get("prefix_len"), p.get("prompt_seed"), p.get("vocab_lo"), p.get("vocab_hi"))
-        before, requests = sent.get(prompts, 0), int(p.get("requests", 0))
-        if requests > before:
-            out[p["id"]] = (f"cache = keep: the first point of this launch to send {requests - before} of its "
-                            f"{requests} prompts, so it runs (partly) cold where its other repeats run warm")
-            sent[prompts] = requests
-    return out
+    for launch in plan.launches:
+        for k, sid in enumerate(launch.server_ids or (launch.id,), start=1):
+            servers[sid] = Place(launch.id, launch.block, k)
+        for p in launch.points:
+            points[p.id] = Place(launch.id, launch.block, p.repeat, p.exchangeable, p.not_exchangeable_because)
+    budget = plan.design.budget
+    first = max(plan.design.launches.values(), default=1)
+    return Layout(points, servers, budget.blocks if budget is not None and budget.blocks else None, first)

@@ -10,7 +10,7 @@ from typing import Any
 
 from jinja2 import Environment
 
-from report import ledger
+from report import ledger, ledger_fit
 from studyc import format as fmt
 
 METRIC_LABELS = {"output_throughput": "output throughput", "tpot_s": "TPOT", "ttft_s": "TTFT"}
@@ -36,8 +36,8 @@ class LedgerPage:
 def ledger_page(dbs: Sequence[Path]) -> LedgerPage:
     """Fit and score the model leave-one-study-out on every calibrated run in the databases."""
     points = [p for db in dbs for p in ledger.read_points(db)]
-    scored = ledger.leave_one_study_out(points) if points else []
-    rows = ledger.ledger(scored)
+    scored = ledger_fit.leave_one_study_out(points) if points else []
+    rows = ledger_fit.ledger(scored)
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
         worst = r["worst_point"]
@@ -47,7 +47,7 @@ def ledger_page(dbs: Sequence[Path]) -> LedgerPage:
         })
     tables = tuple(LedgerTable(gpu, vllm, tuple(rs)) for (gpu, vllm), rs in sorted(groups.items()))
     return LedgerPage("Step-time model: error by study", _as_of(dbs, {p.run_id for p in points}),
-                      len({p.run_id for p in points}), tables, tuple(ledger.not_validated(scored)))
+                      len({p.run_id for p in points}), tables, tuple(ledger_fit.not_validated(scored)))
 
 
 def _as_of(dbs: Sequence[Path], run_ids: set[str]) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compiler.hardware import Hardware
 from compiler.load import LoadedStudy
@@ -41,6 +41,9 @@ from report.score_model import Score, Why, verdict_counts
 from report.seed import seed_note
 from report.study_charts import study_charts
 from studyc import format as fmt
+
+if TYPE_CHECKING:
+    from compiler.plan import Plan
 
 DOWNLOADS = (("points", "csv"), ("points", "parquet"), ("requests", "csv"), ("requests", "parquet"),
              ("checks", "csv"))
@@ -156,28 +159,25 @@ def _spec_cell(s: Score) -> SpecCell | None:
 # -- study page ----------------------------------------------------------------------------------------
 
 
-def _plan_shape(plan: dict[str, Any]) -> dict[str, Any]:
+def _plan_shape(plan: Plan) -> dict[str, Any]:
     """What a run carried out and claims: launches and points by fingerprint, hypotheses, title, design."""
     return {
-        "title": plan.get("title"), "hardware": plan.get("hardware"), "hypotheses": plan.get("hypotheses"),
-        "design": plan.get("design"),
-        "launches": sorted((str(s.get("id")), str(s.get("fingerprint")),
-                            tuple(sorted((str(p.get("id")), str(p.get("fingerprint"))) for p in s.get("points", []))))
-                           for s in plan.get("launches") or []),
+        "title": plan.title, "hardware": plan.hardware, "hypotheses": plan.hypotheses, "design": plan.design,
+        "launches": sorted((s.id, s.fingerprint, tuple(sorted((p.id, p.fingerprint) for p in s.points)))
+                           for s in plan.launches),
     }
 
 
 def plan_differs(loaded: LoadedStudy, plan_json: str | None) -> str:
     """Why the study file no longer compiles to the plan its run stored ("" when it still does): edits
     to notes, comments or the question change the file's hash but not what was measured or claimed."""
-    from compiler.plan import compile_study
+    from compiler.plan import Plan
+    from compiler.plan_compile import compile_study
 
-    try:
-        stored = json.loads(plan_json or "{}")
-    except ValueError:
+    stored = Plan.from_stored(plan_json)
+    if stored is None:
         return "its stored plan is unreadable"
-    now = json.loads(compile_study(loaded).to_json())
-    a, b = _plan_shape(stored), _plan_shape(now)
+    a, b = _plan_shape(stored), _plan_shape(compile_study(loaded))
     changed = [k for k in a if a[k] != b[k]]
     return f"its plan differs ({', '.join(changed)})" if changed else ""
 

@@ -24,7 +24,7 @@ from compiler.metrics import METRICS
 from compiler.modelmath import ModelError
 from compiler.study import Hypothesis
 from report.context import StudyContext, build_context, side_label
-from report.intervals import Interval, Layout, layout, mean_interval, ratio_interval
+from report.intervals import Interval, Layout, mean_interval, ratio_interval
 from report.prediction import Resolved, resolve_prediction
 from report.results import RunData
 from report.score_model import Reason, Score, Why
@@ -212,9 +212,10 @@ def undecided(loaded: LoadedStudy, data: RunData) -> tuple[str, ...]:
     still inconclusive (their repeated confidence interval straddles a band edge) while the budget's
     blocks are not spent; none for a fixed design or a spent budget. The next block need measure only
     what they rest on. Scoring reads the budget from the run's plan, so its intervals are this rule's."""
-    design = layout(data.run.plan_json)
+    ctx = build_context(loaded, data)  # reads the stored plan once, for the layout and the scores
+    design = ctx.layout
     if design.budget_blocks is None:
         return ()
     if len(design.blocks(data.points)) >= design.budget_blocks:
         return ()
-    return tuple(s.hypothesis for s in score_study(loaded, data) if s.verdict == "inconclusive")
+    return tuple(s.hypothesis for s in score(ctx) if s.verdict == "inconclusive")

@@ -6,7 +6,6 @@ later be spread over GPUs or dispatched elsewhere without reshaping this loop.
 
 from __future__ import annotations
 
-import json
 import platform
 import re
 import socket
@@ -19,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compiler.plan import Design, Launch, Plan, PointStep, ServerStep, budget_points
+from compiler.plan import Design, Launch, Plan, PointStep, budget_points
 from runner.launch import Event, LaunchSpec, PointEvent, PointStartEvent, ServerEvent, run_launch
 from runner.parallel import run_parallel
 from runner.placement import Placement, idle_gpus, parse_gpus, place, place_one
@@ -92,7 +91,7 @@ class Progress:
     """Receives progress events; the CLI renders them live, tests may ignore them."""
 
     def start(self, total: int, done: int) -> None: ...
-    def server(self, step: ServerStep, status: str) -> None: ...
+    def server(self, step: Launch, status: str) -> None: ...
     def point_started(self, point: PointStep) -> None: ...
     def point_done(self, outcome: PointOutcome) -> None: ...
     def message(self, text: str) -> None: ...
@@ -327,7 +326,7 @@ def run_sequential(specs: list[LaunchSpec], driver: _Driver) -> None:
 
 
 def run_server_step(
-    step: ServerStep,
+    step: Launch,
     points: list[PointStep],
     ctx: PointContext,
     store: Store,
@@ -498,7 +497,7 @@ def _predictions(store: Store, plan: Plan, run: RunRecord, progress: Progress) -
                 for p in plan.points}
     progress.message(f"fitting the step-time model from {len({p.run_id for p in points})} run(s)")
     try:
-        return predict_points(json.loads(plan.to_json()), points, hardware=run.gpu_name)
+        return predict_points(plan, points, hardware=run.gpu_name)
     except ValueError as exc:
         note = f"the step-time model could not be fitted: {exc}"
         return {p.id: PointPrediction(dict.fromkeys(("output_throughput", "tpot_s", "ttft_s")), note)

@@ -75,7 +75,7 @@ def plan(study: Path, db: Path | None, bench: bool, fmt: str | None, **aliases: 
     With --db, each point gets the step-time model's prediction (in JSON: `predicted`). With
     --bench, the `vllm bench serve` command that offers the same load, and how it differs."""
     from compiler.load import load_study
-    from compiler.plan import compile_study
+    from compiler.plan_compile import compile_study
     from compiler.plan_table import format_plan, markdown_plan
 
     loaded = load_study(study)
@@ -88,9 +88,9 @@ def plan(study: Path, db: Path | None, bench: bool, fmt: str | None, **aliases: 
         if predicted is None and commands is None:
             click.echo(compiled.to_json())
             return
-        data = json.loads(compiled.to_json())
-        for server in data.get("launches", data.get("servers", [])):
-            for point in server["points"]:
+        data = compiled.model_dump(mode="json")
+        for launch in data["launches"]:
+            for point in launch["points"]:
                 if predicted is not None:
                     point["predicted"] = predicted[point["id"]].values if point["id"] in predicted else None
                 if commands is not None:
@@ -99,7 +99,7 @@ def plan(study: Path, db: Path | None, bench: bool, fmt: str | None, **aliases: 
     elif shown == "markdown":
         click.echo(markdown_plan(compiled))
         if predicted is not None:
-            from report.ledger import prediction_rows
+            from report.ledger_text import prediction_rows
 
             click.echo("\n| point | predicted output tok/s | TPOT ms | TTFT ms | note |\n|---|---:|---:|---:|---|")
             for row in prediction_rows(predicted):
@@ -107,7 +107,7 @@ def plan(study: Path, db: Path | None, bench: bool, fmt: str | None, **aliases: 
     else:
         click.echo(format_plan(compiled), nl=False)
         if predicted is not None:
-            from report.ledger import prediction_rows
+            from report.ledger_text import prediction_rows
 
             rows = [("point", "predicted tok/s", "TPOT ms", "TTFT ms", "note"), *prediction_rows(predicted)]
             widths = [max(len(r[i]) for r in rows) for i in range(4)]
@@ -147,7 +147,7 @@ def _plan_predictions(compiled: Any, db: Path) -> dict[str, Any]:
     points = read_points(db)
     runs = len({p.run_id for p in points})
     click.echo(f"fitting the step-time model from {runs} run(s) in {db}", err=True)
-    return predict_points(json.loads(compiled.to_json()), points)
+    return predict_points(compiled, points)
 
 
 @main.command()
@@ -222,22 +222,23 @@ def model(path: Path | None, db: Path | None, ledger: bool, batch: int, context:
 def _print_stepmodel(db: Path, ledger: bool, shown: str) -> None:
     """`studyc model --db DB [--ledger]`: the fitted coefficients, or the leave-one-study-out ledger."""
     from report import ledger as book
+    from report import ledger_fit, ledger_text
 
     points = book.read_points(db)
     click.echo(f"fitting the step-time model from {len({p.run_id for p in points})} run(s) in {db}", err=True)
     if ledger:
-        scored = book.leave_one_study_out(points)
-        rows, gaps = book.ledger(scored), book.not_validated(scored)
+        scored = ledger_fit.leave_one_study_out(points)
+        rows, gaps = ledger_fit.ledger(scored), ledger_fit.not_validated(scored)
         if shown == "json":
             click.echo(json.dumps(rows, indent=2))
             return
-        click.echo(book.format_ledger(rows, gaps, markdown=shown == "markdown"), nl=False)
+        click.echo(ledger_text.format_ledger(rows, gaps, markdown=shown == "markdown"), nl=False)
         return
-    models = book.model_rows(points)
+    models = ledger_text.model_rows(points)
     if shown == "json":
         click.echo(json.dumps(models, indent=2))
         return
-    click.echo(book.format_models(models, markdown=shown == "markdown"), nl=False)
+    click.echo(ledger_text.format_models(models, markdown=shown == "markdown"), nl=False)
 
 
 def _stop_on_term(signum: int, frame: Any) -> None:
@@ -269,7 +270,7 @@ def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry
     before the first server starts.
     """
     from compiler.load import load_studies
-    from compiler.plan import compile_study
+    from compiler.plan_compile import compile_study
     from compiler.plan_table import format_plan
 
     if ray_address is not None and (ray_address.endswith(".toml") or Path(ray_address).is_file()):

@@ -201,7 +201,7 @@ def test_progress_console_does_not_wrap_when_not_a_terminal(tmp_path: Path) -> N
 
 def test_eta_counts_server_starts_still_ahead() -> None:
     from compiler.load import load_study
-    from compiler.plan import compile_study
+    from compiler.plan_compile import compile_study
     from studyc.progress import remaining_s
 
     plan = compile_study(load_study(QUICKSTART))

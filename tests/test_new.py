@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from compiler.load import check_file, load_study
-from compiler.plan import compile_study
+from compiler.plan_compile import compile_study
 from studyc.cli import main
 from studyc.new import template
 

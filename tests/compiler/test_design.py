@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from compiler.load import check_file, load_study
-from compiler.plan import Plan, block_orders, compile_study, design_seed
+from compiler.plan import Plan
+from compiler.plan_compile import block_orders, compile_study, design_seed
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from compiler.load import load_study
-from compiler.plan import cli_args, compile_study
+from compiler.plan_compile import cli_args, compile_study
 from studyc.cli import main
 from tests.golden import check_golden
 
@@ -169,3 +169,41 @@ def test_run_dry_run_prints_every_plan_and_validates_all_first() -> None:
     bad = CliRunner().invoke(main, ["run", "studies/quickstart.toml", "tests/compiler/bad/unknown_key.toml"])
     assert bad.exit_code == 2
     assert "load.concurency: unknown key" in bad.output and "server" not in bad.output
+
+
+def test_engine_settings_read_once_from_the_argv() -> None:
+    """A launch's typed engine settings: what the step-time model and the report read instead of the argv."""
+    from compiler.plan import Engine
+    from compiler.stepmodel import EngineShape
+
+    eager = Engine.from_argv(["serve", "/x/models/m", "--served-model-name", "m", "--enforce-eager",
+                              "--max-num-batched-tokens", "2048", "--max-num-seqs=64", "--dtype", "float16",
+                              "--kv-cache-dtype", "auto", "--enable-prefix-caching", "--no-enable-chunked-prefill"])
+    assert (eager.max_num_batched_tokens, eager.max_num_seqs, eager.dtype) == (2048, 64, "float16")
+    assert eager.enforce_eager and eager.prefix_caching and not eager.chunked_prefill
+    assert eager.configuration == ("serve", "m", "--enforce-eager", "--max-num-batched-tokens", "2048",
+                                   "--max-num-seqs=64", "--dtype", "float16", "--no-enable-chunked-prefill")
+    plain = Engine.from_argv(["serve", "m", "--no-enable-prefix-caching", "--kv-cache-dtype", "fp8"])
+    assert (plain.max_num_batched_tokens, plain.max_num_seqs, plain.dtype) == (None, None, None)
+    assert not plain.enforce_eager and not plain.prefix_caching and plain.chunked_prefill
+    assert plain.configuration == ("serve", "m", "--no-enable-prefix-caching", "--kv-cache-dtype", "fp8")
+
+    from report.ledger import engine_shape
+
+    launch = compile_study(load_study("studies/quickstart.toml")).launches[0]
+    assert engine_shape(launch) == EngineShape(max_num_seqs=16, enforce_eager=True)
+    assert engine_shape(launch.model_copy(update={"engine": eager, "kv_cache_dtype": "fp8"})) == EngineShape(
+        budget_tokens=2048, max_num_seqs=64, dtype="float16", kv_cache_dtype="fp8", enforce_eager=True,
+        chunked_prefill=False)
+
+
+def test_a_stored_plan_without_engine_settings_reads_them_from_its_argv() -> None:
+    from compiler.plan import Plan
+
+    plan = compile_study(load_study("studies/quickstart.toml"))
+    stored = json.loads(plan.to_json())
+    for launch in stored["launches"]:
+        del launch["engine"]
+    assert Plan.from_stored(json.dumps(stored)) == plan
+    assert Plan.from_stored(plan.to_json()) == plan
+    assert Plan.from_stored(None) is None and Plan.from_stored('{"schema_version": 2}') is None

@@ -58,7 +58,7 @@ def test_moe_union_grows_sublinearly():
 
 
 def test_graphs_vs_eager_and_argv():
-    eager = EngineShape.from_argv(["serve", "m", "--enforce-eager", "--max-num-batched-tokens", "2048"])
+    eager = EngineShape(budget_tokens=2048, enforce_eager=True)
     assert eager.enforce_eager and eager.budget_tokens == 2048
     assert not GRAPHS.enforce_eager and GRAPHS.budget_tokens == 8192
     fast = decode_step_s(QWEN8B, GRAPHS, CARD, COEF, 1, 256)
@@ -97,8 +97,8 @@ def test_replay_c1_one_token_per_step():
 
 
 def test_prefill_whole_or_chunked():
-    monolithic = EngineShape.from_argv(["serve", "m", "--no-enable-chunked-prefill", "--max-num-batched-tokens", "4096"])
-    chunked = EngineShape.from_argv(["serve", "m", "--max-num-batched-tokens", "4096"])
+    monolithic = EngineShape(budget_tokens=4096, chunked_prefill=False)
+    chunked = EngineShape(budget_tokens=4096)
     assert not monolithic.chunked_prefill and chunked.chunked_prefill
     load = Load(3, 3, 2500, 2)
     # Chunked: 2500 + 1596 | decode, 904 + 2500 | decode, decode. Whole prompts only: the second waits a
@@ -233,7 +233,7 @@ def test_fit_chooses_the_overlap_that_made_the_data():
 
 
 def test_a_whole_prompt_larger_than_the_budget_fails_not_hangs():
-    monolithic = EngineShape.from_argv(["serve", "m", "--no-enable-chunked-prefill", "--max-num-batched-tokens", "2048"])
+    monolithic = EngineShape(budget_tokens=2048, chunked_prefill=False)
     with pytest.raises(ValueError, match="never fits the budget of 2048"):
         replay(QWEN8B, Load(1, 1, 3000, 4), monolithic, CARD, COEF)
     # Chunked, the same prompt takes two steps and then decodes.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -115,3 +116,36 @@ def make_db(
             telemetry = [TelemetrySample(point_id=p.point_id, **t) for t in p.telemetry]
             store.commit_point(row, [], checks, telemetry)
     return path
+
+
+_POINT = {"arm": "a", "workload": "w", "concurrency": 1, "rate_rps": None, "repeat": 1, "requests": 8, "warmup": 0,
+          "cache": "reset", "input_len": 128, "output_len": 32, "prefix_len": 0, "prompt_seed": 0, "vocab_lo": 16,
+          "vocab_hi": 100, "arrival": "poisson", "burstiness": 1.0, "request_timeout_s": 60.0,
+          "point_timeout_s": None, "estimated_s": 1.0, "fingerprint": "f"}
+_LAUNCH = {"arm": "a", "argv": ["serve", "m"], "env": {}, "model_dir": "m", "served_model_name": "m",
+           "kv_cache_dtype": "auto", "estimated_start_s": 1.0, "fingerprint": "f"}
+_V2_LAUNCH = {"launch": 1, "block": 1, "order": 1}
+
+
+def _toy_point(point: dict[str, Any]) -> dict[str, Any]:
+    """A point's arm, workload and level from a toy id (toy/<arm>/<workload>/c<level>/<tag>), where it has one."""
+    parts = str(point["id"]).split("/")
+    if len(parts) == 5 and parts[0] == "toy" and parts[3].startswith("c") and parts[3][1:].isdigit():
+        return {"arm": parts[1], "workload": parts[2], "concurrency": int(parts[3][1:])}
+    return {}
+
+
+def plan_json(plan: dict[str, Any]) -> str:
+    """A stored plan's JSON from the fields a test cares about (schema v2 `launches` or v1 `servers`), every
+    other field a plain default, so that `Plan.from_stored` reads it."""
+    v1 = plan.get("schema_version") == 1
+    key = "servers" if v1 else "launches"
+    launches = [{**_LAUNCH, **({} if v1 else _V2_LAUNCH), **launch,
+                 "points": [{**_POINT, **_toy_point(p), **p} for p in launch.get("points", ())]}
+                for launch in plan.get(key, ())]
+    design = {"seed": 0, "launches": {}, "repeats": 1, "blocks": [], **plan.get("design", {})}
+    full = {"study_id": "toy", "title": "t", "study_path": "toy.toml", "study_sha256": "0", "hardware": "cpu",
+            "checks": {}, "estimated_s": 0.0, "estimated_max_s": 0.0, "estimate_basis": "", **plan, key: launches}
+    if not v1:
+        full["design"] = design
+    return json.dumps(full)

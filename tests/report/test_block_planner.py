@@ -14,7 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from compiler.load import load_study
-from compiler.plan import Launch, PointStep, compile_study
+from compiler.plan import Launch, PointStep
+from compiler.plan_compile import compile_study
 from report.block_planner import blocks_needed, blocks_to_clear, edge_distance, power_plan, read_spreads
 from report.intervals import t_quantile
 from runner.records import PointRecord, PointSummary, RunRecord

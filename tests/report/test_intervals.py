@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from compiler.load import load_study
-from compiler.plan import compile_study
+from compiler.plan import Plan
+from compiler.plan_compile import compile_study
 from report.intervals import (
     SINGLE_LAUNCH,
     Obs,
@@ -128,18 +129,25 @@ def test_ratio_intervals_are_positive_however_noisy() -> None:
 
 
 def test_v1_plans_get_the_compilers_exchangeability(tmp_path: Path) -> None:
-    """A stored v1 plan has no `exchangeable`: the layout derives it; it must agree with the compiler."""
-    plan = json.loads(compile_study(load_study(write_study(tmp_path, ""))).to_json())
+    """A stored v1 plan has no `exchangeable` (nor engine settings): its upgrade derives them; they must agree
+    with the compiler's."""
+    compiled = compile_study(load_study(write_study(tmp_path, "")))
+    plan = json.loads(compiled.to_json())
     want = {p["id"]: p["exchangeable"] for s in plan["launches"] for p in s["points"]}
     assert not all(want.values())  # arm b keeps its cache: some points are cold
-    v1 = {"schema_version": 1, "servers": [
-        {k: v for k, v in s.items() if k not in ("launch", "block", "order", "server_ids")} | {
+    top = {k: v for k, v in plan.items() if k not in ("launches", "design", "hypotheses")}
+    v1 = top | {"schema_version": 1, "servers": [
+        {k: v for k, v in s.items() if k not in ("launch", "block", "order", "server_ids", "engine")} | {
             "points": [{k: v for k, v in p.items() if k not in ("exchangeable", "not_exchangeable_because")}
                        for p in s["points"]]} for s in plan["launches"]]}
-    got = layout(json.dumps(v1))
+    upgraded = Plan.from_stored(json.dumps(v1))
+    assert upgraded is not None
+    got = layout(upgraded)
     assert {i: p.exchangeable for i, p in got.points.items()} == want
-    assert layout(json.dumps(plan)).points.keys() == got.points.keys()
-    assert layout("not json").points == {}
+    assert [p.not_exchangeable_because for p in upgraded.points] == [p.not_exchangeable_because for p in compiled.points]
+    assert [s.engine for s in upgraded.launches] == [s.engine for s in compiled.launches]
+    assert layout(compiled).points.keys() == got.points.keys()
+    assert layout(Plan.from_stored("not json")).points == {}
 
 
 def test_scoring_uses_launch_blocks_from_the_stored_plan(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from compiler.plan import Plan
 from report.intervals import (
     SINGLE_LAUNCH,
     Interval,
@@ -27,6 +28,7 @@ from report.intervals import (
     t_quantile,
     welch_df,
 )
+from tests.report.helpers import plan_json
 
 # ---- Student's t ----------------------------------------------------------------------------------------
 
@@ -338,38 +340,43 @@ def test_welch_df(parts: list[tuple[float, float]], want: float) -> None:
 # ---- the plan's layout ----------------------------------------------------------------------------------
 
 
+def _layout(plan: dict[str, Any]) -> Layout:
+    return layout(Plan.from_stored(plan_json(plan)))
+
+
 def test_layout_of_a_v2_plan_every_field() -> None:
     plan: dict[str, Any] = {
-        "schema_version": 2,
         "launches": [
             {"id": "L1", "block": 2, "server_ids": ["s1", "s2"],
              "points": [{"id": "p1", "repeat": 2, "exchangeable": False, "not_exchangeable_because": "cold"},
                         {"id": "p2"}]},
             {"id": "L2", "points": [{"id": "p3", "repeat": 3}]},
-            {"block": 4},
+            {"id": "L3", "block": 4},
         ],
         "design": {"launches": {"a": 2, "b": 3}, "budget": {"blocks": 6}},
     }
-    got = layout(json.dumps(plan))
+    got = _layout(plan)
     assert got == Layout(
         points={"p1": Place("L1", 2, 2, False, "cold"), "p2": Place("L1", 2, 1, True, ""), "p3": Place("L2", 1, 3)},
-        servers={"s1": Place("L1", 2, 1), "s2": Place("L1", 2, 2), "L2": Place("L2", 1, 1), "": Place("", 4, 1)},
+        servers={"s1": Place("L1", 2, 1), "s2": Place("L1", 2, 2), "L2": Place("L2", 1, 1), "L3": Place("L3", 4, 1)},
         budget_blocks=6, first_look=3)
 
 
 @pytest.mark.parametrize(("design", "blocks", "first"), [
-    ({}, None, 1), ({"budget": {"blocks": 0}}, None, 1), ({"budget": {}}, None, 1), ({"budget": "4"}, None, 1),
-    ({"budget": {"blocks": "5"}, "launches": {"a": 1}}, 5, 1), ({"budget": None, "launches": {}}, None, 1),
-    ("fixed", None, 1),
+    ({}, None, 1), ({"budget": {"blocks": 5}, "launches": {"a": 1}}, 5, 1), ({"budget": None, "launches": {}}, None, 1),
+    ({"launches": {"a": 2, "b": 3}}, None, 3),
 ])  # fmt: skip
 def test_layout_design_budget_and_first_look(design: Any, blocks: int | None, first: int) -> None:
-    got = layout(json.dumps({"launches": [], "design": design}))
+    got = _layout({"launches": [], "design": design})
     assert (got.budget_blocks, got.first_look) == (blocks, first)
 
 
-@pytest.mark.parametrize("text", [None, "", "not json", "[1, 2]", "3", "null"])
+@pytest.mark.parametrize("text", [None, "", "not json", "[1, 2]", "3", "null", "{}",
+                                  plan_json({"design": {"budget": {"blocks": 0}}}),
+                                  plan_json({"design": {"budget": "4"}})])
 def test_layout_of_nothing_usable_is_empty(text: str | None) -> None:
-    assert layout(text) == Layout()
+    assert Plan.from_stored(text) is None
+    assert layout(None) == Layout()
     assert Layout().budget_blocks is None and Layout().first_look == 1
 
 
@@ -391,8 +398,8 @@ def _v1_point(pid: str, requests: int, cache: str = "keep", **kw: Any) -> dict[s
 def test_layout_of_a_v1_plan_derives_cold_points() -> None:
     points = [_v1_point("a", 8), _v1_point("b", 8), _v1_point("c", 16, repeat=2), _v1_point("d", 8, prompt_seed=1),
               _v1_point("e", 8, cache="reset"), _v1_point("f", 16, repeat=3)]
-    plan = {"schema_version": 1, "servers": [{"id": "S1", "points": points}, {"id": "S2", "block": 2}]}
-    got = layout(json.dumps(plan))
+    plan = {"schema_version": 1, "servers": [{"id": "S1", "points": points}, {"id": "S2"}]}
+    got = _layout(plan)
     first = "cache = keep: the first point of this launch to send 8 of its 8 prompts, so it runs (partly) cold where " \
             "its other repeats run warm"
     more = "cache = keep: the first point of this launch to send 8 of its 16 prompts, so it runs (partly) cold where " \
@@ -401,15 +408,13 @@ def test_layout_of_a_v1_plan_derives_cold_points() -> None:
         "a": Place("S1", 1, 1, False, first), "b": Place("S1", 1, 1, True, ""), "c": Place("S1", 1, 2, False, more),
         "d": Place("S1", 1, 1, False, first), "e": Place("S1", 1, 1, True, ""), "f": Place("S1", 1, 3, True, ""),
     }
-    assert got.servers == {"S1": Place("S1", 1, 1), "S2": Place("S2", 2, 1)}
+    assert got.servers == {"S1": Place("S1", 1, 1), "S2": Place("S2", 1, 1)}
 
 
-def test_a_v2_plan_with_servers_is_not_read_as_v1() -> None:
-    """Only schema 1 derives exchangeability; a later plan's flags are taken as stored."""
-    plan = {"schema_version": 2, "servers": [{"id": "S1", "points": [_v1_point("a", 8)]}]}
-    assert layout(json.dumps(plan)).points == {"a": Place("S1", 1, 1, True, "")}
-    v1_launches = {"schema_version": 1, "launches": [{"id": "S1", "points": [_v1_point("a", 8)]}]}
-    assert layout(json.dumps(v1_launches)).points == {"a": Place("S1", 1, 1, True, "")}
+def test_a_plan_neither_v1_nor_v2_does_not_read() -> None:
+    """Only schema 1 upgrades `servers`; a later plan with them, or a v1 plan without them, is no plan."""
+    assert Plan.from_stored(json.dumps({"schema_version": 2, "servers": [{"id": "S1", "points": []}]})) is None
+    assert Plan.from_stored(json.dumps({"schema_version": 1, "launches": [{"id": "S1", "points": []}]})) is None
 
 
 @pytest.mark.parametrize("key", ["input_len", "prefix_len", "prompt_seed", "vocab_lo", "vocab_hi"])
@@ -418,21 +423,20 @@ def test_v1_prompt_sets_differ_by_each_key(key: str) -> None:
     other = _v1_point("b", 8)
     other[key] = 999
     plan = {"schema_version": 1, "servers": [{"id": "S1", "points": [_v1_point("a", 8), other, _v1_point("c", 8)]}]}
-    got = layout(json.dumps(plan)).points
+    got = _layout(plan).points
     assert [got[i].exchangeable for i in "abc"] == [False, False, True]
 
 
-def test_v1_reset_points_do_not_stop_the_scan_and_requests_default_to_none_sent() -> None:
-    no_requests = {k: v for k, v in _v1_point("c", 8, prompt_seed=7).items() if k != "requests"}
-    points = [_v1_point("r", 8, cache="reset"), _v1_point("a", 8), no_requests, _v1_point("d", 4, prompt_seed=7)]
-    got = layout(json.dumps({"schema_version": 1, "servers": [{"id": "S1", "points": points}]})).points
-    assert [got[i].exchangeable for i in "racd"] == [True, False, True, False]
+def test_v1_reset_points_do_not_stop_the_scan() -> None:
+    points = [_v1_point("r", 8, cache="reset"), _v1_point("a", 8), _v1_point("d", 4, prompt_seed=7)]
+    got = _layout({"schema_version": 1, "servers": [{"id": "S1", "points": points}]}).points
+    assert [got[i].exchangeable for i in "rad"] == [True, False, False]
     assert got["d"].why.startswith("cache = keep: the first point of this launch to send 4 of its 4 prompts")
 
 
 def test_a_v2_point_marked_not_exchangeable_without_a_reason() -> None:
-    plan = {"schema_version": 2, "launches": [{"id": "L", "points": [{"id": "p", "exchangeable": False}]}]}
-    assert layout(json.dumps(plan)).points == {"p": Place("L", 1, 1, False, "")}
+    plan = {"launches": [{"id": "L", "points": [{"id": "p", "exchangeable": False}]}]}
+    assert _layout(plan).points == {"p": Place("L", 1, 1, False, "")}
 
 
 def test_unpaired_ratios_report_what_they_left_out() -> None:

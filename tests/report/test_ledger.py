@@ -3,21 +3,14 @@ cannot drift silently, coverage gaps named, and the plan's prefix-cache replay."
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from report.ledger import (
-    _cached_tokens,
-    _model_dir,
-    leave_one_study_out,
-    ledger,
-    not_validated,
-    predict_plan,
-    read_points,
-)
+from compiler.plan import Plan, PointStep
+from report.ledger import _model_dir, cached_tokens, predict_plan, read_points
+from report.ledger_fit import leave_one_study_out, ledger, not_validated
 from runner.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,7 +49,9 @@ def small_db(db, tmp_path_factory):
 def _plan(db, study):
     with Store(db, read_only=True) as store:
         run = next(r for r in store.runs() if r.study_id == study)
-    return run.run_id, json.loads(run.plan_json)
+    plan = Plan.from_stored(run.plan_json)
+    assert plan is not None
+    return run.run_id, plan
 
 # Median absolute % error, leave one study out, overlap p and admit_s searched per fold, matmuls and
 # attention joined each on its own (the table in the model's notes).
@@ -130,14 +125,17 @@ def test_a_studys_latest_run_replaces_its_earlier_ones(tmp_path):
 
 
 def test_kept_cache_hits_follow_plan_order():
-    base = {"prompt_seed": 0, "input_len": 1024, "vocab_lo": 0, "vocab_hi": 100, "prefix_len": 0}
-    points = [
-        {**base, "id": "c1/r1", "cache": "keep", "requests": 16},
-        {**base, "id": "c8/r1", "cache": "keep", "requests": 64},
-        {**base, "id": "c1/r2", "cache": "keep", "requests": 16},
-        {**base, "id": "c1/r3", "cache": "reset", "requests": 16},
-    ]
-    hits = _cached_tokens(points)
+    base = {"prompt_seed": 0, "input_len": 1024, "vocab_lo": 0, "vocab_hi": 100, "prefix_len": 0, "arm": "a",
+            "workload": "w", "concurrency": 1, "rate_rps": None, "repeat": 1, "warmup": 0, "output_len": 8,
+            "arrival": "poisson", "burstiness": 1.0, "request_timeout_s": 60.0, "point_timeout_s": None,
+            "estimated_s": 1.0, "fingerprint": "f"}
+    points = [PointStep.model_validate({**base, **p}) for p in (
+        {"id": "c1/r1", "cache": "keep", "requests": 16},
+        {"id": "c8/r1", "cache": "keep", "requests": 64},
+        {"id": "c1/r2", "cache": "keep", "requests": 16},
+        {"id": "c1/r3", "cache": "reset", "requests": 16},
+    )]
+    hits = cached_tokens(points)
     assert hits["c1/r1"] == (0,) * 16
     assert hits["c8/r1"] == (1008,) * 16 + (0,) * 48  # 16 of 64 prompts seen: hit rate 0.246
     assert hits["c1/r2"] == (1008,) * 16
@@ -147,11 +145,11 @@ def test_kept_cache_hits_follow_plan_order():
 def test_predict_plan_from_db(small_db):
     _, plan = _plan(small_db, "cuda-graphs")
     predicted = predict_plan(plan, small_db)
-    assert set(predicted) == {p["id"] for s in plan.get("launches", plan.get("servers")) for p in s["points"]}
+    assert set(predicted) == {p.id for p in plan.points}
     c1 = predicted["cuda-graphs/graphs/decode/c1/r1"]
     assert c1["output_throughput"] == pytest.approx(189, rel=0.06)  # measured 189 tok/s (in-sample fit)
     assert predicted["cuda-graphs/eager/decode/c1/r1"]["tpot_s"] > 3 * c1["tpot_s"]
-    unknown = predict_plan({**plan, "hardware": "a100-80gb"}, small_db)
+    unknown = predict_plan(plan.model_copy(update={"hardware": "a100-80gb"}), small_db)
     assert all(v is None for p in unknown.values() for v in p.values())
 
 

@@ -45,6 +45,7 @@ def test_a_run_read_before_its_budget_is_spent_says_the_level_of_its_look() -> N
     footer says so."""
     from dataclasses import replace
 
+    from compiler.plan import Plan
     from report.audit import sequential_note
     from report.intervals import layout
     from report.results import latest_runs
@@ -52,7 +53,7 @@ def test_a_run_read_before_its_budget_is_spent_says_the_level_of_its_look() -> N
     runs = latest_runs([REPO / "results/h200.duckdb"])
     run = runs["fp8-kv"]
     assert sequential_note(run) == "; blocks 12 of 12: a repeated interval, this look's at 96%"
-    design = layout(run.run.plan_json)
+    design = layout(Plan.from_stored(run.run.plan_json))
     early = replace(run, points=tuple(p for p in run.points
                                       if (design.point(p.point_id, p.server_id, p.repeat).block or 0) <= 5))
     assert 0 < len(early.points) < len(run.points)

@@ -24,7 +24,7 @@ from report.results import RunData
 from report.score_model import Reason, Score, Why
 from report.scoring import score_study
 from runner.records import CheckResult, PointRecord, PointSummary, RunRecord, ServerRecord
-from tests.report.helpers import TINY_MODEL
+from tests.report.helpers import TINY_MODEL, plan_json
 
 RUN = "run-1"
 TPUT = "output_throughput"
@@ -123,7 +123,7 @@ def server(sid: str, arm: str, kv: int | None, *, status: str = "ready", error: 
 def run(points: list[PointRecord] = (), servers: list[ServerRecord] = (),  # type: ignore[assignment]
         checks: list[CheckResult] = (), plan: dict[str, Any] | None = None,  # type: ignore[assignment]
         calibrated: bool = False, bandwidth: float | None = None, flops: float | None = None) -> RunData:
-    record = RunRecord(run_id=RUN, study_id="toy", plan_json=json.dumps(plan) if plan else "{}",
+    record = RunRecord(run_id=RUN, study_id="toy", plan_json=plan_json(plan) if plan else "{}",
                        calibrated=calibrated, bandwidth_Bps=bandwidth, flops_bf16=flops)
     return RunData(Path("mem.duckdb"), record, tuple(servers), tuple(points), tuple(checks), ())
 

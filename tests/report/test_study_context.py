@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from compiler.load import LoadedStudy, load_study
-from compiler.plan import Plan, compile_study
+from compiler.plan import Plan
+from compiler.plan_compile import compile_study
 from report import context as context_module
 from report import site
 from report.context import build_context

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from compiler.load import load_study
-from compiler.plan import compile_study
+from compiler.plan_compile import compile_study
 from runner.launch import LaunchSpec
 from runner.run import Progress, RunOptions, RunReport, _Driver
 from runner.store import Store

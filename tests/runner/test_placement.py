@@ -8,7 +8,7 @@ from collections import defaultdict
 import pytest
 
 from compiler.load import load_studies
-from compiler.plan import compile_study
+from compiler.plan_compile import compile_study
 from runner.placement import parse_gpus, place, rotated_slot, slots, split_cpus
 from studyc.errors import StudycError
 from tests.conftest import REPO

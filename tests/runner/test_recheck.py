@@ -8,7 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 from compiler.load import load_study
-from compiler.plan import compile_study
+from compiler.plan_compile import compile_study
 from runner import metrics, replicas
 from runner.cache import CacheState
 from runner.checks import verdict_reason

@@ -1,0 +1,241 @@
+"""Study -> Plan: compile a validated study into the plan its run carries out. Pure: same file in,
+byte-identical plan out (the plan's types are compiler.plan's)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from typing import Any, Literal
+
+from compiler.load import LoadedStudy
+from compiler.plan import Block, Design, Engine, Launch, Plan, PointStep, mark_cold, parallel_gpus
+from compiler.plan_estimate import estimate_point_s
+from compiler.plan_resolve import plan_hypotheses
+from compiler.study import Study
+
+
+def fingerprint(payload: Any) -> str:
+    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def cli_args(options: dict[str, Any]) -> list[str]:
+    """`vllm serve` options table -> argv: true -> --flag, false -> --no-flag, tables -> JSON."""
+    argv: list[str] = []
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            argv.append(flag)
+        elif value is False:
+            argv.append("--no-" + flag[2:])
+        elif isinstance(value, dict):
+            argv += [flag, json.dumps(value, sort_keys=True, separators=(",", ":"))]
+        elif isinstance(value, list):
+            argv += [flag, *(str(v) for v in value)]
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+def compile_study(loaded: LoadedStudy) -> Plan:
+    """Compile a validated study. Pure: same file in, byte-identical plan out."""
+    from compiler.hardware import get_hardware
+    from compiler.modelmath import load_model
+
+    study = loaded.study
+    hardware = get_hardware(study.study.hardware)
+    # Paths in the plan are absolute, so the plan means the same from any working directory;
+    # fingerprints use them relative to the study file, so they don't depend on the checkout's place.
+    study_path = os.path.normpath(os.path.abspath(loaded.path))
+    directory = os.path.dirname(study_path)
+    start_s = 25.0 if hardware.name == "cpu" else 120.0
+    arms: dict[str, dict[str, Any]] = {}
+    for arm_name, arm in study.arms.items():
+        model_rel = arm.model or study.model.path
+        model_dir = os.path.normpath(os.path.join(directory, model_rel)) if model_rel else None
+        options = {**study.engine, **arm.args}
+        served = _served_name(study, arm.model, model_dir)
+        portable = _serve_argv(study, ".", model_dir and os.path.relpath(model_dir, directory), served, options)
+        env = {**study.env, **arm.env}
+        per_server = parallel_gpus(options)
+        kv_dtype = str(options.get("kv_cache_dtype", options.get("kv-cache-dtype", "auto")))
+        argv = tuple(_serve_argv(study, directory, model_dir, served, options))
+        arms[arm_name] = {
+            "argv": argv, "env": env,
+            "model_dir": model_dir or served, "served_model_name": served, "kv_cache_dtype": kv_dtype,
+            "engine": Engine.from_argv(argv),
+            "estimated_start_s": start_s, "fingerprint": fingerprint({"argv": portable, "env": env}),
+            "replicas": arm.replicas, "balance": arm.balance, "gpus_per_server": per_server,
+            "gpus": arm.replicas * per_server,
+            "shape": load_model(model_dir) if model_dir else None,
+        }
+    design = plan_design(study)
+    launches: list[Launch] = []
+    for block in design.blocks:
+        for order, launch_id in enumerate(block.launches, start=1):
+            arm_name, index = _launch_key(launch_id, study.study.id)
+            launches += _launch_steps(study, arm_name, index, block, order, launch_id, arms[arm_name], hardware)
+    required = [s for s in launches if s.required]
+    total = sum(_launch_s(s) for s in required)
+    most = sum(_launch_s(s) for s in launches)
+    return Plan(
+        study_id=study.study.id,
+        title=study.study.title,
+        study_path=study_path,
+        study_sha256=loaded.sha256,
+        hardware=hardware.name,
+        checks=study.checks,
+        design=design.model_copy(update={"max_launch_gpus": max(s.gpus for s in launches)}),
+        launches=tuple(launches),
+        estimated_s=round(total, 1),
+        estimated_max_s=round(most, 1),
+        estimate_basis=(
+            f"{len(required)} launch(es) one at a time, each starting its servers in {start_s:.0f} s; decode at "
+            f"75% of the {hardware.name} spec-sheet bandwidth roofline, with a per-step floor; prefill ignored"
+        ),
+        hypotheses=tuple(plan_hypotheses(study, launches)),
+    )
+
+
+def design_seed(study: Study) -> tuple[int, Literal["study", "study id"]]:
+    """The study's design.seed, else 32 bits of sha256 of the study id."""
+    if study.design.seed is not None:
+        return study.design.seed, "study"
+    digest = hashlib.sha256(f"studyc-design|{study.study.id}".encode()).digest()
+    return int.from_bytes(digest[:4], "big"), "study id"
+
+
+def launch_counts(study: Study) -> dict[str, int]:
+    """Required launches per arm: the arm's own `launches`, else load.launches."""
+    return {name: arm.launches or study.load.launches for name, arm in study.arms.items()}
+
+
+def launch_id(study_id: str, arm: str, launch: int, multi: bool) -> str:
+    """study/arm for an arm with one launch (the ids of schema v1), else study/arm/L<launch>."""
+    return f"{study_id}/{arm}/L{launch}" if multi else f"{study_id}/{arm}"
+
+
+def block_orders(arms: list[list[str]], seed: int) -> list[list[str]]:
+    """One run order per block: `arms[b]` are the arms of block b+1 (in study order).
+
+    Each order is a random permutation drawn from random.Random(seed), one shuffle per block in
+    block order, redrawn while it equals the previous block's order (two arms alternate)."""
+    rng = random.Random(seed)
+    orders: list[list[str]] = []
+    for present in arms:
+        order = list(present)
+        rng.shuffle(order)
+        while orders and len(set(order)) > 1 and order == orders[-1]:
+            rng.shuffle(order)
+        orders.append(order)
+    return orders
+
+
+def plan_design(study: Study) -> Design:
+    """Blocks and their launch ids in run order (required blocks, then the budget's sequential ones)."""
+    seed, source = design_seed(study)
+    counts = launch_counts(study)
+    budget = study.design.budget
+    total = max(budget.blocks if budget else 0, *counts.values())
+    multi = {a: budget is not None or n > 1 for a, n in counts.items()}
+    present = [[a for a in study.arms if b <= counts[a] or (budget is not None and b > max(counts.values()))]
+               for b in range(1, total + 1)]
+    blocks = []
+    for index, order in enumerate(block_orders(present, seed), start=1):
+        blocks.append(Block(
+            index=index, launches=tuple(launch_id(study.study.id, a, index, multi[a]) for a in order),
+            required=index <= max(counts.values()),
+        ))
+    return Design(
+        seed=seed, seed_from=source, launches=counts, repeats=study.load.repeats, blocks=tuple(blocks),
+        budget=budget, gpus=study.design.gpus,
+    )
+
+
+def _launch_key(launch: str, study_id: str) -> tuple[str, int]:
+    parts = launch[len(study_id) + 1:].split("/")
+    return parts[0], int(parts[1][1:]) if len(parts) > 1 else 1
+
+
+def _launch_s(step: Launch) -> float:
+    return step.estimated_start_s + sum(p.estimated_s for p in step.points)
+
+
+def _launch_steps(
+    study: Study, arm_name: str, index: int, block: Block, order: int, lid: str, built: dict[str, Any],
+    hardware: Any,
+) -> list[Launch]:
+    arm = study.arms[arm_name]
+    vocab_hi = built["shape"].vocab_size if built["shape"] else 32000
+    multi = lid.endswith(f"/L{index}")
+    points = _points(study, arm_name, lid, index if multi else None, block.index, arm.cache or study.load.cache,
+                     vocab_hi, built["shape"], hardware, built["kv_cache_dtype"])
+    common = {k: v for k, v in built.items() if k != "shape"}
+    common.update(arm=arm_name, launch=index, block=block.index, order=order, required=block.required)
+    if study.load.server == "per-point":
+        fresh = [p.model_copy(update={"exchangeable": True, "not_exchangeable_because": ""}) for p in points]
+        return [Launch(id=p.id, server_ids=_server_ids(p.id, arm.replicas), points=(p,), **common) for p in fresh]
+    return [Launch(id=lid, server_ids=_server_ids(lid, arm.replicas), points=tuple(points), **common)]
+
+
+def _server_ids(lid: str, replicas: int) -> tuple[str, ...]:
+    return (lid,) if replicas == 1 else tuple(f"{lid}/s{k}" for k in range(1, replicas + 1))
+
+
+def _served_name(study: Study, arm_model: str | None, model_dir: str | None) -> str:
+    """The study's `model.name` serves the study's model; an arm's own model folder serves under its own name."""
+    if arm_model is not None:
+        return os.path.basename(os.path.normpath(arm_model))
+    return study.model.name or os.path.basename(model_dir or "model")
+
+
+def _serve_argv(
+    study: Study, directory: str, model_dir: str | None, served: str, options: dict[str, Any]
+) -> list[str]:
+    spec = study.model
+    argv = ["serve", model_dir or served, "--served-model-name", served, "--load-format", spec.load_format]
+    argv += ["--dtype", spec.dtype]
+    if spec.tokenizer is not None:
+        argv += ["--tokenizer", os.path.normpath(os.path.join(directory, spec.tokenizer))]
+    return argv + cli_args(options)
+
+
+def _points(
+    study: Study, arm: str, lid: str, launch: int | None, block: int, cache: Literal["reset", "keep"], vocab: int,
+    shape: Any, hardware: Any, kv_dtype: str,
+) -> list[PointStep]:
+    """The points of one launch, repeats interleaved. `launch` is None for an arm's only launch: its ids and
+    fingerprints are those of schema v1, so stored runs still resume."""
+    load = study.load
+    vocab_lo, vocab_hi = 16, max(32, int(vocab * 0.9))
+    out: list[PointStep] = []
+    for repeat in range(1, load.repeats + 1):
+        for wname, work in study.workloads.items():
+            for index, level in enumerate(load.levels):
+                closed = load.concurrency is not None
+                requests = load.requests_at(index)
+                label = f"c{int(level)}" if closed else f"rate{level:g}"
+                params = {
+                    "arm": arm, "workload": wname, "concurrency": int(level) if closed else None,
+                    "rate_rps": None if closed else float(level), "repeat": repeat, "requests": requests,
+                    "warmup": load.warmup, "cache": cache, "input_len": work.input_len,
+                    "output_len": work.output_len, "prefix_len": work.prefix_len, "prompt_seed": work.seed,
+                    "vocab_lo": vocab_lo, "vocab_hi": vocab_hi, "arrival": load.arrival,
+                    "burstiness": load.burstiness, "request_timeout_s": load.request_timeout_s,
+                    "point_timeout_s": load.point_timeout_s,
+                }
+                estimate = estimate_point_s(params, shape, hardware, kv_dtype)
+                keyed = params if launch is None else {**params, "launch": launch}
+                out.append(
+                    PointStep.model_validate({
+                        "id": f"{lid}/{wname}/{label}/r{repeat}",
+                        "launch": launch or 1, "block": block,
+                        "burst": load.burst and closed,
+                        "estimated_s": estimate,
+                        "fingerprint": fingerprint(keyed),
+                        **params,
+                    })
+                )
+    return list(mark_cold(out))

@@ -1,0 +1,33 @@
+"""A plan point's rough wall time, from the model's decode roofline on the study's hardware."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def estimate_point_s(params: dict[str, Any], shape: Any, hardware: Any, kv_dtype: str) -> float:
+    """A rough wall time: waves of requests, each output_len decode steps at a roofline pace."""
+    out_len, in_len = params["output_len"], params["input_len"]
+    floor = 0.0035 if hardware.name == "cpu" else 0.002
+    def step_s(batch: int) -> float:
+        if shape is None:
+            return floor
+        roof = shape.decode_step_s(batch, in_len + out_len // 2, hardware.bandwidth_Bps, kv_dtype=_kv(kv_dtype))
+        return max(roof / 0.75, floor)
+
+    total = 0.0
+    for count in (params["warmup"], params["requests"]):
+        if count == 0:
+            continue
+        if params["concurrency"] is not None:
+            batch = min(params["concurrency"], count)
+            waves = math.ceil(count / batch)
+            total += waves * out_len * step_s(batch)
+        else:
+            total += count / params["rate_rps"] + out_len * step_s(1)
+    return round(total + 1.0, 1)
+
+
+def _kv(kv_dtype: str) -> str:
+    return "fp8" if kv_dtype.startswith("fp8") else "auto"

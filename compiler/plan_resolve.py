@@ -1,0 +1,58 @@
+"""Hypotheses resolved onto a plan: the one builder of a `HypothesisSide` and a `HypothesisStep`, for the
+compiler and for the report where a run stored none."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from compiler.metrics import METRICS
+from compiler.plan import HypothesisSide, HypothesisStep, Launch
+from compiler.select import Target, sides
+from compiler.study import Hypothesis, Study
+
+
+def hypothesis_side(target: Target, closed: bool, points: Sequence[str], launches: Sequence[str] = (),
+                    servers: Sequence[str] = ()) -> HypothesisSide:
+    """One side of a prediction at `target` (a closed-loop study's level is a concurrency, else a rate),
+    measured on `points`, read from `launches` and their `servers`."""
+    return HypothesisSide(
+        arm=target.arm, workload=target.workload,
+        concurrency=int(target.level) if closed and target.level is not None else None,
+        rate_rps=None if closed or target.level is None else float(target.level),
+        points=tuple(points), launches=tuple(launches), servers=tuple(servers),
+    )
+
+
+def hypothesis_step(hyp: Hypothesis, numerator: HypothesisSide, denominator: HypothesisSide | None) -> HypothesisStep:
+    """A hypothesis of the study file on its resolved sides (ValueError: an unknown metric)."""
+    metric = METRICS.get(hyp.metric)
+    if metric is None:
+        raise ValueError(f"unknown metric {hyp.metric!r}")
+    return HypothesisStep(
+        id=hyp.id, claim=hyp.claim, metric=hyp.metric, unit=metric.unit, level=metric.level, source=hyp.source,
+        prediction=hyp.predict, points=numerator.points + (denominator.points if denominator else ()),
+        numerator=numerator, denominator=denominator,
+    )
+
+
+def plan_hypotheses(study: Study, launches: Sequence[Launch]) -> list[HypothesisStep]:
+    """Every hypothesis of a study resolved onto the compiled launches: each side's points (every launch
+    and repeat), the launches they run on (every launch of the arm for a server metric) and their servers."""
+    closed = study.load.concurrency is not None
+
+    def side(target: Target, level: str) -> HypothesisSide:
+        on = [s for s in launches if s.arm == target.arm]
+        points = [
+            p.id for s in on for p in s.points
+            if level == "point" and p.workload == target.workload and p.level == target.level
+        ]
+        hosts = [s for s in on if level == "server" or any(p.id in points for p in s.points)]
+        return hypothesis_side(target, closed, points, [s.id for s in hosts],
+                               [i for s in hosts for i in s.server_ids])
+
+    out: list[HypothesisStep] = []
+    for hyp in study.hypothesis:
+        level = METRICS[hyp.metric].level
+        top, bottom = sides(study, hyp)
+        out.append(hypothesis_step(hyp, side(top, level), side(bottom, level) if bottom is not None else None))
+    return out

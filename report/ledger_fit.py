@@ -1,0 +1,168 @@
+"""The step-time model's fit and its validation: coefficients per key fitted from stored points,
+leave-one-study-out predictions, and the ledger of their error by study, GPU, vLLM version and metric."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from compiler.stepmodel import Card, Coefficients, EngineShape, Load, ModelKey, Prediction, fit, predict
+
+if TYPE_CHECKING:
+    from report.ledger import StoredPoint
+
+METRICS = ("output_throughput", "tpot_s", "ttft_s")
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A held-out point and its prediction. `validated` is False where no other study covers the
+    point's key or model, and `reason` says why; such points never enter the ledger's medians."""
+
+    point: StoredPoint
+    prediction: Prediction | None
+    validated: bool
+    reason: str
+
+    def error_pct(self, metric: str) -> float | None:
+        measured = self.point.measured.get(metric)
+        if self.prediction is None or measured is None or not measured > 0:
+            return None
+        predicted = getattr(self.prediction, metric)
+        return None if predicted is None else 100.0 * (predicted - measured) / measured
+
+
+def fit_keys(points: Iterable[StoredPoint]) -> dict[ModelKey, Coefficients]:
+    """Coefficients for every key the points cover (ValueError when a key's fit does not converge)."""
+    by_key: dict[ModelKey, list[StoredPoint]] = defaultdict(list)
+    for p in points:
+        by_key[p.key].append(p)
+    out = {}
+    for key, used in sorted(by_key.items(), key=lambda kv: kv[0].label()):
+        found = _fit_key(key, used)
+        if isinstance(found, str):
+            raise ValueError(found)
+        out[key] = found
+    return out
+
+
+# Fits within one process, keyed by the model key and the training points' (run id, point id): a fit
+# is a pure function of its observations, and the leave-one-study-out folds share most of theirs.
+_FITS: dict[tuple[ModelKey, tuple[tuple[str, str], ...]], Coefficients | str] = {}
+
+
+def _fit_key(key: ModelKey, points: Sequence[StoredPoint]) -> Coefficients | str:
+    """The key's coefficients fitted on `points`, or why the fit failed; cached for the process."""
+    ids = (key, tuple(sorted((p.run_id, p.point_id) for p in points)))
+    if ids not in _FITS:
+        try:
+            _FITS[ids] = fit([p.observation for p in points]).coefficients
+        except ValueError as exc:
+            _FITS[ids] = f"the fit of {key.label()} failed: {exc}"
+    return _FITS[ids]
+
+
+_PREDICTIONS: dict[tuple[str, Load, EngineShape, Card, Coefficients], Prediction] = {}
+
+
+def _predict(p: StoredPoint, coef: Coefficients) -> Prediction:
+    """`predict` for the point, once per input (repeats of one config replay the same)."""
+    inputs = (p.model, p.load, p.engine, p.card, coef)
+    if inputs not in _PREDICTIONS:
+        _PREDICTIONS[inputs] = predict(p.shape, p.load, p.engine, p.card, coef)
+    return _PREDICTIONS[inputs]
+
+
+def leave_one_study_out(points: Sequence[StoredPoint]) -> list[Scored]:
+    """For each study: fit on every other study, predict the held-out one. A point whose key (GPU,
+    vLLM version, family, eager, KV dtype) or model shape no other study measured, or whose key's fit
+    on the other studies does not converge, is not validated. Each fold fits only the keys its held-out
+    study needs, and a fit on the same training points is done once (see `_fit_key`)."""
+    scored: list[Scored] = []
+    for study in sorted({p.study for p in points}):
+        train = [p for p in points if p.study != study]
+        held = [q for q in points if q.study == study]
+        by_key: dict[ModelKey, list[StoredPoint]] = defaultdict(list)
+        for p in train:
+            by_key[p.key].append(p)
+        coefs = {key: _fit_key(key, by_key[key]) for key in {q.key for q in held} if by_key.get(key)}
+        shapes = {(p.key, p.model) for p in train}
+        for p in held:
+            coef = coefs.get(p.key)
+            if coef is None:
+                scored.append(Scored(p, None, False, f"no other study runs {p.key.label()}"))
+                continue
+            if isinstance(coef, str):
+                scored.append(Scored(p, None, False, coef))
+                continue
+            prediction = _predict(p, coef)
+            if (p.key, p.model) not in shapes:
+                reason = (f"{p.model} appears in no other study: fixed cost and weight streaming were "
+                          f"fitted on other model sizes only")
+                scored.append(Scored(p, prediction, False, reason))
+                continue
+            scored.append(Scored(p, prediction, True, ""))
+    return scored
+
+
+def _why(s: Scored, metric: str, same_config: Sequence[Scored]) -> str:
+    p = s.point
+    measured = [v for q in same_config if (v := q.point.measured.get(metric))]
+    spread = ""
+    if len(measured) > 1:
+        lo, hi = min(measured), max(measured)
+        spread_pct = 100.0 * (hi - lo) / statistics.median(measured)
+        spread = f"; its {len(measured)} repeats span {spread_pct:.0f}%"
+    regime = f"{p.arm}/{p.workload} at concurrency {p.concurrency}"
+    return regime + spread
+
+
+def ledger(scored: Sequence[Scored]) -> list[dict[str, Any]]:
+    """One row per study, GPU, vLLM version and metric over validated points: n, the median absolute
+    percentage error, and the worst point (id, predicted, measured, signed error, why)."""
+    groups: dict[tuple[str, str, str], list[Scored]] = defaultdict(list)
+    for s in scored:
+        if s.validated:
+            groups[(s.point.study, s.point.key.gpu, s.point.key.vllm_version)].append(s)
+    rows: list[dict[str, Any]] = []
+    for (study, gpu, vllm), members in sorted(groups.items()):
+        for metric in METRICS:
+            errs = [(abs(e), e, s) for s in members if (e := s.error_pct(metric)) is not None]
+            if not errs:
+                continue
+            worst_abs, worst_err, worst = max(errs, key=lambda t: t[0])
+            same = [q for q in members if q.point.config == worst.point.config]
+            assert worst.prediction is not None
+            rows.append({
+                "study": study,
+                "gpu": gpu,
+                "vllm_version": vllm,
+                "metric": metric,
+                "n": len(errs),
+                "median_abs_pct_error": round(statistics.median(e for e, _, _ in errs), 2),
+                "worst_point": {
+                    "point_id": worst.point.point_id,
+                    "predicted": _sig(getattr(worst.prediction, metric)),
+                    "measured": _sig(worst.point.measured[metric]),
+                    "error_pct": round(worst_err, 1),
+                    "why": _why(worst, metric, same),
+                },
+            })
+    return rows
+
+
+def not_validated(scored: Sequence[Scored]) -> list[dict[str, Any]]:
+    """Held-out points the ledger leaves out, one row per study and reason, with the count."""
+    groups: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for s in scored:
+        if not s.validated:
+            groups[(s.point.study, s.reason)].append(s.point.point_id)
+    return [{"study": study, "reason": reason, "n": len(ids), "points": sorted(ids)}
+            for (study, reason), ids in sorted(groups.items())]
+
+
+def _sig(value: float | None) -> float | None:
+    return None if value is None else float(f"{value:.4g}")
