@@ -19,11 +19,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from compiler.engine_options import PARALLEL_OPTIONS, parallel_gpus
 from compiler.load import LoadedStudy
 from compiler.study import Budget, Checks, Prediction, Study
 
 SCHEMA_VERSION = 2
-PARALLEL_OPTIONS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
 
 
 class Frozen(BaseModel):
@@ -282,7 +282,7 @@ def cli_args(options: dict[str, Any]) -> list[str]:
 def compile_study(loaded: LoadedStudy) -> Plan:
     """Compile a validated study. Pure: same file in, byte-identical plan out."""
     from compiler.hardware import get_hardware
-    from compiler.modelmath import load_model
+    from compiler.modelconfig import load_model
 
     study = loaded.study
     hardware = get_hardware(study.study.hardware)
@@ -390,18 +390,6 @@ def plan_design(study: Study) -> Design:
         seed=seed, seed_from=source, launches=counts, repeats=study.load.repeats, blocks=tuple(blocks),
         budget=budget, gpus=study.design.gpus,
     )
-
-
-def parallel_gpus(options: dict[str, Any]) -> int:
-    """GPUs one server holds: tensor x pipeline x data parallel sizes (1 where unset or not a number)."""
-    gpus = 1
-    for name in PARALLEL_OPTIONS:
-        value = options.get(name, options.get(name.replace("_", "-"), 1))
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            gpus *= value
-        elif isinstance(value, str) and value.strip().isdigit() and int(value) > 0:
-            gpus *= int(value)
-    return gpus
 
 
 def _launch_key(launch: str, study_id: str) -> tuple[str, int]:

@@ -15,19 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compiler.modelmath import ModelShape, load_model
-from compiler.stepmodel import (
-    Card,
-    Coefficients,
-    EngineShape,
-    Load,
-    ModelKey,
-    Observation,
-    Prediction,
-    cache_hit_tokens,
-    fit,
-    predict,
-)
+from compiler.modelconfig import load_model
+from compiler.modelmath import ModelShape
+from compiler.stepcost import Card, Coefficients, EngineShape, coefficients_dict
+from compiler.stepfit import ModelKey, Observation, fit
+from compiler.stepreplay import StepLoad, StepPrediction, cache_hit_tokens, predict
 from studyc import format as fmt
 
 if TYPE_CHECKING:
@@ -57,7 +49,7 @@ class StoredPoint:
     key: ModelKey
     model: str  # the model folder's name: a shape no training point has is an extrapolation
     shape: ModelShape
-    load: Load
+    load: StepLoad
     engine: EngineShape
     card: Card
     measured: dict[str, float | None]  # METRICS, plus window_s and burst_s
@@ -80,7 +72,7 @@ class Scored:
     point's key or model, and `reason` says why; such points never enter the ledger's medians."""
 
     point: StoredPoint
-    prediction: Prediction | None
+    prediction: StepPrediction | None
     validated: bool
     reason: str
 
@@ -132,9 +124,9 @@ def _cached_tokens(points: Sequence[dict[str, Any]]) -> dict[str, tuple[int, ...
     return out
 
 
-def plan_loads(plan: dict[str, Any], root: Path = REPO) -> dict[str, tuple[EngineShape, ModelShape, Load]]:
+def plan_loads(plan: dict[str, Any], root: Path = REPO) -> dict[str, tuple[EngineShape, ModelShape, StepLoad]]:
     """Every closed-loop point of a plan (as stored JSON): its engine, model shape and load."""
-    out: dict[str, tuple[EngineShape, ModelShape, Load]] = {}
+    out: dict[str, tuple[EngineShape, ModelShape, StepLoad]] = {}
     shapes: dict[str, ModelShape] = {}
     for server in plan.get("launches", plan.get("servers", [])):  # schema v2 launches, v1 servers
         engine = EngineShape.from_argv(server["argv"], server.get("kv_cache_dtype", "auto"))
@@ -145,7 +137,7 @@ def plan_loads(plan: dict[str, Any], root: Path = REPO) -> dict[str, tuple[Engin
         for p in server["points"]:
             if p.get("concurrency") is None:
                 continue  # open-loop rate points are not replayed yet
-            load = Load(p["concurrency"], p["requests"], p["input_len"], p["output_len"], cached[p["id"]])
+            load = StepLoad(p["concurrency"], p["requests"], p["input_len"], p["output_len"], cached[p["id"]])
             out[p["id"]] = (engine, shapes[model_dir], load)
     return out
 
@@ -243,10 +235,10 @@ def _fit_key(key: ModelKey, points: Sequence[StoredPoint]) -> Coefficients | str
     return _FITS[ids]
 
 
-_PREDICTIONS: dict[tuple[str, Load, EngineShape, Card, Coefficients], Prediction] = {}
+_PREDICTIONS: dict[tuple[str, StepLoad, EngineShape, Card, Coefficients], StepPrediction] = {}
 
 
-def _predict(p: StoredPoint, coef: Coefficients) -> Prediction:
+def _predict(p: StoredPoint, coef: Coefficients) -> StepPrediction:
     """`predict` for the point, once per input (repeats of one config replay the same)."""
     inputs = (p.model, p.load, p.engine, p.card, coef)
     if inputs not in _PREDICTIONS:
@@ -431,8 +423,6 @@ def prediction_rows(predicted: dict[str, PointPrediction]) -> list[tuple[str, st
 
 def model_rows(points: Sequence[StoredPoint]) -> list[dict[str, Any]]:
     """The fitted coefficients of every key the points cover, with the points and runs behind them."""
-    from compiler.stepmodel import coefficients_dict
-
     rows = []
     for key, coef in fit_keys(points).items():
         used = [p for p in points if p.key == key]

@@ -24,7 +24,7 @@ from compiler.expr import ExprError, parse
 from compiler.hardware import Hardware, HardwareError
 from compiler.load import LoadedStudy
 from compiler.metrics import METRICS
-from compiler.modelmath import ModelError
+from compiler.modelconfig import ModelError
 from compiler.predict_env import build_env
 from compiler.study import Hypothesis
 from report.context import ArmModel, StudyContext, arm_models, build_context, side_label
