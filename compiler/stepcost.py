@@ -37,8 +37,8 @@ class Coefficients:
 
     step_s: fixed cost of every engine step (scheduling, launches; large when eager).
     seq_s: cost per sequence in a step (sampling, bookkeeping, per-sequence kernels).
-    mem: time per byte streamed, in units of 1 / calibrated bandwidth (1.0 = at the ceiling).
-    flop: time per FLOP, in units of 1 / calibrated FLOP/s (1.0 = at the ceiling).
+    mem: time per byte streamed, in units of 1 / calibrated bandwidth (1.0 = at the peak).
+    flop: time per FLOP, in units of 1 / calibrated FLOP/s (1.0 = at the peak).
     request_s: latency of a token from the engine to the client (HTTP, detokenizing, streaming).
     admit_s: front-end work per request before the engine sees it (HTTP parse, tokenizing,
         admission), done one request at a time: a burst of N requests reaches the engine over N * admit_s.
@@ -73,7 +73,7 @@ COEFFICIENT_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Coefficients))
 
 @dataclass(frozen=True)
 class Card:
-    """The calibrated ceilings the terms are measured against."""
+    """The card's calibrated peak bandwidth and FLOP/s, which the terms are measured against."""
 
     bandwidth_Bps: float
     flops_per_s: float

@@ -47,10 +47,10 @@ class Observation:
 
 
 # Relative weights of the measured quantities, and the pull of `mem` and `flop` toward 1.0 (the
-# calibrated ceilings) so that a few studies that cannot separate them still fit physically.
+# calibrated peaks) so that a few studies that cannot separate them still fit physically.
 FIT_WEIGHTS = {"tpot": 1.0, "window": 1.0, "burst": 1.0, "ttft": 0.3}
 PRIOR_WEIGHT = 0.05
-# Where the fixed-point fit starts: graphs-mode constants of a datacenter GPU, the ceilings, a few
+# Where the fixed-point fit starts: graphs-mode constants of a datacenter GPU, the peaks, a few
 # milliseconds of front end. The fit converges to the same point from any reasonable start.
 START = Coefficients(step_s=2e-3, seq_s=0.0, mem=1.0, flop=1.0, request_s=0.01, admit_s=0.003)
 MAX_ITERATIONS = 40
