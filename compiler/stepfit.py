@@ -31,6 +31,7 @@ class ModelKey:
         mode = "eager" if self.enforce_eager else "graphs"
         return f"{self.gpu} / vLLM {self.vllm_version} / {self.family} / {mode} / kv {self.kv_cache_dtype}"
 
+
 @dataclass(frozen=True)
 class Observation:
     """One measured point and what replays it: the fit's unit of data. `burst_s` is the last first

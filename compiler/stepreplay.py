@@ -298,7 +298,10 @@ def _decode_run(
              0.0, 0.0)
     return _Time(add_terms(now.terms, total), value), done
 
-def predict(shape: ModelShape, load: StepLoad, engine: EngineShape, card: Card, coef: Coefficients) -> StepPrediction:
+
+def predict(
+    shape: ModelShape, load: StepLoad, engine: EngineShape, card: Card, coef: Coefficients
+) -> StepPrediction:
     """TPOT, TTFT and output throughput of a point, replayed with fitted coefficients."""
     return evaluate(replay(shape, load, engine, card, coef), card, coef)
 
