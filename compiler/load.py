@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from compiler.study import Study
 from compiler.toml_lines import dotted, key_lines, line_of
+from compiler.validate import cross_check, study_warnings
 from studyc.errors import SpecError
 
 
@@ -73,8 +74,6 @@ def load_studies(paths: Sequence[str | Path]) -> list[LoadedStudy]:
 
 def check_file(path: Path) -> tuple[LoadedStudy | None, list[Problem]]:
     """Validate one file: syntax, schema, then cross references. Never raises for user mistakes."""
-    from compiler.validate import cross_check, study_warnings
-
     name = str(path)
     try:
         raw = path.read_bytes()
@@ -99,7 +98,7 @@ def check_file(path: Path) -> tuple[LoadedStudy | None, list[Problem]]:
         return None, schema_problems(name, lines, data, exc.errors())
     warnings = tuple(Problem(name, line_of(lines, key), key, message) for key, message in study_warnings(study))
     loaded = LoadedStudy(study, path, hashlib.sha256(raw).hexdigest(), lines, warnings)
-    problems = [Problem(name, line_of(lines, key), key, message) for key, message in cross_check(loaded)]
+    problems = [Problem(name, line_of(lines, key), key, message) for key, message in cross_check(study, path.parent)]
     return (None if problems else loaded), problems
 
 

@@ -54,7 +54,3 @@ METRICS: dict[str, Metric] = {
         Metric("startup_s", "s", "server", "Server start to /health", False),
     ]
 }
-
-
-def is_known(name: str) -> bool:
-    return name in METRICS

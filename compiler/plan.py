@@ -18,10 +18,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from compiler.engine_options import PARALLEL_OPTIONS
 from compiler.study import Budget, Checks, Prediction
 
 SCHEMA_VERSION = 2
-PARALLEL_OPTIONS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
 
 
 class Frozen(BaseModel):
@@ -356,13 +356,3 @@ def mark_cold(points: Sequence[PointStep]) -> tuple[PointStep, ...]:
     return tuple(out)
 
 
-def parallel_gpus(options: dict[str, Any]) -> int:
-    """GPUs one server holds: tensor x pipeline x data parallel sizes (1 where unset or not a number)."""
-    gpus = 1
-    for name in PARALLEL_OPTIONS:
-        value = options.get(name, options.get(name.replace("_", "-"), 1))
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            gpus *= value
-        elif isinstance(value, str) and value.strip().isdigit() and int(value) > 0:
-            gpus *= int(value)
-    return gpus

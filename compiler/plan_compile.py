@@ -9,8 +9,9 @@ import os
 import random
 from typing import Any, Literal
 
+from compiler.engine_options import parallel_gpus
 from compiler.load import LoadedStudy
-from compiler.plan import Block, Design, Engine, Launch, Plan, PointStep, mark_cold, parallel_gpus
+from compiler.plan import Block, Design, Engine, Launch, Plan, PointStep, mark_cold
 from compiler.plan_estimate import estimate_point_s
 from compiler.plan_resolve import plan_hypotheses
 from compiler.study import Study
@@ -42,7 +43,7 @@ def cli_args(options: dict[str, Any]) -> list[str]:
 def compile_study(loaded: LoadedStudy) -> Plan:
     """Compile a validated study. Pure: same file in, byte-identical plan out."""
     from compiler.hardware import get_hardware
-    from compiler.modelmath import load_model
+    from compiler.modelconfig import load_model
 
     study = loaded.study
     hardware = get_hardware(study.study.hardware)

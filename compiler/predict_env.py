@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from compiler.hardware import Hardware
 from compiler.modelmath import ModelShape
-from compiler.stepmodel import Card, Coefficients, EngineShape
-from compiler.stepmodel import decode_step_s as calibrated_step_s
+from compiler.stepcost import Card, Coefficients, EngineShape
+from compiler.stepcost import decode_step_s as calibrated_step_s
 
 _VALUES: frozenset[str] = frozenset(
     {
@@ -27,6 +27,7 @@ _VALUES: frozenset[str] = frozenset(
         "hw.memory",  # bytes
     }
 )
+# The names that must be called, e.g. `roofline.decode_step_s(batch=1, context=640)`.
 _FUNCTIONS: frozenset[str] = frozenset(
     {
         "moe.expected_experts",  # (batch): distinct routed experts per MoE layer; an error on a dense model
@@ -35,7 +36,7 @@ _FUNCTIONS: frozenset[str] = frozenset(
         "model.decode_flops",  # (batch, context)
         "roofline.decode_step_s",  # (batch, context): the slower of memory time and compute time
         "roofline.decode_tokens_per_s",  # (batch, context): batch / decode_step_s
-        # The calibrated step-time model (compiler.stepmodel), coefficients fitted from stored runs on
+        # The calibrated step-time model (compiler.stepfit), coefficients fitted from stored runs on
         # the run's GPU; an error where none were fitted (never the roofline in their place).
         "model.calibrated.decode_step_s",  # (batch, context)
         "model.calibrated.decode_tokens_per_s",  # (batch, context)
@@ -56,11 +57,6 @@ class Calibrated:
 def env_names() -> frozenset[str]:
     """Every name an expression may use, values and functions alike."""
     return _VALUES | _FUNCTIONS
-
-
-def env_functions() -> frozenset[str]:
-    """The names that must be called, e.g. `roofline.decode_step_s(batch=1, context=640)`."""
-    return _FUNCTIONS
 
 
 def build_env(

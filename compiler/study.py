@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -303,8 +304,6 @@ class Study(Strict):
     @field_validator("arms", "workloads")
     @classmethod
     def _slug_names(cls, value: dict[str, Any]) -> dict[str, Any]:
-        import re
-
         for name in value:
             if not re.match(SLUG, name):
                 raise ValueError(f"name {name!r} must be a slug: lowercase letters, digits, '-' or '_'")

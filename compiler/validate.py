@@ -9,8 +9,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from compiler.engine_options import option_table, value_problem
+from compiler.engine_options import PARALLEL_OPTIONS, option_table, parallel_gpus, value_problem
+from compiler.expr import ExprError, parse
+from compiler.hardware import HARDWARE, HardwareError, get_hardware
 from compiler.metrics import METRICS
+from compiler.modelconfig import ModelError, load_model
+from compiler.predict_env import env_names
 from compiler.select import merge, resolve
 from compiler.study import Study, Where
 
@@ -18,12 +22,11 @@ RUNNER_OWNED = {"host", "port", "api-key", "model"}
 Finding = tuple[str, str]  # (dotted key, message)
 
 
-def cross_check(loaded: Any) -> list[Finding]:
-    """Every cross-reference problem of a schema-valid study (`LoadedStudy`)."""
-    study: Study = loaded.study
+def cross_check(study: Study, directory: Path) -> list[Finding]:
+    """Every cross-reference problem of a schema-valid study, its model paths relative to `directory`."""
     return [
         *_check_hardware(study),
-        *_check_models(study, loaded.directory),
+        *_check_models(study, directory),
         *_check_engine_keys(study),
         *_check_design(study),
         *_check_hypotheses(study),
@@ -81,19 +84,14 @@ def _check_engine_keys(study: Study) -> Iterator[Finding]:
                     yield path, f"`--{name}` {problem}"
 
 
-PARALLEL = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
-
-
 def _check_design(study: Study) -> Iterator[Finding]:
     """Parallel sizes are positive integers; every launch fits design.gpus; a budget can be spent."""
-    from compiler.plan import parallel_gpus
-
     tables: list[tuple[str, dict[str, Any]]] = [("engine", study.engine)]
     tables += [(f"arms.{name}", arm.args) for name, arm in study.arms.items()]
     bad = False
     for prefix, table in tables:
         for key, value in table.items():
-            if key.replace("-", "_") not in PARALLEL:
+            if key.replace("-", "_") not in PARALLEL_OPTIONS:
                 continue
             if value_problem(option_name(key), value) is not None:
                 bad = True  # reported by the engine option check
@@ -135,8 +133,6 @@ def _check_design(study: Study) -> Iterator[Finding]:
 
 
 def _check_hardware(study: Study) -> Iterator[Finding]:
-    from compiler.hardware import HARDWARE, HardwareError, get_hardware
-
     try:
         get_hardware(study.study.hardware)
     except HardwareError:
@@ -147,8 +143,6 @@ def _check_hardware(study: Study) -> Iterator[Finding]:
 
 
 def _check_models(study: Study, directory: Path) -> Iterator[Finding]:
-    from compiler.modelmath import ModelError, load_model
-
     paths = [("model.path", study.model.path)]
     paths += [(f"arms.{name}.model", arm.model) for name, arm in study.arms.items()]
     for key, rel in paths:
@@ -217,9 +211,6 @@ def _check_where(study: Study, where: Where, key: str) -> Iterator[Finding]:
 
 
 def _check_expressions(value: Any, bounds: Any, key: str) -> Iterator[Finding]:
-    from compiler.expr import ExprError, parse
-    from compiler.predict_env import env_names
-
     items = [("value", value)] if value is not None else []
     items += [(f"range[{i}]", b) for i, b in enumerate(bounds or ())]
     for name, item in items:

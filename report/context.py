@@ -17,7 +17,8 @@ from typing import Literal
 from compiler.hardware import Hardware, HardwareError, get_hardware
 from compiler.load import LoadedStudy
 from compiler.metrics import METRICS
-from compiler.modelmath import ModelError, ModelShape, load_model
+from compiler.modelconfig import ModelError, load_model
+from compiler.modelmath import ModelShape
 from compiler.plan import HypothesisSide, HypothesisStep, Plan
 from compiler.plan_resolve import hypothesis_side, hypothesis_step
 from compiler.select import Target, sides

@@ -15,9 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compiler.modelmath import ModelShape, load_model
+from compiler.modelconfig import load_model
+from compiler.modelmath import ModelShape
 from compiler.plan import Launch, Plan, PointStep, kept_prompts
-from compiler.stepmodel import Card, EngineShape, Load, ModelKey, Observation, cache_hit_tokens, predict
+from compiler.stepcost import Card, EngineShape
+from compiler.stepfit import ModelKey, Observation
+from compiler.stepreplay import StepLoad, cache_hit_tokens, predict
 from report.ledger_fit import METRICS, fit_keys
 
 if TYPE_CHECKING:
@@ -46,7 +49,7 @@ class StoredPoint:
     key: ModelKey
     model: str  # the model folder's name: a shape no training point has is an extrapolation
     shape: ModelShape
-    load: Load
+    load: StepLoad
     engine: EngineShape
     card: Card
     measured: dict[str, float | None]  # METRICS, plus window_s and burst_s
@@ -110,9 +113,9 @@ def cached_tokens(points: Sequence[PointStep]) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def plan_loads(plan: Plan, root: Path = REPO) -> dict[str, tuple[EngineShape, ModelShape, Load]]:
+def plan_loads(plan: Plan, root: Path = REPO) -> dict[str, tuple[EngineShape, ModelShape, StepLoad]]:
     """Every closed-loop point of a plan: its engine, model shape and load."""
-    out: dict[str, tuple[EngineShape, ModelShape, Load]] = {}
+    out: dict[str, tuple[EngineShape, ModelShape, StepLoad]] = {}
     shapes: dict[str, ModelShape] = {}
     for launch in plan.launches:
         engine = engine_shape(launch)
@@ -122,7 +125,7 @@ def plan_loads(plan: Plan, root: Path = REPO) -> dict[str, tuple[EngineShape, Mo
         for p in launch.points:
             if p.concurrency is None:
                 continue  # open-loop rate points are not replayed yet
-            load = Load(p.concurrency, p.requests, p.input_len, p.output_len, cached[p.id])
+            load = StepLoad(p.concurrency, p.requests, p.input_len, p.output_len, cached[p.id])
             out[p.id] = (engine, shapes[launch.model_dir], load)
     return out
 

@@ -9,7 +9,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from compiler.stepmodel import Card, Coefficients, EngineShape, Load, ModelKey, Prediction, fit, predict
+from compiler.stepcost import Card, Coefficients, EngineShape
+from compiler.stepfit import ModelKey, fit
+from compiler.stepreplay import StepLoad, StepPrediction, predict
 
 if TYPE_CHECKING:
     from report.ledger import StoredPoint
@@ -23,7 +25,7 @@ class Scored:
     point's key or model, and `reason` says why; such points never enter the ledger's medians."""
 
     point: StoredPoint
-    prediction: Prediction | None
+    prediction: StepPrediction | None
     validated: bool
     reason: str
 
@@ -65,10 +67,10 @@ def _fit_key(key: ModelKey, points: Sequence[StoredPoint]) -> Coefficients | str
     return _FITS[ids]
 
 
-_PREDICTIONS: dict[tuple[str, Load, EngineShape, Card, Coefficients], Prediction] = {}
+_PREDICTIONS: dict[tuple[str, StepLoad, EngineShape, Card, Coefficients], StepPrediction] = {}
 
 
-def _predict(p: StoredPoint, coef: Coefficients) -> Prediction:
+def _predict(p: StoredPoint, coef: Coefficients) -> StepPrediction:
     """`predict` for the point, once per input (repeats of one config replay the same)."""
     inputs = (p.model, p.load, p.engine, p.card, coef)
     if inputs not in _PREDICTIONS:

@@ -25,7 +25,7 @@ def prediction_rows(predicted: dict[str, PointPrediction]) -> list[tuple[str, st
 
 def model_rows(points: Sequence[StoredPoint]) -> list[dict[str, Any]]:
     """The fitted coefficients of every key the points cover, with the points and runs behind them."""
-    from compiler.stepmodel import coefficients_dict
+    from compiler.stepcost import coefficients_dict
 
     rows = []
     for key, coef in fit_keys(points).items():

@@ -21,7 +21,7 @@ from compiler.expr import ExprError
 from compiler.hardware import HardwareError
 from compiler.load import LoadedStudy
 from compiler.metrics import METRICS
-from compiler.modelmath import ModelError
+from compiler.modelconfig import ModelError
 from compiler.study import Hypothesis
 from report.context import StudyContext, build_context, side_label
 from report.intervals import Interval, Layout, mean_interval, ratio_interval

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from compiler.load import LoadedStudy
-from compiler.modelmath import ModelShape, ceiling, decode_placement
+from compiler.modelmath import ModelShape, decode_placement, roofline_flops_per_s
 from report import charts
 from report.context import StudyContext
 from report.page_models import Chart
@@ -145,7 +145,7 @@ def _roofline(ctx: StudyContext, data: RunData) -> tuple[Chart | None, str]:
     lo = min(min(p["intensity"] for p in points) / 4, min(c.ridge for _, c in cards) / 8)
     hi = max(max(p["intensity"] for p in points) * 4, max(c.ridge for _, c in cards) * 8)
     steps = 48
-    ceilings = [{"ceiling": label, "intensity": x, "flops_per_s": ceiling(card, x)}
+    ceilings = [{"ceiling": label, "intensity": x, "flops_per_s": roofline_flops_per_s(card, x)}
                 for label, card in cards for x in (lo * (hi / lo) ** (i / steps) for i in range(steps + 1))]
     caption = ("Each measured point's decode step placed by the model math: intensity = FLOPs / bytes read "
                "(weights + KV at the mean batch in flight and mid-output context); attained = FLOPs per token "

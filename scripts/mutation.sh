@@ -20,6 +20,7 @@ CHILDREN="${MUTATION_CHILDREN:-2}"
 # name | module | fast tests (space separated)
 MODULES=(
   "modelmath|compiler/modelmath.py|tests/compiler/test_modelmath.py tests/compiler/test_modelmath_edges.py"
+  "modelconfig|compiler/modelconfig.py|tests/compiler/test_modelmath.py tests/compiler/test_modelmath_edges.py"
   "expr|compiler/expr.py|tests/compiler/test_expr.py tests/compiler/test_expr_edges.py"
   "sse|runner/sse.py|tests/runner/test_sse.py tests/runner/test_sse_edges.py"
   "metrics|runner/metrics.py|tests/runner/test_metrics.py tests/runner/test_metrics_parse.py"

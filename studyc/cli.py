@@ -185,7 +185,8 @@ def model(path: Path | None, db: Path | None, ledger: bool, batch: int, context:
     coefficients per GPU, vLLM version, model family and engine options; with --ledger too, its
     leave-one-study-out error by study, GPU, vLLM version and metric."""
     from compiler.hardware import HardwareError, get_hardware
-    from compiler.modelmath import ModelError, describe, load_model
+    from compiler.modelconfig import ModelError, load_model
+    from compiler.modelmath import describe
     from studyc.errors import SpecError
 
     if (path is None) == (db is None):

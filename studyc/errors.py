@@ -25,10 +25,6 @@ class SpecError(StudycError):
         click.echo(self.format_message(), err=True)
 
 
-class PlanError(StudycError):
-    """A study is valid on its own but cannot be compiled into a plan."""
-
-
 class EngineError(StudycError):
     """The serving engine failed to start, answer or stop."""
 

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from compiler.hardware import HARDWARE, Hardware, HardwareError, get_hardware
-from compiler.modelmath import ModelError, ModelShape, describe, load_model
+from compiler.modelconfig import ModelError, load_model
+from compiler.modelmath import ModelShape, describe
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 MIB = 1 << 20

@@ -174,7 +174,7 @@ def test_run_dry_run_prints_every_plan_and_validates_all_first() -> None:
 def test_engine_settings_read_once_from_the_argv() -> None:
     """A launch's typed engine settings: what the step-time model and the report read instead of the argv."""
     from compiler.plan import Engine
-    from compiler.stepmodel import EngineShape
+    from compiler.stepcost import EngineShape
 
     eager = Engine.from_argv(["serve", "/x/models/m", "--served-model-name", "m", "--enforce-eager",
                               "--max-num-batched-tokens", "2048", "--max-num-seqs=64", "--dtype", "float16",

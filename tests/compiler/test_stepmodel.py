@@ -8,21 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from compiler import stepmodel
-from compiler.modelmath import load_model
-from compiler.stepmodel import (
-    Card,
-    Coefficients,
-    EngineShape,
-    Load,
-    Observation,
-    cache_hit_tokens,
-    decode_step_s,
-    evaluate,
-    fit,
-    predict,
-    replay,
-)
+from compiler import stepfit, stepreplay
+from compiler.modelconfig import load_model
+from compiler.stepcost import Card, Coefficients, EngineShape, decode_step_s, overlap_terms, scale, step_work
+from compiler.stepfit import START, Observation, fit, fit_at
+from compiler.stepreplay import StepLoad, cache_hit_tokens, evaluate, predict, replay
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 QWEN8B = load_model(MODELS / "qwen3-8b")
@@ -34,7 +24,7 @@ GRAPHS = EngineShape()
 
 def step_terms(shape, engine, chunks):
     """A step's features with streaming and compute added (overlap p = 1)."""
-    return stepmodel.overlap_terms(stepmodel.step_work(shape, engine, chunks), None, None)
+    return overlap_terms(step_work(shape, engine, chunks), None, None)
 
 
 def test_batch_1_vs_64_dense():
@@ -74,25 +64,25 @@ def test_bad_inputs_fail():
     with pytest.raises(ValueError, match="step_s"):
         Coefficients(-1.0, 0, 1, 1, 0, 0)
     with pytest.raises(ValueError, match="cached_tokens"):
-        Load(1, 2, 128, 8, (0,))
+        StepLoad(1, 2, 128, 8, (0,))
     with pytest.raises(ValueError, match="concurrency"):
-        Load(0, 2, 128, 8)
+        StepLoad(0, 2, 128, 8)
     with pytest.raises(ValueError, match="batch"):
         decode_step_s(QWEN8B, GRAPHS, CARD, COEF, 0, 10)
     with pytest.raises(ValueError, match="zero-length"):
-        predict(QWEN8B, Load(1, 1, 16, 4), GRAPHS, CARD, Coefficients(0, 0, 0, 0, 0, 0))
+        predict(QWEN8B, StepLoad(1, 1, 16, 4), GRAPHS, CARD, Coefficients(0, 0, 0, 0, 0, 0))
     with pytest.raises(ValueError, match="nothing to fit"):
         fit([])
 
 
 def test_replay_c1_one_token_per_step():
-    point = replay(QWEN8B, Load(1, 3, 128, 8), GRAPHS, CARD, COEF)
+    point = replay(QWEN8B, StepLoad(1, 3, 128, 8), GRAPHS, CARD, COEF)
     assert point.steps == 3 * 8  # one prefill step and seven decode steps per request
     assert point.tpot[0] == pytest.approx(1.0) and point.tpot[1] == pytest.approx(1.0)
     # Each request is admitted once (admit_s) and its last token travels once (request_s).
     assert point.window[5] == 3.0 and point.window[4] == 3.0
     assert point.burst == (0.0,) * 6  # one slot: no burst
-    single = predict(QWEN8B, Load(1, 2, 128, 1), GRAPHS, CARD, COEF)
+    single = predict(QWEN8B, StepLoad(1, 2, 128, 1), GRAPHS, CARD, COEF)
     assert single.tpot_s is None and single.ttft_s > COEF.request_s + COEF.admit_s
 
 
@@ -100,7 +90,7 @@ def test_prefill_whole_or_chunked():
     monolithic = EngineShape(budget_tokens=4096, chunked_prefill=False)
     chunked = EngineShape(budget_tokens=4096)
     assert not monolithic.chunked_prefill and chunked.chunked_prefill
-    load = Load(3, 3, 2500, 2)
+    load = StepLoad(3, 3, 2500, 2)
     # Chunked: 2500 + 1596 | decode, 904 + 2500 | decode, decode. Whole prompts only: the second waits a
     # step for room, the third another: 2500 | decode + 2500 | decode + 2500 | decode.
     coef = replace(COEF, admit_s=0.0)  # all three schedulable at the first step
@@ -110,11 +100,11 @@ def test_prefill_whole_or_chunked():
 
 def test_decode_runs_in_bulk_equal_step_by_step(monkeypatch):
     # A run of pure decode steps is replayed in bulk; one step at a time gives the same features.
-    load = Load(64, 160, 128, 96)
+    load = StepLoad(64, 160, 128, 96)
     coef = replace(COEF, overlap=2.0)
     bulk = replay(QWEN8B, load, GRAPHS, CARD, coef)
-    run = stepmodel._decode_run
-    monkeypatch.setattr(stepmodel, "_decode_run", lambda *a: run(*a[:5], 1, *a[6:]))
+    run = stepreplay._decode_run
+    monkeypatch.setattr(stepreplay, "_decode_run", lambda *a: run(*a[:5], 1, *a[6:]))
     single = replay(QWEN8B, load, GRAPHS, CARD, coef)
     assert bulk.steps == single.steps
     for name in ("tpot", "ttft", "window", "burst"):
@@ -122,13 +112,13 @@ def test_decode_runs_in_bulk_equal_step_by_step(monkeypatch):
 
 
 def test_admission_queue_spreads_a_burst():
-    warm = Load(64, 64, 1024, 32, (cache_hit_tokens(1024),) * 64)
+    warm = StepLoad(64, 64, 1024, 32, (cache_hit_tokens(1024),) * 64)
     at_once = replay(QWEN8B, warm, GRAPHS, CARD, replace(COEF, admit_s=0.0))
     queued = replay(QWEN8B, warm, GRAPHS, CARD, COEF)
     # Without a queue the cached burst is one prefill step; with one, 64 admissions of 3 ms reach the
     # engine over 192 ms, so it runs many smaller steps, and the last first token waits for the last.
     assert at_once.steps == 32 and queued.steps > 40
-    burst_s = sum(t * c for t, c in zip(stepmodel.scale(queued.burst, CARD), COEF.as_terms(), strict=True))
+    burst_s = sum(t * c for t, c in zip(scale(queued.burst, CARD), COEF.as_terms(), strict=True))
     assert burst_s > 64 * COEF.admit_s  # the last first token follows all 64 admissions
     assert evaluate(queued, CARD, COEF).ttft_s > 0.5 * 64 * COEF.admit_s
     # Tokens made while the front end admits reach the client when it is done: the first requests'
@@ -140,8 +130,8 @@ def test_admission_queue_spreads_a_burst():
 
 def test_budget_queues_a_burst_and_cache_hits_skip_prefill():
     coef = replace(COEF, admit_s=0.0)
-    cold = replay(QWEN8B, Load(16, 16, 1024, 4), GRAPHS, CARD, coef)
-    warm = replay(QWEN8B, Load(16, 16, 1024, 4, (cache_hit_tokens(1024),) * 16), GRAPHS, CARD, coef)
+    cold = replay(QWEN8B, StepLoad(16, 16, 1024, 4), GRAPHS, CARD, coef)
+    warm = replay(QWEN8B, StepLoad(16, 16, 1024, 4, (cache_hit_tokens(1024),) * 16), GRAPHS, CARD, coef)
     # 8 prompts fit the 8192-token budget; the next step's 8 decode tokens leave the 16th prompt a
     # chunk of 1016, finished the step after: last first token at step 2, last end at step 5.
     assert cold.steps == 6
@@ -150,14 +140,14 @@ def test_budget_queues_a_burst_and_cache_hits_skip_prefill():
 
 
 def _synthetic(coef):
-    loads = [Load(c, r, i, o, cached) for c, r, i, o, cached in [
+    loads = [StepLoad(c, r, i, o, cached) for c, r, i, o, cached in [
         (1, 4, 128, 64, ()), (8, 16, 128, 64, ()), (32, 64, 1024, 32, ()), (64, 64, 128, 128, ()),
         (128, 128, 1024, 16, (cache_hit_tokens(1024),) * 128), (32, 32, 1024, 64, (cache_hit_tokens(1024),) * 32)]]
     obs = []
     for load in loads:
         terms = replay(QWEN8B, load, GRAPHS, CARD, coef)
         pr = evaluate(terms, CARD, coef)
-        burst = sum(t * c for t, c in zip(stepmodel.scale(terms.burst, CARD), coef.as_terms(), strict=True))
+        burst = sum(t * c for t, c in zip(scale(terms.burst, CARD), coef.as_terms(), strict=True))
         obs.append(Observation(QWEN8B, load, GRAPHS, CARD, pr.tpot_s, pr.ttft_s, pr.window_s, burst or None))
     return obs
 
@@ -166,7 +156,7 @@ def test_fit_converges_to_known_coefficients():
     obs = _synthetic(COEF)
     got = fit(obs, prior=0.0)
     # Replay-then-fit from the default start reaches the coefficients that made the data.
-    assert got.changes[-1] <= stepmodel.TOLERANCE and got.iterations < stepmodel.MAX_ITERATIONS
+    assert got.changes[-1] <= stepfit.TOLERANCE and got.iterations < stepfit.MAX_ITERATIONS
     for name in ("step_s", "seq_s", "mem", "flop", "request_s", "admit_s"):
         assert getattr(got.coefficients, name) == pytest.approx(getattr(COEF, name), rel=0.02, abs=1e-6), name
     # One model size cannot separate the fixed step cost from weight streaming: the default prior
@@ -184,7 +174,7 @@ def test_fit_searches_admit_s_on_a_grid_then_frees_it():
     keeps it there exactly), then frees it from the best."""
     truth = replace(COEF, admit_s=6e-3)
     obs = _synthetic(truth)
-    held = stepmodel.fit_at(obs, 0.0, replace(stepmodel.START, admit_s=2e-3), admit_s=2e-3).coefficients
+    held = fit_at(obs, 0.0, replace(START, admit_s=2e-3), admit_s=2e-3).coefficients
     assert held.admit_s == 2e-3
     on_grid = fit(obs, prior=0.0, admits=(2e-3, 6e-3)).coefficients
     assert on_grid.admit_s == pytest.approx(6e-3, rel=0.02)
@@ -195,13 +185,13 @@ def test_fit_searches_admit_s_on_a_grid_then_frees_it():
 
 
 def test_fit_that_does_not_settle_fails(monkeypatch):
-    monkeypatch.setattr(stepmodel, "MAX_ITERATIONS", 1)
+    monkeypatch.setattr(stepfit, "MAX_ITERATIONS", 1)
     with pytest.raises(ValueError, match="did not converge"):
         fit(_synthetic(COEF), prior=0.0)
 
 
 def test_overlap_joins_streaming_and_compute():
-    work = stepmodel.step_work(QWEN8B, GRAPHS, [(1, 256, True)] * 128)
+    work = step_work(QWEN8B, GRAPHS, [(1, 256, True)] * 128)
     # The matmuls stream the weights and compute 2 FLOPs per parameter and token; the attention kernel
     # streams the KV cache and computes attention.
     assert work[2] == pytest.approx(QWEN8B.decode_weight_bytes(128))
@@ -212,7 +202,7 @@ def test_overlap_joins_streaming_and_compute():
 
     def seconds(p):
         coef = replace(COEF, overlap=p)
-        return sum(t * c for t, c in zip(stepmodel.scale(stepmodel.overlap_terms(work, CARD, coef), CARD),
+        return sum(t * c for t, c in zip(scale(overlap_terms(work, CARD, coef), CARD),
                                          coef.as_terms(), strict=True))
 
     fixed = COEF.step_s + COEF.seq_s * 128
@@ -235,6 +225,6 @@ def test_fit_chooses_the_overlap_that_made_the_data():
 def test_a_whole_prompt_larger_than_the_budget_fails_not_hangs():
     monolithic = EngineShape(budget_tokens=2048, chunked_prefill=False)
     with pytest.raises(ValueError, match="never fits the budget of 2048"):
-        replay(QWEN8B, Load(1, 1, 3000, 4), monolithic, CARD, COEF)
+        replay(QWEN8B, StepLoad(1, 1, 3000, 4), monolithic, CARD, COEF)
     # Chunked, the same prompt takes two steps and then decodes.
-    assert replay(QWEN8B, Load(1, 1, 3000, 4), EngineShape(budget_tokens=2048), CARD, COEF).steps == 2 + 3
+    assert replay(QWEN8B, StepLoad(1, 1, 3000, 4), EngineShape(budget_tokens=2048), CARD, COEF).steps == 2 + 3

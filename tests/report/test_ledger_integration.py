@@ -13,10 +13,10 @@ from click.testing import CliRunner
 
 from compiler.hardware import get_hardware
 from compiler.load import load_study
-from compiler.modelmath import load_model
+from compiler.modelconfig import load_model
 from compiler.plan_compile import compile_study
 from compiler.predict_env import Calibrated, build_env
-from compiler.stepmodel import Card, Coefficients
+from compiler.stepcost import Card, Coefficients
 from runner.records import PointRecord, RunRecord
 from runner.run import Progress, _predictions
 from runner.store import Store

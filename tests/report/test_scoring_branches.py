@@ -15,7 +15,7 @@ import pytest
 
 from compiler.hardware import get_hardware
 from compiler.load import LoadedStudy, load_study
-from compiler.modelmath import ModelError, load_model
+from compiler.modelconfig import ModelError, load_model
 from compiler.study import Where
 from report.context import model_dir, serving_dtypes
 from report.intervals import Obs, fixed_critical, ratio_interval, t_quantile

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from compiler.hardware import get_hardware
 from compiler.load import load_study
-from compiler.modelmath import load_model
+from compiler.modelconfig import load_model
 from report.audit import md_cell
 from report.context import build_context, serving_dtypes
 from report.results import latest_runs
