@@ -39,6 +39,7 @@ sys.path.insert(0, str(REPO))
 from runner import metrics  # noqa: E402
 from runner.loadgen import RequestSpec, make_prompts, run_load  # noqa: E402
 from runner.nvml import NvmlSampler  # noqa: E402
+from studyc.settings import load_settings  # noqa: E402
 
 CONDITIONS = ("none", "poller", "nvml", "both")
 CPU_SERVE = ("--load-format dummy --max-model-len 2048 --max-num-seqs 16 --kv-cache-memory-bytes 256M "
@@ -99,7 +100,7 @@ def main() -> int:
             log = Path(tempfile.mkdtemp(prefix="disturbance-")) / "server.log"
             server = stack.enter_context(VllmServer(
                 ["serve", args.model, *shlex.split(serve)], env=env, log_path=log,
-                command=shlex.split(args.engine), startup_timeout_s=900))
+                command=shlex.split(args.engine), startup_timeout_s=900, key_dir=load_settings().cache_path))
             base, key = server.base_url, server.api_key
             print(f"server up at {base} (log {log})", file=sys.stderr)
 

@@ -32,7 +32,6 @@ from runner.introspect import (
     startup_failure,
 )
 from studyc.errors import EngineError
-from studyc.settings import load_settings
 
 __all__ = [
     "BASE_ENV",
@@ -141,41 +140,38 @@ class VllmServer:
     """`vllm serve` in its own process group, bound to 127.0.0.1 with a random API key.
 
     `argv_tail` is what follows the vLLM command (`["serve", MODEL, ...]`), without
-    --host/--port/--api-key. `command` defaults to STUDYC_VLLM, split like a shell would.
+    --host/--port/--api-key. `command` is the engine command (STUDYC_VLLM, split like a shell would),
+    `key_dir` the folder of the servers' API key (`server_api_key`): the caller reads the settings.
     """
 
     def __init__(
         self,
         argv_tail: Sequence[str],
         *,
-        env: Mapping[str, str] | None = None,
+        command: Sequence[str],
+        startup_timeout_s: float,
+        key_dir: Path,
         log_path: Path,
-        command: Sequence[str] | None = None,
-        startup_timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
         port: int | None = None,
         stop_timeout_s: float = 15.0,
-        gpu_index: int | None = None,
+        gpu_index: int = 0,
     ) -> None:
         reserved = [a for a in argv_tail if a.split("=", 1)[0] in _RESERVED_FLAGS]
         if reserved:
             raise EngineError(f"engine arguments must not set {', '.join(reserved)}: studyc sets them")
-        settings = None
-        if command is None or startup_timeout_s is None or gpu_index is None:
-            settings = load_settings()
-        self.command = list(command) if command is not None else settings.vllm_argv  # type: ignore[union-attr]
+        self.command = list(command)
         if not self.command:
             raise EngineError("empty engine command (STUDYC_VLLM)")
         self.argv_tail = list(argv_tail)
         self.extra_env = dict(env or {})
         self.log_path = Path(log_path)
-        self.startup_timeout_s = (
-            startup_timeout_s if startup_timeout_s is not None else settings.startup_timeout_s  # type: ignore[union-attr]
-        )
+        self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
-        self.gpu_index = gpu_index if gpu_index is not None else settings.gpu_index  # type: ignore[union-attr]
+        self.gpu_index = gpu_index
         self._auto_port = port is None
         self.port = port if port is not None else free_port()
-        self.api_key = server_api_key((settings or load_settings()).cache_path)
+        self.api_key = server_api_key(key_dir)
         self.info: ServerInfo | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner import metrics
+from runner import metrics, nvml
 from studyc.settings import derive_python, is_python_executable
 
 __all__ = [
@@ -165,8 +165,6 @@ def describe(
         except ValueError:
             pass
     torch_version = _clean(system_env.get("torch_version")) or _torch_version_from_python(command)
-
-    from runner import nvml  # lazy: NVML is only loaded where a GPU is asked about
 
     gpu = nvml.gpu_info(gpu_index)
     gpu_name = gpu["name"] if gpu else _first_gpu_model(_clean(system_env.get("nvidia_gpu_models")))

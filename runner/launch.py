@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from compiler.plan import Launch, PointStep
+from runner.engine import VllmServer
 from runner.pinning import pin_engine, pin_front_end
 from runner.placement import Placement
 from runner.point import Endpoint, PointContext, PointOutcome, log_since, log_size, log_warnings, run_point
 from runner.records import ServerRecord, redact_argv
 from runner.store import as_json
+from runner.tokenizer import ensure_tokenizer
 from studyc.errors import EngineError
 
 COMPILE_CACHE_ENV = ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR")
@@ -40,8 +42,9 @@ class LaunchSpec:
     ctx: PointContext  # client CPUs and the NVML device are this launch's own
     engine_command: tuple[str, ...]
     log_dir: Path
+    key_dir: Path  # the servers' API key's folder (STUDYC_CACHE_DIR; `runner.engine.server_api_key`)
+    startup_timeout_s: float
     cache_root: Path | None = None  # vLLM's compile cache, shared by every run (STUDYC_CACHE_DIR; vLLM keys it)
-    startup_timeout_s: float | None = None
     gpu_host: bool = False  # True: each server gets CUDA_VISIBLE_DEVICES for its devices
     # Ids for this launch's servers when they differ from the plan's: a resumed launch starts new
     # servers, which must not overwrite the rows of the ones that measured its earlier points.
@@ -148,14 +151,10 @@ def run_launch(
     interlude: Interlude | None = None,
 ) -> None:
     """Start the launch's servers (all at once), run its points across them, stop them."""
-    from runner.engine import VllmServer
-
     launch = spec.launch
     cancel = cancel or Cancel()
     spec.log_dir.mkdir(parents=True, exist_ok=True)
     if Path(launch.model_dir, "config.json").is_file():
-        from runner.tokenizer import ensure_tokenizer
-
         ensure_tokenizer(launch.model_dir)
     servers: list[Any] = []
     records: list[ServerRecord] = []
@@ -164,7 +163,7 @@ def run_launch(
         log_path = spec.log_dir / (sid.replace("/", "__") + ".log")
         server = VllmServer(
             launch.argv, env=server_env(spec, devices), log_path=log_path, command=list(spec.engine_command),
-            startup_timeout_s=spec.startup_timeout_s,
+            startup_timeout_s=spec.startup_timeout_s, key_dir=spec.key_dir,
             gpu_index=int(devices[0]) if spec.gpu_host and devices[0].isdigit() else 0,
         )
         records.append(ServerRecord(

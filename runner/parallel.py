@@ -20,15 +20,13 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from runner.driver import Driver, RunOptions
 from runner.launch import Cancel, LaunchSpec, PointEvent, StartedEvent, run_launch
 from runner.point import PointOutcome
 from studyc import format as fmt
 from studyc.errors import EngineError
-
-if TYPE_CHECKING:
-    from runner.run import RunOptions, _Driver
 
 NOISE_FACTOR = 2.0
 NOISE_FLOOR = 0.01
@@ -57,14 +55,14 @@ def interference_result(point_id: str, alone: list[float | None], beside: float 
     return out
 
 
-def interference_state(driver: _Driver) -> tuple[bool, bool]:
+def interference_state(driver: Driver) -> tuple[bool, bool]:
     """(still to measure, one launch at a time). Interference is measured once per run, by the first
     executor call with two launches; a gate it closed keeps later calls (budget blocks) sequential."""
     measured = driver.report.interference
     return measured is None, measured is not None and not measured["parallel"]
 
 
-def record_interference(driver: _Driver, found: dict[str, Any]) -> bool:
+def record_interference(driver: Driver, found: dict[str, Any]) -> bool:
     """Store the interference record on the run and say what the gate decided; True when launches
     may keep running side by side."""
     driver.report.interference = found
@@ -124,7 +122,7 @@ class _Turns:
             self.cond.notify_all()
 
 
-def run_parallel(specs: list[LaunchSpec], driver: _Driver, options: RunOptions) -> None:
+def run_parallel(specs: list[LaunchSpec], driver: Driver, options: RunOptions) -> None:
     """Run the launches (each wanted, with points left) on their slots at once; returns when all are
     done. The driver's exceptions (a failed point or server without --keep-going) and Ctrl-C stop every
     server, then propagate."""
@@ -147,7 +145,7 @@ def run_parallel(specs: list[LaunchSpec], driver: _Driver, options: RunOptions) 
     def interlude(again: Callable[[], PointOutcome], first_outcome: PointOutcome) -> None:
         alone = [again(), again()]
         turns.update(hold=None)
-        wait_s = (options.startup_timeout_s or 600.0) + 60.0
+        wait_s = options.startup_timeout_s + 60.0
         beside = again() if other_measuring.wait(wait_s) else None
         beside_id = next((s.launch.id for i, s in enumerate(specs) if i != first and turns.started[i]), None)
         events.put(("interference", interference_result(
@@ -201,7 +199,7 @@ def run_parallel(specs: list[LaunchSpec], driver: _Driver, options: RunOptions) 
         raise
 
 
-def _drain(events: queue.Queue[tuple[str, Any]], driver: _Driver) -> None:
+def _drain(events: queue.Queue[tuple[str, Any]], driver: Driver) -> None:
     """Commit the points that completed before the stop (they are valid measurements)."""
     while True:
         try:

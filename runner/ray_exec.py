@@ -32,8 +32,9 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from runner.driver import Driver, RunOptions, fresh_server_ids, run_phases
 from runner.launch import (
     Cancel,
     LaunchSpec,
@@ -44,14 +45,12 @@ from runner.launch import (
     point_owner,
     run_launch,
 )
+from runner.nvml import gpu_info
 from runner.parallel import interference_result, interference_state, record_interference, throughput
 from runner.placement import Placement
 from runner.point import PointOutcome
 from runner.ray_gate import Gate
 from studyc.errors import EngineError, StudycError
-
-if TYPE_CHECKING:
-    from runner.run import RunOptions, _Driver
 
 LOCAL = "local"  # --ray without an address: start a Ray cluster on this host
 MISSING = "studyc run --ray needs Ray, which is not installed: pip install 'studyc[ray]'"
@@ -62,7 +61,7 @@ STOP_WAIT_S = 60.0
 def require_ray() -> Any:
     """The ray module, or a StudycError saying how to install it."""
     try:
-        import ray
+        import ray  # optional (studyc[ray]): imported only when --ray asks for it
     except ImportError:
         raise StudycError(MISSING) from None
     return ray
@@ -166,7 +165,7 @@ class LaunchWorker:
     def run(self, spec: LaunchSpec, interference_wait_s: float | None = None) -> Iterator[Any]:
         """Run the launch, streaming its events; with `interference_wait_s`, measure interference after
         its first point (`Alone`, then `Beside` once `beside_started` is called or the wait is over)."""
-        import ray
+        import ray  # optional: see require_ray
 
         spec = localize(spec, _gpu_ids())
         items: queue.Queue[Any] = queue.Queue()
@@ -208,7 +207,7 @@ class LaunchWorker:
 
 
 def _gpu_ids() -> list[str]:
-    import ray
+    import ray  # optional: see require_ray
 
     return [str(g) for g in ray.get_gpu_ids()]
 
@@ -217,8 +216,6 @@ def localize(spec: LaunchSpec, gpu_ids: list[str]) -> LaunchSpec:
     """The spec on the node Ray chose: its servers on the GPU ids Ray reserved (in order), GPU
     telemetry from the first, the load generator unpinned (the driver does not know the node's CPUs).
     A GPU host is one where NVML sees a GPU; on a CPU host the ids are logical, as with --gpus."""
-    from runner.nvml import gpu_info
-
     placed = spec.placement
     shape = [len(ds) for ds in placed.server_devices]
     if len(gpu_ids) >= sum(shape):
@@ -250,14 +247,12 @@ class _Follow:
     servers: dict[str, Any] = field(default_factory=dict)  # server_id -> latest ServerRecord
 
 
-def run_ray(specs: list[LaunchSpec], driver: _Driver, options: RunOptions, devices: int) -> None:
+def run_ray(specs: list[LaunchSpec], driver: Driver, options: RunOptions, devices: int) -> None:
     """Run the wanted launches as Ray actors, budget blocks after what they depend on
-    (`runner.run.run_phases`); returns when all are done. A failed point or server without
+    (`runner.driver.run_phases`); returns when all are done. A failed point or server without
     --keep-going, and Ctrl-C, stop every launch (their servers too), then propagate."""
-    from runner.run import run_phases
-
     ray, started_here = connect(options.ray or LOCAL, devices)
-    wait_s = (options.startup_timeout_s or 600.0) + 60.0
+    wait_s = options.startup_timeout_s + 60.0
     try:
         run_phases(specs, driver, lambda some: _run(ray, some, driver, wait_s))
     finally:
@@ -265,7 +260,8 @@ def run_ray(specs: list[LaunchSpec], driver: _Driver, options: RunOptions, devic
             ray.shutdown()
 
 
-def _run(ray: Any, specs: list[LaunchSpec], driver: _Driver, wait_s: float) -> None:
+def _run(ray: Any, specs: list[LaunchSpec], driver: Driver, wait_s: float) -> None:
+    # optional: see require_ray
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -400,11 +396,9 @@ def _run(ray: Any, specs: list[LaunchSpec], driver: _Driver, wait_s: float) -> N
         raise
 
 
-def _fresh_ids(driver: _Driver, spec: LaunchSpec) -> tuple[str, ...]:
+def _fresh_ids(driver: Driver, spec: LaunchSpec) -> tuple[str, ...]:
     """The fresh worker's server ids ("<id>~2", as a resumed launch's): the lost servers keep their rows
     and logs, and each point names the start that measured it."""
-    from runner.run import fresh_server_ids
-
     return fresh_server_ids(spec.launch, {s.server_id for s in driver.store.servers(driver.run_id)})
 
 
@@ -418,7 +412,7 @@ def _finish(live: dict[int, _Follow], lock: threading.Lock, f: _Follow) -> None:
             del live[f.index]
 
 
-def _lost(driver: _Driver, f: _Follow, why: str) -> tuple[Any, ...]:
+def _lost(driver: Driver, f: _Follow, why: str) -> tuple[Any, ...]:
     """Record the loss: servers that were up marked failed, the point in flight failed. Returns the
     points to dispatch again (none once the launch is out of retries)."""
     launch = f.spec.launch
@@ -467,7 +461,7 @@ def _stop(ray: Any, live: dict[int, _Follow], lock: threading.Lock) -> None:
                 pass
 
 
-def _drain(events: queue.Queue[tuple[str, Any]], driver: _Driver) -> None:
+def _drain(events: queue.Queue[tuple[str, Any]], driver: Driver) -> None:
     """Commit the points that completed before the stop (they are valid measurements)."""
     while True:
         try:

@@ -285,10 +285,12 @@ def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry
     if dry_run:
         click.echo("\n".join(format_plan(plan) for plan in plans), nl=False)
         return
+    from runner.driver import run_options
     from runner.engine import check_engine
     from runner.nvml import gpu_info
     from runner.preflight import check_hardware
-    from runner.run import run_options, run_plan
+    from runner.run import run_plan
+    from studyc.predictions import predict_run
     from studyc.progress import LiveProgress
     from studyc.settings import load_settings
 
@@ -301,7 +303,7 @@ def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry
     engine = check_engine(settings.vllm_argv, cache_dir=settings.cache_path)
     click.echo(f"engine: {' '.join(settings.vllm_argv)} ({engine.version}); GPU: {gpu_name or 'none'}", err=True)
     options = run_options(settings, db, resume=resume, keep_going=keep_going, calibrate=not no_calibrate,
-                          gpus=gpus, ray=ray_address)
+                          gpus=gpus, ray=ray_address, predict=predict_run)
     failed = False
     signal.signal(signal.SIGTERM, _stop_on_term)  # `timeout`, `kill`, a batch scheduler: stop as on Ctrl-C
     for plan in plans:

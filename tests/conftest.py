@@ -76,13 +76,17 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) 
     if why:
         pytest.skip(why)
     from runner.engine import VllmServer, _group_alive
+    from studyc.settings import load_settings
 
     log = tmp_path_factory.mktemp("vllm") / "server.log"
+    settings = load_settings()
     server = VllmServer(
         ["serve", str(tiny_model_dir), *TINY_SERVE_FLAGS],
         env=TINY_SERVE_ENV,
         log_path=log,
         startup_timeout_s=300,
+        command=settings.vllm_argv,
+        key_dir=settings.cache_path,
     )
     with server as running:
         assert running is server and server.info is not None
