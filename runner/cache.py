@@ -11,17 +11,11 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 
-from runner import metrics
+from runner.http import http_call
 
 RESET_ATTEMPTS = 5
-
-# Loopback only: never route a local engine through an HTTP proxy from the environment.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
 
 @dataclass(frozen=True)
 class ResetResult:
@@ -39,23 +33,6 @@ class ResetOutcome:
     ok: bool
     attempts: int
     last: ResetResult | None = None
-
-
-def _post(url: str, api_key: str | None, timeout_s: float) -> tuple[int, str]:
-    req = urllib.request.Request(url, method="POST", data=b"")
-    if api_key:
-        req.add_header("Authorization", f"Bearer {api_key}")
-    try:
-        with _OPENER.open(req, timeout=timeout_s) as resp:
-            return int(resp.status), resp.read().decode("utf-8", "replace")
-    except urllib.error.HTTPError as exc:
-        try:
-            body = exc.read().decode("utf-8", "replace")
-        except OSError:
-            body = ""
-        return int(exc.code), body
-    except (urllib.error.URLError, OSError) as exc:
-        return 0, str(getattr(exc, "reason", exc))
 
 
 def confirmed(status: int, body: str) -> bool:
@@ -80,7 +57,7 @@ def reset_prefix_cache(
     url = base_url.rstrip("/") + "/reset_prefix_cache"
     if reset_running_requests:
         url += "?reset_running_requests=true"
-    status, body = _post(url, api_key, timeout_s)
+    status, body = http_call("POST", url, api_key, timeout_s)
     return ResetResult(ok=confirmed(status, body), status=status, body=body)
 
 
@@ -136,12 +113,3 @@ class CacheState:
             return False, "no prefix-cache queries in the window: cannot verify"
         rate = self.hits / self.queries
         return rate <= max_hit_rate, f"hit rate {100 * rate:.2f}% (max {100 * max_hit_rate:.2f}%)"
-
-
-def cache_state(reset_ok: bool | None, before: metrics.Snapshot, after: metrics.Snapshot) -> CacheState:
-    """The counters' deltas between two scrapes that bracket the measured window."""
-    return CacheState(
-        reset_ok=reset_ok,
-        queries=metrics.delta(before, after, metrics.PREFIX_CACHE_QUERIES),
-        hits=metrics.delta(before, after, metrics.PREFIX_CACHE_HITS),
-    )

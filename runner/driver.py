@@ -6,6 +6,7 @@ every event; `run_phases` orders required launches before each budget block.
 
 from __future__ import annotations
 
+import queue
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
@@ -216,6 +217,21 @@ def run_phases(specs: list[LaunchSpec], driver: Driver, execute: Callable[[list[
                 driver.report.launches_not_needed.append(spec.launch.id)
         if phase:
             execute(phase)
+
+
+def drain(events: queue.Queue[tuple[str, Any]], driver: Driver) -> None:
+    """After a stop, commit the points an executor's queue still holds that completed (they are valid
+    measurements); the rest of the queue is dropped."""
+    while True:
+        try:
+            kind, payload = events.get_nowait()
+        except queue.Empty:
+            return
+        if kind == "event" and isinstance(payload, PointEvent) and payload.outcome.status == "ok":
+            try:
+                driver.handle(payload)
+            except Exception:  # already stopping
+                return
 
 
 def stored_run(store: Store, run_id: str) -> RunRecord:

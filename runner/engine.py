@@ -21,27 +21,26 @@ import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Protocol, Self
+from typing import IO, Self
 
+from runner.http import http_call
 from runner.introspect import (
     LOG_TAIL_LINES,
     ServerInfo,
     describe,
-    http_call,
     read_log_tail,
     startup_failure,
 )
+from runner.procs import group_members
 from studyc.errors import EngineError
 
 __all__ = [
     "BASE_ENV",
-    "Engine",
     "EngineCheck",
     "ServerInfo",
     "VllmServer",
     "check_engine",
     "free_port",
-    "http_call",
 ]
 
 HOST = "127.0.0.1"
@@ -58,19 +57,6 @@ ENGINE_CHECK_TIMEOUT_S = 180.0  # `vllm --version` imports torch: ~15 s on two b
 _SET_STUDYC_VLLM = "set STUDYC_VLLM to the command that starts vLLM, e.g. .venv-vllm/bin/vllm"
 
 
-class Engine(Protocol):
-    """What the runner needs from an engine; VllmServer is the one implementation."""
-
-    @property
-    def base_url(self) -> str: ...
-
-    def start(self) -> None: ...
-
-    def wait_ready(self) -> ServerInfo: ...
-
-    def stop(self) -> None: ...
-
-
 def free_port(host: str = HOST) -> int:
     """A port the OS says is free now (another process could still take it before vLLM binds)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -80,8 +66,7 @@ def free_port(host: str = HOST) -> int:
 
 def _group_alive(pgid: int) -> list[int]:
     """Pids (not zombies) still in process group `pgid`."""
-    proc = Path("/proc")
-    if not proc.is_dir():  # not Linux: signal 0 says whether anything is left
+    if not Path("/proc").is_dir():  # not Linux: signal 0 says whether anything is left
         try:
             os.killpg(pgid, 0)
         except ProcessLookupError:
@@ -89,19 +74,7 @@ def _group_alive(pgid: int) -> list[int]:
         except PermissionError:
             pass
         return [pgid]
-    alive = []
-    for d in proc.iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
-        rest = stat[stat.rfind(")") + 2 :].split()
-        if len(rest) >= 3 and rest[0] != "Z" and int(rest[2]) == pgid:
-            alive.append(int(d.name))
-    return alive
+    return [pid for pid, _ in group_members(pgid)]
 
 
 _LIVE: weakref.WeakSet[VllmServer] = weakref.WeakSet()

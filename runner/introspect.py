@@ -11,20 +11,18 @@ import os
 import re
 import shlex
 import subprocess
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runner import metrics, nvml
+from runner.http import http_call
 from studyc.settings import derive_python, is_python_executable
 
 __all__ = [
     "ServerInfo",
     "describe",
-    "http_call",
     "kv_capacity_from_metrics",
     "parse_kv_capacity_log",
     "read_log_tail",
@@ -63,27 +61,6 @@ class ServerInfo:
     driver_version: str | None
     # Where kv_capacity_tokens came from: "metrics:kv_cache_size_tokens", "log", "metrics:blocks".
     kv_capacity_source: str | None = None
-
-
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def http_call(method: str, url: str, api_key: str | None = None, timeout_s: float = 10.0) -> tuple[int, str]:
-    """(status, body) of one request; status 0 and the error text when nothing answered."""
-    req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
-    if api_key:
-        req.add_header("Authorization", f"Bearer {api_key}")
-    try:
-        with _OPENER.open(req, timeout=timeout_s) as resp:
-            return int(resp.status), resp.read().decode("utf-8", "replace")
-    except urllib.error.HTTPError as exc:
-        try:
-            body = exc.read().decode("utf-8", "replace")
-        except OSError:
-            body = ""
-        return int(exc.code), body
-    except (urllib.error.URLError, OSError) as exc:
-        return 0, str(getattr(exc, "reason", exc))
 
 
 # ------------------------------------------------------------------------------------- the log

@@ -15,13 +15,14 @@ import json
 import threading
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Self
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from runner.http import open_url
 
 PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries_total"
 PREFIX_CACHE_HITS = "vllm:prefix_cache_hits_total"
@@ -109,14 +110,6 @@ class Snapshot(Mapping[str, float]):
 
     # Named accessors: None when this engine does not expose the metric.
     @property
-    def prefix_cache_queries(self) -> float | None:
-        return self.get(PREFIX_CACHE_QUERIES)
-
-    @property
-    def prefix_cache_hits(self) -> float | None:
-        return self.get(PREFIX_CACHE_HITS)
-
-    @property
     def kv_cache_usage_perc(self) -> float | None:
         """Fraction 0..1 despite the name; averaged over engines."""
         return self.mean(KV_CACHE_USAGE)
@@ -128,10 +121,6 @@ class Snapshot(Mapping[str, float]):
     @property
     def num_requests_waiting(self) -> float | None:
         return self.get(REQUESTS_WAITING)
-
-    @property
-    def num_preemptions(self) -> float | None:
-        return self.get(PREEMPTIONS)
 
     @property
     def prompt_tokens(self) -> float | None:
@@ -175,16 +164,9 @@ def parse(text: str, t_s: float | None = None) -> Snapshot:
     )
 
 
-# Loopback only: never route a local engine through an HTTP proxy from the environment.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
 def fetch_text(url: str, api_key: str | None = None, timeout_s: float = 10.0) -> str:
-    req = urllib.request.Request(url, method="GET")
-    if api_key:
-        req.add_header("Authorization", f"Bearer {api_key}")
     try:
-        with _OPENER.open(req, timeout=timeout_s) as resp:
+        with open_url("GET", url, api_key, timeout_s) as resp:
             return str(resp.read().decode("utf-8", "replace"))
     except urllib.error.HTTPError as exc:
         raise MetricsError(f"GET {url}: HTTP {exc.code}") from exc
@@ -242,11 +224,6 @@ def edge_from_json(text: str) -> Snapshot:
             sums[s.name] = sums.get(s.name, 0.0) + s.value
     return Snapshot(t_s=float(doc["t_s"]), samples=samples, types=MappingProxyType({}),
                     sums=MappingProxyType(sums))
-
-
-def snapshot_json(snap: Snapshot) -> str:
-    """Raw samples as JSON, for storing a scrape so every figure can be recomputed."""
-    return json.dumps([[s.name, dict(s.labels), s.value] for s in snap.samples], separators=(",", ":"))
 
 
 @dataclass(frozen=True)

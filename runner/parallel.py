@@ -22,8 +22,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from runner.driver import Driver, RunOptions
-from runner.launch import Cancel, LaunchSpec, PointEvent, StartedEvent, run_launch
+from runner.driver import Driver, RunOptions, drain
+from runner.launch import Cancel, LaunchSpec, StartedEvent, run_launch
 from runner.point import PointOutcome
 from studyc import format as fmt
 from studyc.errors import EngineError
@@ -195,19 +195,5 @@ def run_parallel(specs: list[LaunchSpec], driver: Driver, options: RunOptions) -
         cancel.stop_all()
         for t in threads:
             t.join(timeout=60)
-        _drain(events, driver)
+        drain(events, driver)
         raise
-
-
-def _drain(events: queue.Queue[tuple[str, Any]], driver: Driver) -> None:
-    """Commit the points that completed before the stop (they are valid measurements)."""
-    while True:
-        try:
-            kind, payload = events.get_nowait()
-        except queue.Empty:
-            return
-        if kind == "event" and isinstance(payload, PointEvent) and payload.outcome.status == "ok":
-            try:
-                driver.handle(payload)
-            except Exception:  # already stopping
-                return

@@ -142,11 +142,6 @@ def place(plan: Plan, devices: Sequence[str], *, gpu_host: bool,
     return out
 
 
-def place_one(launch: Launch, devices: Sequence[str], client_cpus: tuple[int, ...] | None = None) -> Placement:
-    """The placement of a lone launch on the given devices (slot 0)."""
-    return Placement(launch.id, 0, _server_devices(launch, tuple(devices)), client_cpus)
-
-
 def _server_devices(launch: Launch, group: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
     per = max(1, launch.gpus_per_server)
     need = per * max(1, launch.replicas)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from runner.driver import Driver, RunOptions, fresh_server_ids, run_phases
+from runner.driver import Driver, RunOptions, drain, fresh_server_ids, run_phases
 from runner.launch import (
     Cancel,
     LaunchSpec,
@@ -392,7 +392,7 @@ def _run(ray: Any, specs: list[LaunchSpec], driver: Driver, wait_s: float) -> No
                 raise payload
     except BaseException:
         _stop(ray, live, lock)
-        _drain(events, driver)
+        drain(events, driver)
         raise
 
 
@@ -459,20 +459,6 @@ def _stop(ray: Any, live: dict[int, _Follow], lock: threading.Lock) -> None:
                 ray.kill(f.actor)
             except Exception:
                 pass
-
-
-def _drain(events: queue.Queue[tuple[str, Any]], driver: Driver) -> None:
-    """Commit the points that completed before the stop (they are valid measurements)."""
-    while True:
-        try:
-            kind, payload = events.get_nowait()
-        except queue.Empty:
-            return
-        if kind == "event" and isinstance(payload, PointEvent) and payload.outcome.status == "ok":
-            try:
-                driver.handle(payload)
-            except Exception:
-                return
 
 
 def _first_line(exc: BaseException) -> str:

@@ -39,7 +39,6 @@ import duckdb
 from runner.records import (
     CheckResult,
     PointRecord,
-    PointSummary,
     RequestRecord,
     RunRecord,
     ServerRecord,
@@ -613,8 +612,3 @@ _ARROW = _Arrow()
 
 def as_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
-
-
-def summary_fields() -> tuple[str, ...]:
-    """The names of every statistic a point stores (PointSummary's fields)."""
-    return tuple(f.name for f in dataclasses.fields(PointSummary))

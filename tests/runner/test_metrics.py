@@ -17,7 +17,17 @@ import pytest
 from runner import metrics
 from runner.cache import reset_prefix_cache
 from runner.engine import VllmServer
-from runner.metrics import MetricsPoller, Snapshot, delta, parse, prefix_hit_rate, scrape
+from runner.metrics import (
+    PREEMPTIONS,
+    PREFIX_CACHE_HITS,
+    PREFIX_CACHE_QUERIES,
+    MetricsPoller,
+    Snapshot,
+    delta,
+    parse,
+    prefix_hit_rate,
+    scrape,
+)
 
 VLLM_SAMPLES = (
     "vllm:prefix_cache_queries_total",
@@ -80,7 +90,7 @@ def test_scrape_real_server(vllm_server: VllmServer) -> None:
     assert snap["vllm:prefix_cache_queries"] == snap["vllm:prefix_cache_queries_total"]
     assert snap.types["vllm:kv_cache_usage_perc"] == "gauge"
     assert snap.types["vllm:time_to_first_token_seconds"] == "histogram"
-    for value in (snap.prefix_cache_queries, snap.prefix_cache_hits, snap.num_preemptions, snap.prompt_tokens,
+    for value in (snap.get(PREFIX_CACHE_QUERIES), snap.get(PREFIX_CACHE_HITS), snap.get(PREEMPTIONS), snap.prompt_tokens,
                   snap.generation_tokens, snap.num_requests_running, snap.num_requests_waiting):  # fmt: skip
         assert value is not None and value >= 0
     assert snap.kv_cache_usage_perc is not None and 0 <= snap.kv_cache_usage_perc <= 1
@@ -200,8 +210,8 @@ vllm:e2e_request_latency_seconds_sum{engine="1"} 0.5
 """
     snap = parse(text, t_s=1.0)
     # Sample names as written; lookups accept either spelling.
-    assert snap.prefix_cache_hits == 15 == snap["vllm:prefix_cache_hits_total"]
-    assert snap.prefix_cache_queries == 40 == snap["vllm:prefix_cache_queries"]
+    assert snap.get(PREFIX_CACHE_HITS) == 15 == snap["vllm:prefix_cache_hits_total"]
+    assert snap.get(PREFIX_CACHE_QUERIES) == 40 == snap["vllm:prefix_cache_queries"]
     assert snap.kv_cache_usage_perc == 0.5  # a fraction: averaged, not summed
     assert snap["vllm:kv_cache_usage_perc"] == 1.0  # the mapping itself always sums
     assert snap["vllm:e2e_request_latency_seconds_count"] == 5
