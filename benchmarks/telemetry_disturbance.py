@@ -5,7 +5,7 @@ condition (in rotated order), a batch of unmeasured requests with no sampling (t
 reference) and then a batch of measured requests with the condition's sampling on:
 
 - none:     nothing sampled
-- poller:   GET /metrics every 0.25 s (runner.metrics.MetricsPoller, as a point ran it)
+- poller:   GET /metrics every 0.25 s (runner.prometheus.MetricsPoller, as a point ran it)
 - nvml:     NVML every 0.1 s (runner.nvml.NvmlSampler; absent on a CPU host, then skipped)
 - both:     poller and NVML
 
@@ -36,7 +36,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from runner import metrics  # noqa: E402
+from runner import prometheus  # noqa: E402
 from runner.loadgen import RequestSpec, make_prompts, run_load  # noqa: E402
 from runner.nvml import NvmlSampler  # noqa: E402
 from studyc.settings import load_settings  # noqa: E402
@@ -135,7 +135,7 @@ def main() -> int:
                 with ExitStack() as samplers:
                     poller = None
                     if c in ("poller", "both"):
-                        poller = samplers.enter_context(metrics.MetricsPoller(base, key, interval_s=0.25))
+                        poller = samplers.enter_context(prometheus.MetricsPoller(base, key, interval_s=0.25))
                     if c in ("nvml", "both"):
                         samplers.enter_context(NvmlSampler(args.gpu_index))
                     measured[c] += load(batch())

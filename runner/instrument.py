@@ -1,7 +1,7 @@
 """Loopback streaming instrument: a minimal OpenAI-compatible `/v1/completions` SSE server that
 streams vLLM 0.32's exact chunk format at a set inter-token interval and logs its own send times.
 
-The load generator's self-test (`runner.ceiling`), its tests and `benchmarks/loadgen_ceiling.py`
+The load generator's self-test (`runner.loadgen_limit`), its tests and `benchmarks/loadgen_ceiling.py`
 drive it. Faults on demand (an HTTP error, a hung stream, a dropped connection, an error event)
 exercise what a real server cannot be made to do. It binds 127.0.0.1 only.
 

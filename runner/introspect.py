@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runner import metrics, nvml
+from runner import nvml, prometheus
 from runner.http import http_call
 from studyc.settings import derive_python, is_python_executable
 
@@ -149,8 +149,8 @@ def describe(
 
     kv_tokens, kv_source = None, None
     try:
-        kv_tokens, kv_source = kv_capacity_from_metrics(metrics.scrape(base_url, api_key))
-    except metrics.MetricsError:
+        kv_tokens, kv_source = kv_capacity_from_metrics(prometheus.scrape(base_url, api_key))
+    except prometheus.MetricsError:
         pass
     if kv_tokens is None:
         kv_tokens = parse_kv_capacity_log(log_text)
@@ -172,7 +172,7 @@ def describe(
     )
 
 
-def kv_capacity_from_metrics(snap: metrics.Snapshot) -> tuple[int | None, str | None]:
+def kv_capacity_from_metrics(snap: prometheus.Snapshot) -> tuple[int | None, str | None]:
     """Tokens of KV cache summed over engines, from `vllm:cache_config_info` labels.
 
     `kv_cache_size_tokens` (vLLM >= 0.2x, group-aware) when present, else

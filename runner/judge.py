@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from compiler.plan import PointStep
 from compiler.study import Checks
 from runner import checks as checks_mod
-from runner import metrics
+from runner import prometheus
 from runner.cache import CacheState
 from runner.fidelity import check_fidelity
 from runner.reconcile import E2E, reconcile, server_step_s
@@ -43,16 +43,16 @@ class ServerSide:
     preemptions: float | None = None
     kv_cache_usage_peak: float | None = None  # kept as stored for old points; no longer measured
     gpu: GpuStats = field(default_factory=GpuStats)
-    before: metrics.Snapshot | None = None
-    after: metrics.Snapshot | None = None
+    before: prometheus.Snapshot | None = None
+    after: prometheus.Snapshot | None = None
 
     @classmethod
     def stored(cls, point: PointRecord) -> ServerSide:
         s = point.summary
         before = after = None
         if point.counters_before_json and point.counters_after_json:
-            before = metrics.edge_from_json(point.counters_before_json)
-            after = metrics.edge_from_json(point.counters_after_json)
+            before = prometheus.edge_from_json(point.counters_before_json)
+            after = prometheus.edge_from_json(point.counters_after_json)
         return cls(
             cache=CacheState(reset_ok=point.reset_ok, queries=s.prefix_queries, hits=s.prefix_hits),
             preemptions=s.preemptions,
@@ -66,8 +66,8 @@ class ServerSide:
 
 def observe(
     reset_ok: bool | None,
-    before: metrics.Snapshot,
-    after: metrics.Snapshot,
+    before: prometheus.Snapshot,
+    after: prometheus.Snapshot,
     telemetry: Sequence[TelemetrySample],
 ) -> ServerSide:
     """The server side of a live point: counter deltas between the scrapes that bracket the window
@@ -75,10 +75,10 @@ def observe(
     return ServerSide(
         cache=CacheState(
             reset_ok=reset_ok,
-            queries=metrics.delta(before, after, metrics.PREFIX_CACHE_QUERIES),
-            hits=metrics.delta(before, after, metrics.PREFIX_CACHE_HITS),
+            queries=prometheus.delta(before, after, prometheus.PREFIX_CACHE_QUERIES),
+            hits=prometheus.delta(before, after, prometheus.PREFIX_CACHE_HITS),
         ),
-        preemptions=metrics.delta(before, after, metrics.PREEMPTIONS),
+        preemptions=prometheus.delta(before, after, prometheus.PREEMPTIONS),
         gpu=gpu_stats(telemetry),
         before=before,
         after=after,
@@ -114,7 +114,7 @@ def judge(
     if before is not None and after is not None:
         rec = reconcile(before, after, records, client_stall_s=client_stall_s)
         step_s = server_step_s(before, after)
-        in_server = occupancy(metrics.delta(before, after, E2E + "_sum"), measured)
+        in_server = occupancy(prometheus.delta(before, after, E2E + "_sum"), measured)
     fidelity = check_fidelity(measured, step_s)
     summary = replace(
         client,

@@ -17,7 +17,7 @@ from typing import Any
 
 from compiler.plan import PointStep
 from compiler.study import Checks
-from runner import cache, metrics, replicas
+from runner import cache, prometheus, replicas
 from runner.judge import Judgement, judge, observe
 from runner.loadgen import RequestSpec, make_prompts, run_load
 from runner.nvml import NvmlSample, NvmlSampler
@@ -64,7 +64,7 @@ class PointOutcome:
     reset: cache.ResetOutcome | None = None
     phases: dict[str, float] = field(default_factory=dict)
     server_warnings: tuple[str, ...] = ()
-    counters_before_json: str | None = None  # metrics.edge_json of the scrape that opens the window
+    counters_before_json: str | None = None  # prometheus.edge_json of the scrape that opens the window
     counters_after_json: str | None = None  # ... and of the one that closes it
     replicas_json: str | None = None  # replicas only: per server, requests sent and counter deltas
 
@@ -173,7 +173,7 @@ def run_point(point: PointStep, endpoint: Endpoint, ctx: PointContext) -> PointO
     out.records = warm + records
     origin = ctx.clock_origin_s
     out.telemetry = [_nvml_sample(point.id, s, origin) for s in nvml.samples]
-    out.counters_before_json, out.counters_after_json = metrics.edge_json(before), metrics.edge_json(after)
+    out.counters_before_json, out.counters_after_json = prometheus.edge_json(before), prometheus.edge_json(after)
     server = observe(out.reset.ok if out.reset else None, before, after, out.telemetry)
     out.judgement = judge(point, warm + records, server, thresholds=ctx.thresholds,
                           client_ceiling_chunks_per_s=ctx.client_ceiling_chunks_per_s, client_stall_s=result.stall_s)

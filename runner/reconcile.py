@@ -53,7 +53,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from runner.metrics import Snapshot
+from runner.prometheus import Snapshot
 
 Status = Literal["pass", "fail", "unverified"]
 

@@ -305,7 +305,7 @@ class PointRecord:
     server_warnings: tuple[str, ...] = ()  # the server log's WARNING lines while the point ran
     reset_attempts: int | None = None
     verdict: str | None = None  # "valid", "invalid: <checks>" or "unverified: <checks>"
-    # The server's counters at the measured window's edges (runner.metrics.edge_json), so the
+    # The server's counters at the measured window's edges (runner.prometheus.edge_json), so the
     # reconciliation can be judged again from the database.
     counters_before_json: str | None = None
     counters_after_json: str | None = None

@@ -14,9 +14,9 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from runner import checks as checks_mod
-from runner import metrics
+from runner import prometheus
 from runner.judge import Judgement
-from runner.metrics import Sample, Snapshot
+from runner.prometheus import Sample, Snapshot
 from runner.reconcile import COMPLETED_REASONS, finished_by_reason
 from runner.records import CheckResult, RequestRecord
 
@@ -43,11 +43,11 @@ def merge(parts: Sequence[Snapshot], *, edge: str) -> Snapshot:
 
 
 def scrape_all(urls: Sequence[str], api_key: str | None) -> tuple[Snapshot, ...]:
-    return tuple(metrics.scrape(u, api_key) for u in urls)
+    return tuple(prometheus.scrape(u, api_key) for u in urls)
 
 
 def _delta(before: Snapshot, after: Snapshot, name: str) -> float | None:
-    return metrics.delta(before, after, name)
+    return prometheus.delta(before, after, name)
 
 
 def replica_rows(
@@ -68,8 +68,8 @@ def replica_rows(
                        "prompt_tokens": sum(r.prompt_tokens for r in done),
                        "generation_tokens": sum(r.output_tokens for r in done)},
             "server": {"requests": completed,
-                       "prompt_tokens": _delta(before[k], after[k], metrics.PROMPT_TOKENS),
-                       "generation_tokens": _delta(before[k], after[k], metrics.GENERATION_TOKENS)},
+                       "prompt_tokens": _delta(before[k], after[k], prometheus.PROMPT_TOKENS),
+                       "generation_tokens": _delta(before[k], after[k], prometheus.GENERATION_TOKENS)},
             "failed": len(mine) - len(done),
         })
     return rows

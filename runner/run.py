@@ -20,9 +20,9 @@ from compiler.load import Problem
 from compiler.plan import Design, Launch, Plan, PointStep
 from compiler.toml_lines import key_lines, line_of
 from runner.calibrate import calibrate
-from runner.ceiling import measure_client_ceiling
 from runner.driver import Driver, Progress, RunOptions, RunReport, fresh_server_ids, run_phases, stored_run
 from runner.launch import LaunchSpec, run_launch
+from runner.loadgen_limit import measure_client_ceiling
 from runner.nvml import gpu_info
 from runner.parallel import run_parallel
 from runner.placement import Placement, idle_gpus, parse_gpus, place

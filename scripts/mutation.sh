@@ -22,7 +22,7 @@ MODULES=(
   "modelmath|compiler/modelmath.py|tests/compiler/test_modelmath.py tests/compiler/test_modelmath_edges.py"
   "expr|compiler/expr.py|tests/compiler/test_expr.py tests/compiler/test_expr_edges.py"
   "sse|runner/sse.py|tests/runner/test_sse.py tests/runner/test_sse_edges.py"
-  "metrics|runner/metrics.py|tests/runner/test_metrics.py tests/runner/test_metrics_parse.py"
+  "prometheus|runner/prometheus.py|tests/runner/test_prometheus.py tests/runner/test_prometheus_parse.py"
   "stats|runner/stats.py|tests/runner/test_stats.py tests/runner/test_stats_edges.py"
   "checks|runner/checks.py|tests/runner/test_checks.py tests/runner/test_checks_edges.py"
   "judge|runner/judge.py|tests/runner/test_judge.py tests/runner/test_judge_edges.py"

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from runner import metrics
+from runner import prometheus
 from runner.cache import reset_prefix_cache
 from tests.runner.faults import FaultProxy, Faults
 from tests.runner.test_reconcile import measure_window
@@ -70,11 +70,11 @@ def test_reset_answered_true_but_not_done(vllm_server: Any, complete: Any) -> No
     complete(prompt)
     with FaultProxy(vllm_server.base_url, Faults(reset="fake")) as proxy:
         assert reset_prefix_cache(proxy.base_url, vllm_server.api_key).ok
-    before = metrics.scrape(vllm_server.base_url, vllm_server.api_key)
+    before = prometheus.scrape(vllm_server.base_url, vllm_server.api_key)
     complete(prompt)
-    after = metrics.scrape(vllm_server.base_url, vllm_server.api_key)
+    after = prometheus.scrape(vllm_server.base_url, vllm_server.api_key)
     assert proxy.log.resets_seen == 1 and proxy.log.resets_forwarded == 0
-    assert metrics.delta(before, after, "vllm:prefix_cache_hits") == 96  # 3 whole blocks of 32 hit
+    assert prometheus.delta(before, after, "vllm:prefix_cache_hits") == 96  # 3 whole blocks of 32 hit
 
 
 def test_client_that_lags_while_streaming_fails_on_the_real_server(vllm_server: Any, tiny_model_dir: Path) -> None:
@@ -86,9 +86,9 @@ def test_client_that_lags_while_streaming_fails_on_the_real_server(vllm_server: 
 
     model, url, key = str(tiny_model_dir), vllm_server.base_url, vllm_server.api_key
     run_load(url, model, [], warmup=_specs(2, "lag-warm"), api_key=key, concurrency=2, cpus=(1,))
-    before = metrics.scrape(url, key)
+    before = prometheus.scrape(url, key)
     records = list(run_load(url, model, _specs(8, "lag"), api_key=key, concurrency=2, cpus=(1,)).records)
-    after = metrics.scrape(url, key)
+    after = prometheus.scrape(url, key)
     # 150 ms: on this shared 2-core box a clean window's own difference reached -37 ms (first token read
     # late by a starved client), so a smaller lag could cancel against it.
     lagged = [dataclasses.replace(r, end_s=r.end_s + 0.150) for r in records]

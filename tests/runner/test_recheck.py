@@ -9,7 +9,7 @@ from pathlib import Path
 
 from compiler.load import load_study
 from compiler.plan import compile_study
-from runner import metrics, replicas
+from runner import prometheus, replicas
 from runner.cache import CacheState
 from runner.checks import verdict_reason
 from runner.judge import ServerSide, judge
@@ -52,8 +52,8 @@ def _db(tmp: Path, queries: float, counters: bool = True, replica_rows: list[dic
                             level=step.level, repeat=step.repeat, status="ok", cache_policy=step.cache, reset_ok=True,
                             summary=judged.summary, valid=valid, flagged=judged.flagged,
                             verdict=verdict_reason(checks),
-                            counters_before_json=metrics.edge_json(before) if counters else None,
-                            counters_after_json=metrics.edge_json(after) if counters else None,
+                            counters_before_json=prometheus.edge_json(before) if counters else None,
+                            counters_after_json=prometheus.edge_json(after) if counters else None,
                             replicas_json=None if replica_rows is None else replicas.replicas_json(replica_rows))
         s.commit_point(point, records, checks, [])
     return db, step.id

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from runner import metrics
+from runner import prometheus
 from runner.loadgen import RequestSpec, make_prompts, run_load
 from runner.reconcile import LatencyBound, reconcile, server_step_s
 from tests.runner.faults import OtherClient
@@ -61,8 +61,8 @@ ZERO = dict(n=0, prompt=0, gen=0, e2e=0, ttft=0, itl_n=0, itl=0)
 
 def _window(recs: list[Rec], server: dict[str, float], drop: Sequence[str] = (),
             stall_s: float | None = None) -> Any:
-    before = metrics.parse(_text(**ZERO, drop=drop), t_s=0.0)
-    after = metrics.parse(_text(**server, drop=drop), t_s=100.0)
+    before = prometheus.parse(_text(**ZERO, drop=drop), t_s=0.0)
+    after = prometheus.parse(_text(**server, drop=drop), t_s=100.0)
     return reconcile(before, after, recs, client_stall_s=stall_s)
 
 
@@ -188,8 +188,8 @@ def _h200_window(point: dict[str, dict[str, float]], end_lag_s: float = 0.0) -> 
             for i in range(n)]
     s = point["server"]
     counters = dict(n=n, prompt=128 * n, gen=out * n, e2e=s["e2e"], ttft=s["ttft"], itl_n=(out - 1) * n, itl=s["itl"])
-    before = metrics.parse(_text(**ZERO), t_s=0.0)  # type: ignore[arg-type]
-    after = metrics.parse(_text(**counters), t_s=1000.0)  # type: ignore[arg-type]
+    before = prometheus.parse(_text(**ZERO), t_s=0.0)  # type: ignore[arg-type]
+    after = prometheus.parse(_text(**counters), t_s=1000.0)  # type: ignore[arg-type]
     return reconcile(before, after, recs)
 
 
@@ -232,8 +232,8 @@ def test_client_failures_make_tokens_unverified() -> None:
 
 
 def test_server_step_from_histogram() -> None:
-    before = metrics.parse(_text(**ZERO), t_s=0.0)  # type: ignore[arg-type]
-    after = metrics.parse(_text(**CLEAN), t_s=1.0)  # type: ignore[arg-type]
+    before = prometheus.parse(_text(**ZERO), t_s=0.0)  # type: ignore[arg-type]
+    after = prometheus.parse(_text(**CLEAN), t_s=1.0)  # type: ignore[arg-type]
     assert server_step_s(before, after) == pytest.approx(0.010)
     assert server_step_s(before, before) is None
 
@@ -276,9 +276,9 @@ def measure_window(base_url: str, scrape_url: str, api_key: str, model: str, n: 
     """What a point does: warmup, the before-snapshot, measured load, the after-snapshot."""
     warm = run_load(base_url, model, [], warmup=_specs(concurrency, salt + "-warm"), api_key=api_key,
                     concurrency=concurrency, cpus=(1,))
-    before = metrics.scrape(scrape_url, api_key)
+    before = prometheus.scrape(scrape_url, api_key)
     result = run_load(base_url, model, _specs(n, salt), api_key=api_key, concurrency=concurrency, cpus=(1,))
-    after = metrics.scrape(scrape_url, api_key)
+    after = prometheus.scrape(scrape_url, api_key)
     return reconcile(before, after, list(warm.records) + list(result.records))
 
 

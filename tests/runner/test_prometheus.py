@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from runner import metrics
+from runner import prometheus
 from runner.cache import reset_prefix_cache
 from runner.engine import VllmServer
-from runner.metrics import (
+from runner.prometheus import (
     PREEMPTIONS,
     PREFIX_CACHE_HITS,
     PREFIX_CACHE_QUERIES,
@@ -75,7 +75,7 @@ def _scrape_after(server: VllmServer, before: Snapshot, prompt_tokens: float) ->
     deadline = time.monotonic() + 10
     while True:
         snap = scrape(server.base_url, server.api_key)
-        if (delta(before, snap, metrics.PROMPT_TOKENS) or 0) >= prompt_tokens or time.monotonic() > deadline:
+        if (delta(before, snap, prometheus.PROMPT_TOKENS) or 0) >= prompt_tokens or time.monotonic() > deadline:
             return snap
         time.sleep(0.05)
 
@@ -131,19 +131,19 @@ def test_reset_prefix_cache_really_empties_the_cache(
     s0 = scrape(url, key)
     complete(prompt)
     s1 = _scrape_after(vllm_server, s0, 100)
-    assert delta(s0, s1, metrics.PREFIX_CACHE_HITS) == 0  # cold
+    assert delta(s0, s1, prometheus.PREFIX_CACHE_HITS) == 0  # cold
 
     complete(prompt)  # same prompt, no reset: warm
     s2 = _scrape_after(vllm_server, s1, 100)
-    assert delta(s1, s2, metrics.PREFIX_CACHE_QUERIES) == 100
-    assert delta(s1, s2, metrics.PREFIX_CACHE_HITS) == 96
+    assert delta(s1, s2, prometheus.PREFIX_CACHE_QUERIES) == 100
+    assert delta(s1, s2, prometheus.PREFIX_CACHE_HITS) == 96
     assert prefix_hit_rate(s1, s2) == pytest.approx(0.96)
 
     assert reset_prefix_cache(url, key).ok
     complete(prompt)  # same prompt after a reset: cold again
     s3 = _scrape_after(vllm_server, s2, 100)
-    assert delta(s2, s3, metrics.PREFIX_CACHE_QUERIES) == 100
-    assert delta(s2, s3, metrics.PREFIX_CACHE_HITS) == 0
+    assert delta(s2, s3, prometheus.PREFIX_CACHE_QUERIES) == 100
+    assert delta(s2, s3, prometheus.PREFIX_CACHE_HITS) == 0
     assert prefix_hit_rate(s2, s3) == 0
 
 
@@ -224,5 +224,5 @@ vllm:e2e_request_latency_seconds_sum{engine="1"} 0.5
 
 
 def test_parse_rejects_garbage() -> None:
-    with pytest.raises(metrics.MetricsError):
+    with pytest.raises(prometheus.MetricsError):
         parse("this is { not prometheus\n")

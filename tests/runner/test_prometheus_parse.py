@@ -16,8 +16,8 @@ from types import MappingProxyType
 
 import pytest
 
-from runner import metrics
-from runner.metrics import (
+from runner import prometheus
+from runner.prometheus import (
     EDGE_SERIES,
     PREEMPTIONS,
     PREFIX_CACHE_HITS,
@@ -148,12 +148,12 @@ def test_parse_error_message() -> None:
 # ---- delta and hit rate ----------------------------------------------------------------------------
 def test_delta_of_a_counter_missing_from_either_scrape_is_none(snap: Snapshot) -> None:
     without = parse("# TYPE other gauge\nother 1\n", t_s=6.0)
-    assert delta(snap, without, metrics.PROMPT_TOKENS) is None
-    assert delta(without, snap, metrics.PROMPT_TOKENS) is None
-    assert delta(without, without, metrics.PROMPT_TOKENS) is None
+    assert delta(snap, without, prometheus.PROMPT_TOKENS) is None
+    assert delta(without, snap, prometheus.PROMPT_TOKENS) is None
+    assert delta(without, without, prometheus.PROMPT_TOKENS) is None
     later = parse(TEXT.replace("} 640", "} 700"), t_s=6.0)
-    assert delta(snap, later, metrics.PROMPT_TOKENS) == 60
-    assert delta(later, snap, metrics.PROMPT_TOKENS) == -60
+    assert delta(snap, later, prometheus.PROMPT_TOKENS) == 60
+    assert delta(later, snap, prometheus.PROMPT_TOKENS) == -60
 
 
 def test_hit_rate_is_hits_over_queries() -> None:
