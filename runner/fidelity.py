@@ -15,7 +15,9 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal
+
+from runner.records import RequestRecord
 
 Status = Literal["pass", "fail", "unverified"]
 
@@ -34,15 +36,6 @@ BUNCHED_FRACTION_OF_STEP = 0.05
 MAX_BUNCHED_SHARE = 0.25
 
 
-class TimedRecord(Protocol):
-    @property
-    def warmup(self) -> bool: ...
-    @property
-    def ok(self) -> bool: ...
-    @property
-    def token_times_s(self) -> tuple[float, ...]: ...
-
-
 @dataclass(frozen=True)
 class Fidelity:
     status: Status  # pass: ITL trusted; fail: ITL untrusted; unverified: too little to judge
@@ -57,7 +50,7 @@ class Fidelity:
         return self.bunched / self.gaps if self.gaps else None
 
 
-def token_gaps(records: Sequence[TimedRecord]) -> list[float]:
+def token_gaps(records: Sequence[RequestRecord]) -> list[float]:
     """Gaps between consecutive chunk arrivals within each completed measured request."""
     out: list[float] = []
     for r in records:
@@ -68,7 +61,7 @@ def token_gaps(records: Sequence[TimedRecord]) -> list[float]:
     return out
 
 
-def client_tpot_s(records: Sequence[TimedRecord]) -> float | None:
+def client_tpot_s(records: Sequence[RequestRecord]) -> float | None:
     """Median over requests of (last chunk - first chunk) / (chunks - 1)."""
     per = [(r.token_times_s[-1] - r.token_times_s[0]) / (len(r.token_times_s) - 1)
            for r in records if not r.warmup and r.ok and len(r.token_times_s) >= 2]
@@ -76,7 +69,7 @@ def client_tpot_s(records: Sequence[TimedRecord]) -> float | None:
 
 
 def check_fidelity(
-    records: Sequence[TimedRecord],
+    records: Sequence[RequestRecord],
     server_step_s: float | None = None,
     *,
     fraction_of_step: float = BUNCHED_FRACTION_OF_STEP,

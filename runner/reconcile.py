@@ -51,9 +51,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal
 
 from runner.prometheus import Snapshot
+from runner.records import RequestRecord
 
 Status = Literal["pass", "fail", "unverified"]
 
@@ -72,27 +73,6 @@ CLIENT_FIX = ("Fix: give the load generator its own cores (STUDYC_CLIENT_CPUS), 
               "at once, " + RERUN)
 OTHER_CLIENT_FIX = ("Fix: measure a server no other client uses, with nothing retrying between it and studyc, "
                     + RERUN)
-
-
-class WindowRecord(Protocol):
-    """The fields of a client request record that reconciliation reads."""
-
-    @property
-    def warmup(self) -> bool: ...
-    @property
-    def sent_s(self) -> float: ...
-    @property
-    def first_token_s(self) -> float | None: ...
-    @property
-    def end_s(self) -> float: ...
-    @property
-    def token_times_s(self) -> tuple[float, ...]: ...
-    @property
-    def prompt_tokens(self) -> int: ...
-    @property
-    def output_tokens(self) -> int: ...
-    @property
-    def ok(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -301,7 +281,7 @@ def _histogram_sum(name: str, metric: str, n: int, before: Snapshot, after: Snap
 def reconcile(
     before: Snapshot,
     after: Snapshot,
-    records: Sequence[WindowRecord],
+    records: Sequence[RequestRecord],
     bound: LatencyBound | None = None,
     *,
     client_stall_s: float | None = None,
@@ -378,7 +358,7 @@ def reconcile(
     return Reconciliation(tuple(items), front)
 
 
-def _decode(done: Sequence[WindowRecord], before: Snapshot, after: Snapshot,
+def _decode(done: Sequence[RequestRecord], before: Snapshot, after: Snapshot,
             bound: LatencyBound, stall_s: float | None = None) -> Iterable[Item]:
     """The server's inter-token histogram has one entry per generated token after the first.
 

@@ -9,43 +9,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
 
-from runner.records import PointSummary, TelemetrySample
-
-
-class Record(Protocol):
-    """What summaries read from a request record; read-only, so frozen dataclasses satisfy it."""
-
-    @property
-    def warmup(self) -> bool: ...
-
-    @property
-    def scheduled_s(self) -> float: ...
-
-    @property
-    def sent_s(self) -> float: ...
-
-    @property
-    def first_token_s(self) -> float | None: ...
-
-    @property
-    def end_s(self) -> float: ...
-
-    @property
-    def token_times_s(self) -> tuple[float, ...]: ...
-
-    @property
-    def prompt_tokens(self) -> int: ...
-
-    @property
-    def output_tokens(self) -> int: ...
-
-    @property
-    def chunks(self) -> int: ...
-
-    @property
-    def ok(self) -> bool: ...
+from runner.records import PointSummary, RequestRecord, TelemetrySample
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -88,7 +53,7 @@ class Window:
         return max(self.end_s - self.start_s, 1e-9)
 
 
-def window(records: Sequence[Record]) -> Window | None:
+def window(records: Sequence[RequestRecord]) -> Window | None:
     """The whole measured window: first send to last end."""
     measured = [r for r in records if not r.warmup]
     if not measured:
@@ -96,7 +61,7 @@ def window(records: Sequence[Record]) -> Window | None:
     return Window(min(r.sent_s for r in measured), max(r.end_s for r in measured))
 
 
-def steady_phase(records: Sequence[Record], concurrency: int) -> Window | None:
+def steady_phase(records: Sequence[RequestRecord], concurrency: int) -> Window | None:
     """Closed loop: the phase where every slot is busy, from the C-th send to the last send (the
     client refills a slot the moment it frees, so in between C requests are in flight; before is
     the ramp, after is the drain). None for a single wave (no send after the first C)."""
@@ -107,12 +72,12 @@ def steady_phase(records: Sequence[Record], concurrency: int) -> Window | None:
     return Window(start, end) if end > start else None
 
 
-def steady_requests(records: Sequence[Record], phase: Window) -> list[Record]:
+def steady_requests(records: Sequence[RequestRecord], phase: Window) -> list[RequestRecord]:
     """The completed measured requests that ran wholly inside the phase (no ramp, no drain)."""
     return [r for r in records if not r.warmup and r.ok and r.sent_s >= phase.start_s and r.end_s <= phase.end_s]
 
 
-def _tokens_in(r: Record, win: Window) -> float:
+def _tokens_in(r: RequestRecord, win: Window) -> float:
     """Output tokens of one request that arrived inside the window (a chunk counts its share of
     the request's tokens: output_tokens / chunks)."""
     times = r.token_times_s
@@ -122,7 +87,7 @@ def _tokens_in(r: Record, win: Window) -> float:
     return inside * r.output_tokens / len(times)
 
 
-def summarize(records: Sequence[Record], concurrency: int | None, *, burst: bool = False) -> PointSummary:
+def summarize(records: Sequence[RequestRecord], concurrency: int | None, *, burst: bool = False) -> PointSummary:
     """Throughput, latency distributions and Little's Law terms of one point's measured requests
     (the server-side fields of the summary are left None: the judge fills them).
 
@@ -196,7 +161,7 @@ def summarize(records: Sequence[Record], concurrency: int | None, *, burst: bool
     )
 
 
-def open_loop_little(measured: Sequence[Record], ok: Sequence[Record]) -> tuple[float | None, float | None]:
+def open_loop_little(measured: Sequence[RequestRecord], ok: Sequence[RequestRecord]) -> tuple[float | None, float | None]:
     """Open loop: (lambda * W from the records, what it must equal by the offered load).
 
     lambda = completions per second (first to last completion), W = mean time from the scheduled
@@ -218,7 +183,7 @@ def open_loop_little(measured: Sequence[Record], ok: Sequence[Record]) -> tuple[
     return completions * w_sched, offered * w_sched
 
 
-def open_loop_allowance(records: Sequence[Record]) -> float | None:
+def open_loop_allowance(records: Sequence[RequestRecord]) -> float | None:
     """Open loop: the error the span estimate of the completion rate carries by itself. The first
     and last completions lag their scheduled sends by a request's time in the system, so over a
     schedule of length T the rates differ by about 2 * median(W) / T even when the server keeps up."""
@@ -232,7 +197,7 @@ def open_loop_allowance(records: Sequence[Record]) -> float | None:
     return 2 * w / (sched[-1] - sched[0])
 
 
-def occupancy(server_e2e_sum_s: float | None, records: Sequence[Record]) -> float | None:
+def occupancy(server_e2e_sum_s: float | None, records: Sequence[RequestRecord]) -> float | None:
     """The server's own mean occupancy over the client's whole window: the sum of its e2e latency
     histogram over the window divided by the window's length (None without the counter)."""
     whole = window(records)
@@ -241,7 +206,7 @@ def occupancy(server_e2e_sum_s: float | None, records: Sequence[Record]) -> floa
     return server_e2e_sum_s / whole.duration_s
 
 
-def halves_gap(records: Sequence[Record]) -> float | None:
+def halves_gap(records: Sequence[RequestRecord]) -> float | None:
     """How much slower (relative) the first half of the measured requests, by send time, produced
     tokens than the second half. An under-warmed engine (CUDA graphs still being captured, caches
     cold) is slow early; a first half that is *faster* is not a warmup problem, so the gap is signed."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from itertools import pairwise
 
 import pytest
 
@@ -74,7 +75,7 @@ def test_run_load_least_outstanding_never_stacks_two_streams_on_one_server_at_co
     assert len(res.replicas) == len(res.records) and set(res.replicas) <= {0, 1}
     for replica in (0, 1):
         spans = sorted((r.sent_s, r.end_s) for r, k in zip(res.records, res.replicas, strict=True) if k == replica)
-        for (_, end), (sent, _) in zip(spans, spans[1:]):
+        for (_, end), (sent, _) in pairwise(spans):
             assert sent >= end, f"two requests in flight on server {replica} at once"
     first = min(range(len(res.records)), key=lambda i: res.records[i].sent_s)
     assert res.replicas[first] == 0  # nothing in flight at the first pick: the lowest index
