@@ -183,8 +183,8 @@ class Trial:
 
 def studyc_client_main(cfg: dict[str, Any]) -> None:
     """Runs in the client subprocess (pinned to the client core by taskset)."""
-    from runner.instrument import prompt_key
     from runner.loadgen import RequestSpec, make_prompts, run_load
+    from runner.stream_server import prompt_key
 
     prompts = make_prompts(cfg["n"], INPUT_LEN, vocab_lo=VOCAB_LO, vocab_hi=VOCAB_HI, seed=cfg["seed"])
     specs = [RequestSpec(p, cfg["out_len"]) for p in prompts]
@@ -387,7 +387,7 @@ def main() -> int:
             print(f"## paced: {paced_streams} streams x {paced_len} chunks 1 ms apart "
                   f"(~{paced_streams * 1000:,} chunks/s), {paced_repeats} repeat(s) "
                   f"({vllm_paced_repeats} of vllm bench)", flush=True)
-            from runner.instrument import read_send_log
+            from runner.stream_server import read_send_log
 
             for r in range(paced_repeats if a.only != "burst" else 0):
                 for who in (["studyc", "vllm", "studyc+busy_poll"] if r % 2 == 0

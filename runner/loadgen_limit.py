@@ -9,8 +9,9 @@ import math
 import os
 from typing import Any
 
-from runner.instrument import Instrument, InstrumentConfig
+from runner.instrument import Instrument
 from runner.loadgen import RequestSpec, make_prompts, run_load
+from runner.stream_server import InstrumentConfig
 
 __all__ = ["measure_client_ceiling"]
 

@@ -10,8 +10,9 @@ from itertools import pairwise
 import pytest
 
 from runner.client import Balancer
-from runner.instrument import Instrument, InstrumentConfig
+from runner.instrument import Instrument
 from runner.loadgen import RequestSpec, make_prompts, run_load
+from runner.stream_server import InstrumentConfig
 
 
 def specs(n: int) -> list[RequestSpec]:

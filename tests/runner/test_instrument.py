@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.instrument import Instrument, prompt_key, read_send_log
+from runner.instrument import Instrument
+from runner.stream_server import prompt_key, read_send_log
 
 REPO = Path(__file__).resolve().parents[2]
 CONTENT_KEYS = ["id", "object", "created", "model", "choices"]

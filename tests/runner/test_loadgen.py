@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from runner.instrument import Instrument, InstrumentConfig, prompt_key
+from runner.instrument import Instrument
 from runner.loadgen import (
     POINT_TIMEOUT,
     TIMEOUT,
@@ -25,6 +25,7 @@ from runner.loadgen import (
     run_load,
 )
 from runner.records import RequestRecord
+from runner.stream_server import InstrumentConfig, prompt_key
 
 
 def specs(n: int, max_tokens: int, *, input_len: int = 16, salt: str = "") -> list[RequestSpec]:
