@@ -29,11 +29,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from runner.cache import reset
-from runner.engine import VllmServer
-from runner.loadgen import RequestSpec, make_prompts, run_load
-from runner.stats import percentile
-from runner.tokenizer import ensure_tokenizer
+from runner.checks.cache import reset
+from runner.checks.stats import percentile
+from runner.load.loadgen import RequestSpec, make_prompts, run_load
+from runner.server.engine import VllmServer
+from runner.server.tokenizer import ensure_tokenizer
 from studyc.settings import load_settings
 
 METRICS = ("output_tok_s", "tpot_mean_ms", "itl_p50_ms", "itl_p99_ms")

@@ -20,7 +20,7 @@ from report.context import build_context
 from report.results import RunData, latest_runs
 from report.scoring import Score, Why, score
 from report.seed import gpu_name
-from runner.records import base_server_id
+from runner.store.records import base_server_id
 
 VERDICT_STYLE = {
     "confirmed": "bold green",

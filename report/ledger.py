@@ -1,7 +1,7 @@
 """The step-time model's ledger: fit its coefficients from stored runs, validate it leave-one-study-out,
 and tabulate its error by study, GPU, vLLM version and metric.
 
-Reads the results database through `runner.store` only.
+Reads the results database through `runner.store.store` only.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from compiler.stepmodel import (
 from studyc import format as fmt
 
 if TYPE_CHECKING:
-    from runner.records import PointSummary
-    from runner.store import Store
+    from runner.store.records import PointSummary
+    from runner.store.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
 METRICS = ("output_throughput", "tpot_s", "ttft_s")
@@ -152,7 +152,7 @@ def plan_loads(plan: dict[str, Any], root: Path = REPO) -> dict[str, tuple[Engin
 
 def read_points(db: str | Path, root: Path = REPO) -> list[StoredPoint]:
     """Every valid, complete point of the latest calibrated run of each study in `db`, with what replays it."""
-    from runner.store import Store
+    from runner.store.store import Store
 
     with Store(db, read_only=True) as store:
         return store_points(store, root)
@@ -196,7 +196,7 @@ def store_points(store: Store, root: Path = REPO) -> list[StoredPoint]:
 def whole_window(records: Sequence[Any], concurrency: int) -> PointSummary:
     """The point's statistics over its whole measured window (ramp and drain included), as the model
     replays it; the stored summary holds the steady phase where the point has one."""
-    from runner.stats import summarize
+    from runner.checks.stats import summarize
 
     return summarize(records, concurrency, burst=True)
 

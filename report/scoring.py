@@ -31,7 +31,7 @@ from report.context import ArmModel, StudyContext, arm_models, build_context, si
 from report.intervals import Interval, Layout, Obs, mean_interval, ratio_interval
 from report.results import RunData
 from report.sequential import look_critical, look_level
-from runner.records import CheckResult, PointRecord, ServerRecord, base_server_id
+from runner.store.records import CheckResult, PointRecord, ServerRecord, base_server_id
 from studyc import format as fmt
 
 Verdict = Literal["confirmed", "refuted", "inconclusive", "invalid", "not run"]

@@ -21,7 +21,7 @@ from compiler.study import Hypothesis
 from report import units
 from report.context import StudyContext
 from report.scoring import Score, Verdict, Why
-from runner.records import RunRecord
+from runner.store.records import RunRecord
 from studyc import format as fmt
 
 # What a verdict means for the seed's claim, in plain words.

@@ -23,7 +23,7 @@ from report import contexts, pages
 from report.context import build_context
 from report.results import RunData, latest_runs
 from report.scoring import Score, score
-from runner.store import Store
+from runner.store.store import Store
 from studyc.errors import StudycError
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "site_templates"

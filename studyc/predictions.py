@@ -10,9 +10,9 @@ import json
 
 from compiler.plan import Plan
 from report.ledger import PointPrediction, predict_points, store_points
-from runner.driver import Progress
-from runner.records import RunRecord
-from runner.store import Store
+from runner.execute.driver import Progress
+from runner.store.records import RunRecord
+from runner.store.store import Store
 
 
 def predict_run(store: Store, plan: Plan, run: RunRecord, progress: Progress) -> dict[str, PointPrediction]:

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from compiler.plan import Plan
-from runner import driver
+from runner.execute import driver
 from studyc import format as fmt
 
 

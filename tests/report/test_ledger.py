@@ -18,7 +18,7 @@ from report.ledger import (
     predict_plan,
     read_points,
 )
-from runner.store import Store
+from runner.store.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "results" / "h200.duckdb"

@@ -17,9 +17,9 @@ from compiler.modelmath import load_model
 from compiler.plan import compile_study
 from compiler.predict_env import Calibrated, build_env
 from compiler.stepmodel import Card, Coefficients
-from runner.driver import Progress
-from runner.records import PointRecord, RunRecord
-from runner.store import Store
+from runner.execute.driver import Progress
+from runner.store.records import PointRecord, RunRecord
+from runner.store.store import Store
 from studyc.cli import main
 from studyc.predictions import predict_run
 

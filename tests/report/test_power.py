@@ -17,8 +17,8 @@ from compiler.load import load_study
 from compiler.plan import Launch, PointStep, compile_study
 from report.intervals import t_quantile
 from report.power import blocks_needed, blocks_to_clear, edge_distance, power_plan, read_spreads
-from runner.records import PointRecord, PointSummary, RunRecord
-from runner.store import Store
+from runner.store.records import PointRecord, PointSummary, RunRecord
+from runner.store.store import Store
 from studyc.cli import main
 from tests.report.helpers import write_study
 

@@ -28,7 +28,7 @@ from report.scoring import (
     resolve_prediction,
     score_study,
 )
-from runner.records import CheckResult, PointRecord, PointSummary, RunRecord, ServerRecord
+from runner.store.records import CheckResult, PointRecord, PointSummary, RunRecord, ServerRecord
 from tests.report.helpers import TINY_MODEL
 
 RUN = "run-1"

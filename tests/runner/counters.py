@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from runner import prometheus
+from runner.measure import prometheus
 
 LABELS = 'engine="0",model_name="m"'
 

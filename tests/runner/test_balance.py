@@ -9,10 +9,10 @@ from itertools import pairwise
 
 import pytest
 
-from runner.client import Balancer
-from runner.instrument import Instrument
-from runner.loadgen import RequestSpec, make_prompts, run_load
-from runner.stream_server import InstrumentConfig
+from runner.load.client import Balancer
+from runner.load.instrument import Instrument
+from runner.load.loadgen import RequestSpec, make_prompts, run_load
+from runner.load.stream_server import InstrumentConfig
 
 
 def specs(n: int) -> list[RequestSpec]:

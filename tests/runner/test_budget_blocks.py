@@ -7,10 +7,10 @@ from pathlib import Path
 
 from compiler.load import load_study
 from compiler.plan import compile_study
-from runner.driver import Driver, Progress, RunOptions, RunReport, run_phases
-from runner.launch import LaunchSpec
-from runner.run import _open_run
-from runner.store import Store
+from runner.execute.driver import Driver, Progress, RunOptions, RunReport, run_phases
+from runner.execute.launch import LaunchSpec
+from runner.execute.run import _open_run
+from runner.store.store import Store
 from tests.conftest import REPO
 
 BUDGET = "[design]\nbudget = { blocks = 4, minutes = 30 }\n\n[load]"
@@ -164,7 +164,7 @@ def test_a_run_that_measured_refuses_to_resume_under_another_stopping_rule(tmp_p
     or only other minutes, resumes."""
     import pytest
 
-    from runner.records import PointRecord
+    from runner.store.records import PointRecord
     from studyc.errors import StudycError
 
     first = _plan(tmp_path)

@@ -10,8 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from runner import cache
-from runner.cache import CacheState
+from runner.checks import cache
+from runner.checks.cache import CacheState
 
 
 def test_hit_rate_needs_both_counters_and_queries() -> None:

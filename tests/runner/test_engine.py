@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from runner import engine
-from runner.cache import reset_prefix_cache
-from runner.engine import (
+from runner.checks.cache import reset_prefix_cache
+from runner.server import engine
+from runner.server.engine import (
     EngineError,
     VllmServer,
     _group_alive,
     check_engine,
     http_call,
 )
-from runner.introspect import parse_kv_capacity_log
+from runner.server.introspect import parse_kv_capacity_log
 from studyc.settings import Settings, derive_python, load_settings
 from tests.conftest import (
     TINY_KV_TOKENS,

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from runner import prometheus
-from runner.cache import reset_prefix_cache
+from runner.checks.cache import reset_prefix_cache
+from runner.measure import prometheus
 from tests.runner.faults import FaultProxy, Faults
 from tests.runner.test_reconcile import measure_window
 
@@ -80,8 +80,8 @@ def test_reset_answered_true_but_not_done(vllm_server: Any, complete: Any) -> No
 def test_client_that_lags_while_streaming_fails_on_the_real_server(vllm_server: Any, tiny_model_dir: Path) -> None:
     """Real counters and records of a clean window; the fault made on demand: the client reads each
     measured request's end 150 ms late (as a client starved of CPU while streaming does)."""
-    from runner.loadgen import run_load
-    from runner.reconcile import reconcile
+    from runner.checks.reconcile import reconcile
+    from runner.load.loadgen import run_load
     from tests.runner.test_reconcile import _specs
 
     model, url, key = str(tiny_model_dir), vllm_server.base_url, vllm_server.api_key
@@ -101,7 +101,7 @@ def test_client_that_lags_while_streaming_fails_on_the_real_server(vllm_server: 
 # ------------------------------------------------------ whole points through the judge, real server
 def _point(server: Any, model: Path, faults: Faults, salt: int) -> Any:
     from compiler.study import Checks
-    from runner.point import Endpoint, PointContext, run_point
+    from runner.execute.point import Endpoint, PointContext, run_point
     from tests.runner.steps import step
 
     point = step(id=f"faults/a/w/c2/r{salt}", concurrency=2, requests=8, warmup=2, input_len=64, output_len=16,

@@ -9,8 +9,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from runner.fidelity import check_fidelity, client_tpot_s, token_gaps
-from runner.records import RequestRecord
+from runner.checks.fidelity import check_fidelity, client_tpot_s, token_gaps
+from runner.store.records import RequestRecord
 
 H200_DB = Path(__file__).resolve().parents[2] / "results" / "h200.duckdb"
 
@@ -119,7 +119,7 @@ def test_recorded_point_with_the_engine_on_the_clients_core_is_flagged() -> None
 
 
 def test_recorded_point_with_the_engine_apart_passes() -> None:
-    """The same point once the CPU server's engine runs apart from the load generator (runner.pinning):
+    """The same point once the CPU server's engine runs apart from the load generator (runner.server.pinning):
     3,926 gaps, none bunched."""
     recs, step = _recorded("engine_apart")
     result = check_fidelity(recs, server_step_s=step)

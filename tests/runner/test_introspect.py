@@ -3,8 +3,8 @@ the log and from /metrics labels, GPU names from collect_env."""
 
 from __future__ import annotations
 
-from runner import prometheus
-from runner.introspect import (
+from runner.measure import prometheus
+from runner.server.introspect import (
     _first_gpu_model,
     kv_capacity_from_metrics,
     parse_kv_capacity_log,

@@ -10,17 +10,17 @@ import pytest
 
 from compiler.metrics import METRICS
 from compiler.study import Checks
-from runner import prometheus
-from runner.cache import CacheState
-from runner.judge import ServerSide, judge, observe
-from runner.records import (
+from runner.checks.cache import CacheState
+from runner.checks.judge import ServerSide, judge, observe
+from runner.checks.stats import GpuStats
+from runner.measure import prometheus
+from runner.store.records import (
     SUMMARY_FIELDS,
     PointRecord,
     RequestRecord,
     ServerRecord,
     TelemetrySample,
 )
-from runner.stats import GpuStats
 from tests.runner.counters import edges
 from tests.runner.steps import step
 

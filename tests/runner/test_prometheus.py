@@ -14,10 +14,9 @@ from typing import Any
 
 import pytest
 
-from runner import prometheus
-from runner.cache import reset_prefix_cache
-from runner.engine import VllmServer
-from runner.prometheus import (
+from runner.checks.cache import reset_prefix_cache
+from runner.measure import prometheus
+from runner.measure.prometheus import (
     PREEMPTIONS,
     PREFIX_CACHE_HITS,
     PREFIX_CACHE_QUERIES,
@@ -28,6 +27,7 @@ from runner.prometheus import (
     prefix_hit_rate,
     scrape,
 )
+from runner.server.engine import VllmServer
 
 VLLM_SAMPLES = (
     "vllm:prefix_cache_queries_total",
@@ -179,7 +179,7 @@ def test_poller_sees_a_running_request(vllm_server: VllmServer, tiny_model_dir: 
 
 
 def test_poller_records_failures_without_raising() -> None:
-    from runner.engine import free_port
+    from runner.server.engine import free_port
 
     with MetricsPoller(f"http://127.0.0.1:{free_port()}", interval_s=0.05, timeout_s=0.5) as poller:
         time.sleep(0.3)

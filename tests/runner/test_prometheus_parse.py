@@ -16,8 +16,8 @@ from types import MappingProxyType
 
 import pytest
 
-from runner import prometheus
-from runner.prometheus import (
+from runner.measure import prometheus
+from runner.measure.prometheus import (
     EDGE_SERIES,
     PREEMPTIONS,
     PREFIX_CACHE_HITS,
@@ -254,7 +254,7 @@ def test_fetch_sends_the_key_and_replaces_bad_utf8(server: str) -> None:
 
 
 def test_fetch_connection_refused_is_a_metrics_error() -> None:
-    from runner.engine import free_port
+    from runner.server.engine import free_port
 
     url = f"http://127.0.0.1:{free_port()}/metrics"
     with pytest.raises(MetricsError, match=rf"^GET {url}: "):

@@ -9,13 +9,14 @@ from pathlib import Path
 
 from compiler.load import load_study
 from compiler.plan import compile_study
-from runner import prometheus, replicas
-from runner.cache import CacheState
-from runner.checks import verdict_reason
-from runner.judge import ServerSide, judge
-from runner.recheck import recheck
-from runner.records import CheckResult, PointRecord, RequestRecord, RunRecord
-from runner.store import Store
+from runner.checks.cache import CacheState
+from runner.checks.checks import verdict_reason
+from runner.checks.judge import ServerSide, judge
+from runner.checks.recheck import recheck
+from runner.execute import replicas
+from runner.measure import prometheus
+from runner.store.records import CheckResult, PointRecord, RequestRecord, RunRecord
+from runner.store.store import Store
 from tests.report.helpers import write_study
 from tests.runner.counters import edges
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from runner import prometheus
-from runner.loadgen import RequestSpec, make_prompts, run_load
-from runner.reconcile import LatencyBound, reconcile, server_step_s
-from runner.records import RequestRecord
+from runner.checks.reconcile import LatencyBound, reconcile, server_step_s
+from runner.load.loadgen import RequestSpec, make_prompts, run_load
+from runner.measure import prometheus
+from runner.store.records import RequestRecord
 from tests.runner.faults import OtherClient
 
 # ---------------------------------------------------------------------------------- pure cases

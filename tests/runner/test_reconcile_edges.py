@@ -14,9 +14,16 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from runner import prometheus
-from runner.prometheus import Snapshot
-from runner.reconcile import Item, LatencyBound, Reconciliation, finished_by_reason, reconcile, server_step_s
+from runner.checks.reconcile import (
+    Item,
+    LatencyBound,
+    Reconciliation,
+    finished_by_reason,
+    reconcile,
+    server_step_s,
+)
+from runner.measure import prometheus
+from runner.measure.prometheus import Snapshot
 
 LABELS = 'engine="0",model_name="m"'
 SUCCESS = "vllm:request_success_total"

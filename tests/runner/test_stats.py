@@ -6,8 +6,7 @@ import math
 
 import pytest
 
-from runner.records import RequestRecord, TelemetrySample
-from runner.stats import (
+from runner.checks.stats import (
     distribution,
     gpu_stats,
     halves_gap,
@@ -22,6 +21,7 @@ from runner.stats import (
     summarize,
     window,
 )
+from runner.store.records import RequestRecord, TelemetrySample
 
 
 def rec(sent_s: float, end_s: float, warmup: bool = False, ok: bool = True, scheduled_s: float = math.nan,

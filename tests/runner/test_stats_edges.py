@@ -8,8 +8,7 @@ import math
 
 import pytest
 
-from runner.records import RequestRecord, TelemetrySample
-from runner.stats import (
+from runner.checks.stats import (
     GpuStats,
     distribution,
     gpu_stats,
@@ -19,6 +18,7 @@ from runner.stats import (
     steady_phase,
     summarize,
 )
+from runner.store.records import RequestRecord, TelemetrySample
 
 
 def rec(sent_s: float, end_s: float, first_token_s: float | None, token_times_s: tuple[float, ...] = (),

@@ -11,8 +11,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from runner import tables
-from runner.records import (
+from runner.store import tables
+from runner.store.records import (
     CheckResult,
     PointRecord,
     PointSummary,
@@ -22,8 +22,8 @@ from runner.records import (
     TelemetrySample,
     redact_argv,
 )
-from runner.store import Store
-from runner.tables import sql_type
+from runner.store.store import Store
+from runner.store.tables import sql_type
 from studyc.errors import StoreError
 
 T0 = datetime(2025, 1, 2, 3, 4, 5)
