@@ -29,11 +29,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from runner.cache import reset
-from runner.engine import VllmServer
-from runner.loadgen import RequestSpec, make_prompts, run_load
-from runner.stats import percentile
-from runner.tokenizer import ensure_tokenizer
+from runner.checks.cache import reset
+from runner.checks.stats import percentile
+from runner.load.loadgen import RequestSpec, make_prompts, run_load
+from runner.server.engine import VllmServer
+from runner.server.tokenizer import ensure_tokenizer
+from studyc.settings import load_settings
 
 METRICS = ("output_tok_s", "tpot_mean_ms", "itl_p50_ms", "itl_p99_ms")
 
@@ -112,7 +113,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="bench-agreement-"))
     rows: list[dict[str, object]] = []
     with VllmServer(argv, env={"VLLM_SERVER_DEV_MODE": "1"}, log_path=args.log, command=engine,
-                    startup_timeout_s=900.0, gpu_index=0) as server:
+                    startup_timeout_s=900.0, gpu_index=0, key_dir=load_settings().cache_path) as server:
         info = server.wait_ready()
         print(f"server ready in {info.startup_s:.1f} s (vLLM {info.vllm_version})", flush=True)
         key = server.api_key

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Load generator ceiling: studyc's client against `vllm bench serve`'s, on this host.
 
-Both clients stream from the loopback instrument (runner/instrument.py), which writes vLLM 0.32's
+Both clients stream from the loopback instrument (runner/load/instrument.py), which writes vLLM 0.32's
 exact SSE bytes. The instrument and this driver run on core 0, each client on core 1 (`taskset`),
 so client and server never share a core; core 0 is also where a CPU vLLM pins its model thread.
 
@@ -132,7 +132,7 @@ def _interp(s: list[tuple[float, float]], t: float) -> float:
 # -------------------------------------------------------------------------------- the instrument
 class InstrumentProc:
     def __init__(self, *args: str, send_log: Path | None = None) -> None:
-        cmd = [str(STUDYC_PY), "-m", "runner.instrument", "--port", "0", "--cpu", str(SERVER_CPU), *args]
+        cmd = [str(STUDYC_PY), "-m", "runner.load.instrument", "--port", "0", "--cpu", str(SERVER_CPU), *args]
         if send_log is not None:
             cmd += ["--send-log", str(send_log)]
         self.send_log = send_log
@@ -183,8 +183,8 @@ class Trial:
 
 def studyc_client_main(cfg: dict[str, Any]) -> None:
     """Runs in the client subprocess (pinned to the client core by taskset)."""
-    from runner.instrument import prompt_key
-    from runner.loadgen import RequestSpec, make_prompts, run_load
+    from runner.load.loadgen import RequestSpec, make_prompts, run_load
+    from runner.load.stream_server import prompt_key
 
     prompts = make_prompts(cfg["n"], INPUT_LEN, vocab_lo=VOCAB_LO, vocab_hi=VOCAB_HI, seed=cfg["seed"])
     specs = [RequestSpec(p, cfg["out_len"]) for p in prompts]
@@ -294,7 +294,7 @@ def distortion(times: dict[str, list[float]], logs: list[Any], by: str) -> tuple
 # ------------------------------------------------------------------------------------- driver
 def tiny_model(tmp: Path) -> Path:
     """The repo's tiny model folder, its tokenizer built locally if missing (`tmp` is unused)."""
-    from runner.tokenizer import ensure_tokenizer
+    from runner.server.tokenizer import ensure_tokenizer
 
     ensure_tokenizer(TINY)
     return TINY
@@ -387,7 +387,7 @@ def main() -> int:
             print(f"## paced: {paced_streams} streams x {paced_len} chunks 1 ms apart "
                   f"(~{paced_streams * 1000:,} chunks/s), {paced_repeats} repeat(s) "
                   f"({vllm_paced_repeats} of vllm bench)", flush=True)
-            from runner.instrument import read_send_log
+            from runner.load.stream_server import read_send_log
 
             for r in range(paced_repeats if a.only != "burst" else 0):
                 for who in (["studyc", "vllm", "studyc+busy_poll"] if r % 2 == 0

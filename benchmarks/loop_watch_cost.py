@@ -1,6 +1,6 @@
 """What the load generator's loop-stall watch costs: chunks/s with it and without it, alternating.
 
-The watch (`runner.workers._Worker._watch`, a 1 ms timer that measures how late it fires) bounds how
+The watch (`runner.load.workers._Worker._watch`, a 1 ms timer that measures how late it fires) bounds how
 late the client read any chunk, which reconciliation uses to tell a late client from a server that
 sent late. This drives the loopback instrument as fast as it streams (one write per chunk), with the
 watch on and with it replaced by a 50 ms idle loop that measures nothing, in alternating blocks, and
@@ -15,9 +15,9 @@ import argparse
 import asyncio
 import statistics
 
-from runner import workers
-from runner.instrument import Instrument
-from runner.loadgen import RequestSpec, make_prompts, run_load
+from runner.load import workers
+from runner.load.instrument import Instrument
+from runner.load.loadgen import RequestSpec, make_prompts, run_load
 
 WATCH = workers._Worker._watch
 

@@ -22,8 +22,8 @@ import statistics
 import subprocess
 import sys
 
-from runner.client import Client
-from runner.loadgen import RequestSpec, make_prompts, run_load
+from runner.load.client import Client
+from runner.load.loadgen import RequestSpec, make_prompts, run_load
 
 PREPARE = Client.prepare
 
@@ -44,7 +44,7 @@ def main() -> None:
     args = ap.parse_args()
     two_cores = (os.cpu_count() or 1) >= 2
     inst = subprocess.Popen(
-        [sys.executable, "-m", "runner.instrument", "--port", "0", "--itl-ms", str(args.itl_ms), "--no-log",
+        [sys.executable, "-m", "runner.load.instrument", "--port", "0", "--itl-ms", str(args.itl_ms), "--no-log",
          *(["--cpu", "0"] if two_cores else [])],
         stdout=subprocess.PIPE, text=True)
     try:

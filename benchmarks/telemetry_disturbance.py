@@ -5,8 +5,8 @@ condition (in rotated order), a batch of unmeasured requests with no sampling (t
 reference) and then a batch of measured requests with the condition's sampling on:
 
 - none:     nothing sampled
-- poller:   GET /metrics every 0.25 s (runner.metrics.MetricsPoller, as a point ran it)
-- nvml:     NVML every 0.1 s (runner.nvml.NvmlSampler; absent on a CPU host, then skipped)
+- poller:   GET /metrics every 0.25 s (runner.measure.prometheus.MetricsPoller, as a point ran it)
+- nvml:     NVML every 0.1 s (runner.measure.nvml.NvmlSampler; absent on a CPU host, then skipped)
 - both:     poller and NVML
 
 Printed per condition: token gaps, ITL p50/p95/p99, TPOT p50/p99 (per request), the share of
@@ -36,9 +36,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from runner import metrics  # noqa: E402
-from runner.loadgen import RequestSpec, make_prompts, run_load  # noqa: E402
-from runner.nvml import NvmlSampler  # noqa: E402
+from runner.load.loadgen import RequestSpec, make_prompts, run_load  # noqa: E402
+from runner.measure import prometheus  # noqa: E402
+from runner.measure.nvml import NvmlSampler  # noqa: E402
+from studyc.settings import load_settings  # noqa: E402
 
 CONDITIONS = ("none", "poller", "nvml", "both")
 CPU_SERVE = ("--load-format dummy --max-model-len 2048 --max-num-seqs 16 --kv-cache-memory-bytes 256M "
@@ -89,8 +90,8 @@ def main() -> int:
         if args.base_url:
             base, key = args.base_url, args.api_key
         else:
-            from runner.engine import VllmServer
-            from runner.tokenizer import ensure_tokenizer
+            from runner.server.engine import VllmServer
+            from runner.server.tokenizer import ensure_tokenizer
 
             if Path(args.model).joinpath("config.json").exists() and "tiny" in Path(args.model).name:
                 ensure_tokenizer(Path(args.model))
@@ -99,7 +100,7 @@ def main() -> int:
             log = Path(tempfile.mkdtemp(prefix="disturbance-")) / "server.log"
             server = stack.enter_context(VllmServer(
                 ["serve", args.model, *shlex.split(serve)], env=env, log_path=log,
-                command=shlex.split(args.engine), startup_timeout_s=900))
+                command=shlex.split(args.engine), startup_timeout_s=900, key_dir=load_settings().cache_path))
             base, key = server.base_url, server.api_key
             print(f"server up at {base} (log {log})", file=sys.stderr)
 
@@ -134,7 +135,7 @@ def main() -> int:
                 with ExitStack() as samplers:
                     poller = None
                     if c in ("poller", "both"):
-                        poller = samplers.enter_context(metrics.MetricsPoller(base, key, interval_s=0.25))
+                        poller = samplers.enter_context(prometheus.MetricsPoller(base, key, interval_s=0.25))
                     if c in ("nvml", "both"):
                         samplers.enter_context(NvmlSampler(args.gpu_index))
                     measured[c] += load(batch())

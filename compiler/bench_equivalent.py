@@ -1,7 +1,7 @@
 """The `vllm bench serve` command that offers the same load as a plan point, and the exact
 request body studyc sends. Pure: a point in, text out.
 
-The request body (built in runner/loadgen.py, read back by runner/sse.py), one POST to
+The request body (built in runner/load/loadgen.py, read back by runner/load/sse.py), one POST to
 `/v1/completions` per request:
 
     {"model": SERVED_NAME, "prompt": [token ids], "max_tokens": OUTPUT_LEN, "ignore_eos": true,

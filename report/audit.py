@@ -20,7 +20,7 @@ from report.results import RunData, latest_runs
 from report.score_model import Score, Why
 from report.scoring import score
 from report.seed import gpu_name
-from runner.records import base_server_id
+from runner.store.records import base_server_id
 
 VERDICT_STYLE = {
     "confirmed": "bold green",

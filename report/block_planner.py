@@ -1,6 +1,6 @@
 """Planning with power: how many blocks a hypothesis likely needs, from the spread of earlier runs.
 
-From the runs in a database on the same GPU, model and vLLM version (read through runner.store), the
+From the runs in a database on the same GPU, model and vLLM version (read through runner.store.store), the
 spread of each metric on the log scale (relative): within a launch (repeats of one point on one
 server) and between launches (the same configuration on different server launches). Then, for a
 planned study, the blocks each hypothesis needs for its 95% interval to be narrow enough to decide,
@@ -19,7 +19,7 @@ from compiler.hardware import HardwareError, get_hardware
 from compiler.plan import Launch, Plan, PointStep, budget_points
 from report.intervals import fixed_critical, layout
 from report.sequential import look_critical
-from runner.store import Store
+from runner.store.store import Store
 
 if TYPE_CHECKING:
     from report.score_model import Score

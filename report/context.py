@@ -25,7 +25,7 @@ from compiler.select import Target, sides
 from compiler.study import Hypothesis, Study
 from report.intervals import Layout, layout
 from report.results import RunData
-from runner.records import RunRecord
+from runner.store.records import RunRecord
 
 PlanSource = Literal["stored", "recompiled from the study file"]
 

@@ -1,7 +1,7 @@
 """The step-time model's ledger, reading side: every measured point of the stored runs with what replays
 it (engine, model shape, load), and the model's predictions for a plan's points.
 
-Reads the results database through `runner.store` only; the fit and its leave-one-study-out validation are
+Reads the results database through `runner.store.store` only; the fit and its leave-one-study-out validation are
 `report.ledger_fit`'s, the command-line tables `report.ledger_text`'s.
 """
 
@@ -24,8 +24,8 @@ from compiler.stepreplay import StepLoad, cache_hit_tokens, predict
 from report.ledger_fit import METRICS, fit_keys
 
 if TYPE_CHECKING:
-    from runner.records import PointSummary
-    from runner.store import Store
+    from runner.store.records import PointSummary
+    from runner.store.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
 # Checks about the steady phase inside the window. The model replays the whole measured window (warm-up
@@ -132,7 +132,7 @@ def plan_loads(plan: Plan, root: Path = REPO) -> dict[str, tuple[EngineShape, Mo
 
 def read_points(db: str | Path, root: Path = REPO) -> list[StoredPoint]:
     """Every valid, complete point of the latest calibrated run of each study in `db`, with what replays it."""
-    from runner.store import Store
+    from runner.store.store import Store
 
     with Store(db, read_only=True) as store:
         return store_points(store, root)
@@ -178,7 +178,7 @@ def store_points(store: Store, root: Path = REPO) -> list[StoredPoint]:
 def whole_window(records: Sequence[Any], concurrency: int) -> PointSummary:
     """The point's statistics over its whole measured window (ramp and drain included), as the model
     replays it; the stored summary holds the steady phase where the point has one."""
-    from runner.stats import summarize
+    from runner.checks.stats import summarize
 
     return summarize(records, concurrency, burst=True)
 

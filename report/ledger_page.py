@@ -53,7 +53,7 @@ def ledger_page(dbs: Sequence[Path]) -> LedgerPage:
 def _as_of(dbs: Sequence[Path], run_ids: set[str]) -> str:
     """The data's own date, not the build clock (a rebuild from the same databases is byte-identical):
     "as of" the newest run start among the runs the page rests on."""
-    from runner.store import Store
+    from runner.store.store import Store
 
     starts = []
     for db in dbs:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from runner.store import Store, compact
+from runner.store.store import Store, compact
 from studyc.errors import StoreError
 
 

@@ -1,8 +1,8 @@
 """Results databases -> the latest run of each study, read once into memory for scoring and the site.
 
 Several databases (one per host) combine: for each study the latest run across all of them wins.
-Reads go through `runner.store.Store` only; nothing here speaks SQL. Everything is a typed record
-(`runner.records`).
+Reads go through `runner.store.store.Store` only; nothing here speaks SQL. Everything is a typed record
+(`runner.store.records`).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from runner.records import CheckResult, PointRecord, RunRecord, ServerRecord, TelemetrySample
-from runner.store import Store
+from runner.store.records import CheckResult, PointRecord, RunRecord, ServerRecord, TelemetrySample
+from runner.store.store import Store
 from studyc.errors import StoreError
 
 

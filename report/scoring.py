@@ -31,7 +31,7 @@ from report.score_model import Reason, Score, Why
 from report.sequential import look_confidence, look_critical
 from report.sides import MeasuredSide, point_side, server_side
 from report.verdict import Verdict, judge, straddled
-from runner.records import CheckResult
+from runner.store.records import CheckResult
 from studyc import format as fmt
 
 

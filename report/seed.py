@@ -22,7 +22,7 @@ from report import score_text
 from report.context import StudyContext
 from report.score_model import Score, Why
 from report.verdict import Verdict
-from runner.records import RunRecord
+from runner.store.records import RunRecord
 from studyc import format as fmt
 
 # What a verdict means for the seed's claim, in plain words.

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from report.intervals import Layout, Obs
 from report.results import RunData
 from report.score_model import Reason, Why
-from runner.records import CheckResult, PointRecord, ServerRecord, base_server_id
+from runner.store.records import CheckResult, PointRecord, ServerRecord, base_server_id
 
 
 @dataclass

@@ -24,7 +24,7 @@ from report.context import build_context
 from report.results import RunData, latest_runs
 from report.score_model import Score
 from report.scoring import score
-from runner.store import Store
+from runner.store.store import Store
 from studyc.errors import StudycError
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "site_templates"

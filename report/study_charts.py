@@ -15,7 +15,7 @@ from report import charts
 from report.context import StudyContext
 from report.page_models import Chart
 from report.results import RunData
-from runner.records import TelemetrySample
+from runner.store.records import TelemetrySample
 from studyc import format as fmt
 
 

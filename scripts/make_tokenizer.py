@@ -6,7 +6,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runner.tokenizer import main
+from runner.server.tokenizer import main
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -277,7 +277,7 @@ def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry
     if ray_address is not None and (ray_address.endswith(".toml") or Path(ray_address).is_file()):
         studies, ray_address = (*studies, Path(ray_address)), "local"  # `--ray study.toml`: no address given
     if ray_address is not None and not dry_run:
-        from runner.ray_exec import require_ray
+        from runner.execute.ray_exec import require_ray
 
         require_ray()
     loaded_studies = load_studies(list(studies))
@@ -287,10 +287,12 @@ def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry
     if dry_run:
         click.echo("\n".join(format_plan(plan) for plan in plans), nl=False)
         return
-    from runner.engine import check_engine
-    from runner.nvml import gpu_info
-    from runner.preflight import check_hardware
-    from runner.run import run_options, run_plan
+    from runner.execute.driver import run_options
+    from runner.execute.run import run_plan
+    from runner.measure.nvml import gpu_info
+    from runner.server.engine import check_engine
+    from runner.server.preflight import check_hardware
+    from studyc.predictions import predict_run
     from studyc.progress import LiveProgress
     from studyc.settings import load_settings
 
@@ -303,7 +305,7 @@ def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry
     engine = check_engine(settings.vllm_argv, cache_dir=settings.cache_path)
     click.echo(f"engine: {' '.join(settings.vllm_argv)} ({engine.version}); GPU: {gpu_name or 'none'}", err=True)
     options = run_options(settings, db, resume=resume, keep_going=keep_going, calibrate=not no_calibrate,
-                          gpus=gpus, ray=ray_address)
+                          gpus=gpus, ray=ray_address, predict=predict_run)
     failed = False
     signal.signal(signal.SIGTERM, _stop_on_term)  # `timeout`, `kill`, a batch scheduler: stop as on Ctrl-C
     for plan in plans:
@@ -406,7 +408,7 @@ def new(name: str, source: Path | None, out: Path | None) -> None:
     """Write a commented starter study that validates and runs on this machine (refuses to overwrite)."""
     from compiler.hardware import HardwareError, get_hardware
     from compiler.load import load_study
-    from runner.nvml import gpu_info
+    from runner.measure.nvml import gpu_info
     from studyc.errors import StudycError
     from studyc.new import check_name, default_path, from_study, template
     from studyc.settings import load_settings
@@ -457,7 +459,7 @@ def merge(out: Path, inputs: tuple[Path, ...]) -> None:
               help="Results database (DuckDB file) to re-judge in place.")
 def recheck(db: Path) -> None:
     """Recompute every point's statistics and checks from its stored request records."""
-    from runner.recheck import recheck as run_recheck
+    from runner.checks.recheck import recheck as run_recheck
 
     report = run_recheck(db)
     click.echo(f"{db}: {report.points} point(s) rechecked, {report.changed} changed")

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from compiler.plan import Plan
-from runner import run as run_mod
+from runner.execute import driver
 from studyc import format as fmt
 
 
@@ -44,7 +44,7 @@ def eta_text(seconds: float) -> str:
     return f"eta {fmt.duration(seconds)}"
 
 
-class LiveProgress(run_mod.Progress):
+class LiveProgress(driver.Progress):
     def __init__(self, plan: Plan, stream: Any = None) -> None:
         stream = stream or sys.stderr
         self.plan = plan

@@ -61,7 +61,7 @@ def vllm_missing() -> str | None:
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
     """The repo's tiny Qwen3 folder with its locally built tokenizer (weights: --load-format dummy)."""
-    from runner.tokenizer import ensure_tokenizer
+    from runner.server.tokenizer import ensure_tokenizer
 
     ensure_tokenizer(TINY_MODEL)
     return TINY_MODEL
@@ -69,20 +69,24 @@ def tiny_model_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def vllm_server(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[Any]:
-    """A running `vllm serve` of the tiny model (a runner.engine.VllmServer; `.info` is set). Its start
+    """A running `vllm serve` of the tiny model (a runner.server.engine.VllmServer; `.info` is set). Its start
     and stop are checked here, on this start rather than one of their own: the API server and its
     EngineCore share a process group, and the stop leaves none of it (stopping again is a no-op)."""
     why = vllm_missing()
     if why:
         pytest.skip(why)
-    from runner.engine import VllmServer, _group_alive
+    from runner.server.engine import VllmServer, _group_alive
+    from studyc.settings import load_settings
 
     log = tmp_path_factory.mktemp("vllm") / "server.log"
+    settings = load_settings()
     server = VllmServer(
         ["serve", str(tiny_model_dir), *TINY_SERVE_FLAGS],
         env=TINY_SERVE_ENV,
         log_path=log,
         startup_timeout_s=300,
+        command=settings.vllm_argv,
+        key_dir=settings.cache_path,
     )
     with server as running:
         assert running is server and server.info is not None

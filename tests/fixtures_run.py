@@ -22,7 +22,7 @@ QUICKSTART = REPO / "studies" / "quickstart.toml"
 
 @pytest.fixture(scope="session")
 def quickstart_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from runner.store import Store
+    from runner.store.store import Store
     from tests.conftest import vllm_missing
 
     folder = tmp_path_factory.mktemp("results")

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from runner.engine import check_engine
-from runner.preflight import check_hardware, hardware_mismatch
+from runner.server.engine import check_engine
+from runner.server.preflight import check_hardware, hardware_mismatch
 from studyc.cli import main
 from studyc.errors import EngineError, StudycError
 
@@ -72,7 +72,7 @@ def test_model_formats(args: list[str], starts: str) -> None:
 
 
 def test_audit_accepts_format_and_old_flags(tmp_path: Path) -> None:
-    from runner.store import Store
+    from runner.store.store import Store
 
     db = tmp_path / "empty.duckdb"  # no run: every hypothesis is "not run"
     with Store(db):
@@ -134,7 +134,7 @@ def test_missing_engine_is_found_before_calibration_once_and_leaves_no_run(
 
 
 def test_gpu_hardware_on_a_cpu_host_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from runner.nvml import gpu_info
+    from runner.measure.nvml import gpu_info
 
     if gpu_info(0) is not None:
         pytest.skip("this host has a GPU")
@@ -235,8 +235,8 @@ def test_eta_and_plan_durations_are_the_formatters() -> None:
 def test_an_allowed_hardware_mismatch_is_stored_in_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The warning --allow-hardware-mismatch lets through is in the run record's notes, not only on stderr.
     The engine answers --version and then fails to serve, so the run stops at its first server."""
-    from runner.nvml import gpu_info
-    from runner.store import Store
+    from runner.measure.nvml import gpu_info
+    from runner.store.store import Store
 
     if gpu_info(0) is not None:
         pytest.skip("this host has a GPU")

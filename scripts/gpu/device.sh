@@ -41,7 +41,7 @@ case "$stage" in
     [ -d .vb ] && bash .vb/scripts/device_unpack.sh .vb /tmp/vsite
     nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
     python3 -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)" 2>&1 | tail -1
-    python3 -c "from runner.nvml import gpu_info; from runner.calibrate import calibrate
+    python3 -c "from runner.measure.nvml import gpu_info; from runner.measure.calibrate import calibrate
 print(gpu_info(0)); print(calibrate(['python3']))" 2>&1 | tail -2
     for s in "$@"; do python3 -m studyc plan "studies/$s.toml" | head -4; done
     ;;

@@ -9,8 +9,15 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from runner.records import CheckResult, PointRecord, PointSummary, RunRecord, ServerRecord, TelemetrySample
-from runner.store import Store
+from runner.store.records import (
+    CheckResult,
+    PointRecord,
+    PointSummary,
+    RunRecord,
+    ServerRecord,
+    TelemetrySample,
+)
+from runner.store.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_MODEL = REPO / "models" / "tiny-qwen3"

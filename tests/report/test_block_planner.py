@@ -18,8 +18,8 @@ from compiler.plan import Launch, PointStep
 from compiler.plan_compile import compile_study
 from report.block_planner import blocks_needed, blocks_to_clear, edge_distance, power_plan, read_spreads
 from report.intervals import t_quantile
-from runner.records import PointRecord, PointSummary, RunRecord
-from runner.store import Store
+from runner.store.records import PointRecord, PointSummary, RunRecord
+from runner.store.store import Store
 from studyc.cli import main
 from tests.report.helpers import write_study
 

@@ -11,7 +11,7 @@ import pytest
 from compiler.plan import Plan, PointStep
 from report.ledger import _model_dir, cached_tokens, predict_plan, read_points
 from report.ledger_fit import leave_one_study_out, ledger, not_validated
-from runner.store import Store
+from runner.store.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "results" / "h200.duckdb"

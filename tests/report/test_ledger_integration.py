@@ -17,10 +17,11 @@ from compiler.modelconfig import load_model
 from compiler.plan_compile import compile_study
 from compiler.predict_env import Calibrated, build_env
 from compiler.stepcost import Card, Coefficients
-from runner.records import PointRecord, RunRecord
-from runner.run import Progress, _predictions
-from runner.store import Store
+from runner.execute.driver import Progress
+from runner.store.records import PointRecord, RunRecord
+from runner.store.store import Store
 from studyc.cli import main
+from studyc.predictions import predict_run
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "results" / "h200.duckdb"
@@ -80,10 +81,10 @@ def test_run_time_prediction_per_point(small_db):
     plan = compile_study(load_study(STUDY))
     with Store(small_db, read_only=True) as store:
         run = next(r for r in store.runs() if r.study_id == "cuda-graphs")
-        on_h200 = _predictions(store, plan, replace(run, run_id="new"), Progress())
-        own_only = _predictions(store, plan, run, Progress())  # its own run is never fitted on
-        elsewhere = _predictions(store, plan, replace(run, run_id="new", gpu_name="NVIDIA A100-SXM4-80GB"), Progress())
-        no_gpu = _predictions(store, plan, replace(run, run_id="new", gpu_name=None), Progress())
+        on_h200 = predict_run(store, plan, replace(run, run_id="new"), Progress())
+        own_only = predict_run(store, plan, run, Progress())  # its own run is never fitted on
+        elsewhere = predict_run(store, plan, replace(run, run_id="new", gpu_name="NVIDIA A100-SXM4-80GB"), Progress())
+        no_gpu = predict_run(store, plan, replace(run, run_id="new", gpu_name=None), Progress())
     c1, eager = "cuda-graphs/graphs/L1/decode/c1/r1", "cuda-graphs/eager/L1/decode/c1/r1"
     assert on_h200[c1].values["tpot_s"] and not on_h200[c1].note
     assert own_only[eager].values["tpot_s"] is None and "eager" in own_only[eager].note

@@ -23,7 +23,7 @@ from report.prediction import Resolved, resolve_prediction
 from report.results import RunData
 from report.score_model import Reason, Score, Why
 from report.scoring import score_study
-from runner.records import CheckResult, PointRecord, PointSummary, RunRecord, ServerRecord
+from runner.store.records import CheckResult, PointRecord, PointSummary, RunRecord, ServerRecord
 from tests.report.helpers import TINY_MODEL, plan_json
 
 RUN = "run-1"

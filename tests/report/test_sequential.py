@@ -146,7 +146,7 @@ def _extended_false_refuted(first: int, then: int, *, seed: int) -> float:
 
 
 def test_a_budget_raised_after_a_look_spends_the_error_rate_twice() -> None:
-    """Why `--resume` refuses another budget once points are committed (runner.run._same_stopping_rule):
+    """Why `--resume` refuses another budget once points are committed (runner.execute.run._same_stopping_rule):
     three blocks read at 95%, then four more under a budget of seven, read more false refutations than
     either rule alone allows."""
     extended = _extended_false_refuted(3, 7, seed=11)

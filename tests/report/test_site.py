@@ -269,7 +269,7 @@ def h200_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     writable may migrate it without touching the committed file)."""
     import shutil
 
-    from runner.store import Store
+    from runner.store.store import Store
 
     tmp = tmp_path_factory.mktemp("h200")
     db = tmp / "h200.duckdb"
@@ -344,7 +344,7 @@ def test_study_page_shows_wall_time_starts_and_interference(h200_site: Path) -> 
 
 def test_interference_fact_says_what_was_measured() -> None:
     from report.pages import _interference
-    from runner.parallel import interference_result
+    from runner.execute.parallel import interference_result
 
     (kept,) = _interference(json.dumps(interference_result("s/a/w/c1/r1", [100.0, 102.0], 90.0, "s/b/L1")))
     assert kept.label == "interference" and "beside s/b/L1" in kept.value and "one launch at a time" in kept.value

@@ -143,7 +143,7 @@ def test_a_study_edited_since_its_run_is_flagged_only_when_its_plan_differs(tmp_
     """Notes written after a run change the file's hash, not what was measured or claimed."""
     from compiler.load import load_study
     from report.pages import plan_differs
-    from runner.store import Store
+    from runner.store.store import Store
 
     repo = Path(__file__).resolve().parents[2]
     text = (repo / "studies/fp8_kv.toml").read_text()

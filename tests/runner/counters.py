@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from runner import metrics
+from runner.measure import prometheus
 
 LABELS = 'engine="0",model_name="m"'
 
@@ -26,7 +26,7 @@ def _text(values: dict[str, float]) -> str:
 
 
 def edges(records: Sequence[Any], *, transport_s: float = 0.002, extra_requests: int = 0,
-          queries: float = 100.0, hits: float = 0.0) -> tuple[metrics.Snapshot, metrics.Snapshot]:
+          queries: float = 100.0, hits: float = 0.0) -> tuple[prometheus.Snapshot, prometheus.Snapshot]:
     """(before, after) snapshots bracketing the measured records, agreeing with them: each request's
     server e2e and TTFT are the client's minus `transport_s`; `extra_requests` adds requests of
     another client (counted by the server, unseen by the client)."""
@@ -46,4 +46,4 @@ def edges(records: Sequence[Any], *, transport_s: float = 0.002, extra_requests:
     zero = dict.fromkeys(values, 0.0)
     t0 = min(r.sent_s for r in measured) - 0.01
     t1 = max(r.end_s for r in measured) + 0.01
-    return metrics.parse(_text(zero), t_s=t0), metrics.parse(_text(values), t_s=t1)
+    return prometheus.parse(_text(zero), t_s=t0), prometheus.parse(_text(values), t_s=t1)

@@ -24,7 +24,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from runner.engine import free_port
+from runner.server.engine import free_port
 
 _HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "content-encoding"}
 

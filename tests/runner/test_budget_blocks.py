@@ -7,9 +7,10 @@ from pathlib import Path
 
 from compiler.load import load_study
 from compiler.plan_compile import compile_study
-from runner.launch import LaunchSpec
-from runner.run import Progress, RunOptions, RunReport, _Driver
-from runner.store import Store
+from runner.execute.driver import Driver, Progress, RunOptions, RunReport, run_phases
+from runner.execute.launch import LaunchSpec
+from runner.execute.run import _open_run
+from runner.store.store import Store
 from tests.conftest import REPO
 
 BUDGET = "[design]\nbudget = { blocks = 4, minutes = 30 }\n\n[load]"
@@ -35,10 +36,11 @@ def _wanted(tmp_path: Path, answers: list[bool], *, origin: float | None = None,
     options = RunOptions(db=tmp_path / "r.duckdb", engine_command=[], python_argv=[], runs_dir=tmp_path,
                          decide_more=decide)
     with Store(tmp_path / "r.duckdb") as store:
-        driver = _Driver(store, "run-1", plan, RunReport("run-1"), Progress(), {}, options, origin=origin)
+        driver = Driver(store, "run-1", plan, RunReport("run-1"), Progress(), {}, options, origin=origin)
         ran = [(launch.block, launch.required) for launch in plan.launches
                if driver.wanted(LaunchSpec(launch=launch, points=launch.points, run_id="run-1", placement=None,  # type: ignore[arg-type]
-                                           ctx=None, engine_command=(), log_dir=tmp_path))]  # type: ignore[arg-type]
+                                           ctx=None, engine_command=(), log_dir=tmp_path,  # type: ignore[arg-type]
+                                           key_dir=tmp_path, startup_timeout_s=1.0))]
     return plan, ran, asked, driver.report
 
 
@@ -78,11 +80,12 @@ def _kept_points(tmp_path: Path, undecided: tuple[str, ...]) -> tuple[object, di
     options = RunOptions(db=tmp_path / "r.duckdb", engine_command=[], python_argv=[], runs_dir=tmp_path,
                          decide_more=lambda store, run_id: undecided)
     with Store(tmp_path / "r.duckdb") as store:
-        driver = _Driver(store, "run-1", plan, RunReport("run-1"), Progress(), {}, options)
+        driver = Driver(store, "run-1", plan, RunReport("run-1"), Progress(), {}, options)
         kept = {}
         for launch in plan.launches:
             spec = LaunchSpec(launch=launch, points=launch.points, run_id="run-1", placement=None,  # type: ignore[arg-type]
-                              ctx=None, engine_command=(), log_dir=tmp_path)  # type: ignore[arg-type]
+                              ctx=None, engine_command=(), log_dir=tmp_path,  # type: ignore[arg-type]
+                              key_dir=tmp_path, startup_timeout_s=1.0)
             assert driver.wanted(spec)
             kept[launch.id] = [p.id.rsplit("/", 3)[-2:] for p in driver.trimmed(spec).points]
     return plan, kept
@@ -143,8 +146,6 @@ def test_a_run_resumed_from_a_changed_study_file_records_the_new_hash(tmp_path: 
     and its notes say the file changed (so the site compares against what ran last)."""
     from dataclasses import replace
 
-    from runner.run import _open_run
-
     first = _plan(tmp_path, "[load]")
     options = RunOptions(db=tmp_path / "r.duckdb", engine_command=[], python_argv=[], runs_dir=tmp_path)
     with Store(tmp_path / "r.duckdb") as store:
@@ -163,8 +164,7 @@ def test_a_run_that_measured_refuses_to_resume_under_another_stopping_rule(tmp_p
     or only other minutes, resumes."""
     import pytest
 
-    from runner.records import PointRecord
-    from runner.run import _open_run
+    from runner.store.records import PointRecord
     from studyc.errors import StudycError
 
     first = _plan(tmp_path)
@@ -193,7 +193,6 @@ def test_budget_blocks_wait_for_the_launches_before_them_on_every_executor(tmp_p
     """`run_phases` hands the required launches to the executor (several device slots, Ray) at once and
     asks the rule about block 3 only after they returned, block 4 only after block 3; the phases that
     ran are what the rule saw."""
-    from runner.run import run_phases
 
     plan = _plan(tmp_path)
     phases: list[list[tuple[int, bool]]] = []
@@ -206,9 +205,10 @@ def test_budget_blocks_wait_for_the_launches_before_them_on_every_executor(tmp_p
     options = RunOptions(db=tmp_path / "r.duckdb", engine_command=[], python_argv=[], runs_dir=tmp_path,
                          decide_more=decide)
     specs = [LaunchSpec(launch=launch, points=launch.points, run_id="run-1", placement=None,  # type: ignore[arg-type]
-                        ctx=None, engine_command=(), log_dir=tmp_path) for launch in plan.launches]  # type: ignore[arg-type]
+                        ctx=None, engine_command=(), log_dir=tmp_path,  # type: ignore[arg-type]
+                        key_dir=tmp_path, startup_timeout_s=1.0) for launch in plan.launches]
     with Store(tmp_path / "r.duckdb") as store:
-        driver = _Driver(store, "run-1", plan, RunReport("run-1"), Progress(), {}, options)
+        driver = Driver(store, "run-1", plan, RunReport("run-1"), Progress(), {}, options)
         run_phases(specs, driver, lambda some: phases.append([(s.launch.block, s.launch.required) for s in some]))
     assert [sorted({b for b, _ in p}) for p in phases] == [[1, 2], [3]]
     assert all(required for _, required in phases[0]) and len(phases[0]) == 4  # two arms x two launches

@@ -10,8 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from runner import cache, metrics
-from runner.cache import CacheState
+from runner.checks import cache
+from runner.checks.cache import CacheState
 
 
 def test_hit_rate_needs_both_counters_and_queries() -> None:
@@ -30,15 +30,6 @@ def test_cold_verdicts_and_reasons() -> None:
     assert CacheState(True, None, 0.0).cold(0.01) == (False, "prefix-cache counters missing: cannot verify")
     assert CacheState(True, 5.0, None).cold(0.01)[0] is False
     assert CacheState(True, 0.0, 0.0).cold(0.01) == (False, "no prefix-cache queries in the window: cannot verify")
-
-
-def test_cache_state_from_scrapes() -> None:
-    before = metrics.parse("vllm:prefix_cache_queries_total 100\nvllm:prefix_cache_hits_total 10\n")
-    after = metrics.parse("vllm:prefix_cache_queries_total 300\nvllm:prefix_cache_hits_total 12\n")
-    state = cache.cache_state(True, before, after)
-    assert (state.queries, state.hits, state.hit_rate) == (200.0, 2.0, 0.01)
-    hidden = cache.cache_state(True, before, metrics.parse("vllm:prefix_cache_queries_total 300\n"))
-    assert hidden.hits is None and hidden.cold(0.5)[0] is False
 
 
 @pytest.mark.parametrize(

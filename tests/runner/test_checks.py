@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from compiler.study import Checks
-from runner import checks
-from runner.cache import CacheState
-from runner.checks import Output
-from runner.fidelity import Fidelity
-from runner.reconcile import Item, Reconciliation
-from runner.records import CheckResult, PointSummary
+from runner.checks import checks
+from runner.checks.cache import CacheState
+from runner.checks.checks import Output
+from runner.checks.fidelity import Fidelity
+from runner.checks.reconcile import Item, Reconciliation
+from runner.store.records import CheckResult, PointSummary
 from tests.runner.steps import step
 
 TOL = 0.25  # exact in binary, so "at the tolerance" is exact

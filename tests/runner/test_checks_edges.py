@@ -5,12 +5,12 @@ in a detail shows up. The advice that follows the measured sentence is checked b
 from __future__ import annotations
 
 from compiler.study import Checks
-from runner import checks
-from runner.cache import CacheState
-from runner.checks import Output
-from runner.fidelity import Fidelity
-from runner.reconcile import Item, Reconciliation
-from runner.records import CheckResult, PointSummary
+from runner.checks import checks
+from runner.checks.cache import CacheState
+from runner.checks.checks import Output
+from runner.checks.fidelity import Fidelity
+from runner.checks.reconcile import Item, Reconciliation
+from runner.store.records import CheckResult, PointSummary
 from tests.runner.steps import step
 
 P = step()  # closed loop c4, 8 requests, 8 output tokens, cache reset

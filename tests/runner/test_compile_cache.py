@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from runner.launch import compile_cache_state
+from runner.execute.launch import compile_cache_state
 
 COLD = (
     "(EngineCore pid=897) INFO 12-01 02:09:43 [backends.py:378] Cache the graph of compile range (1, 8192) for later use\n"

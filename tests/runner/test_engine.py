@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from runner import engine
-from runner.cache import reset_prefix_cache
-from runner.engine import (
+from runner.checks.cache import reset_prefix_cache
+from runner.server import engine
+from runner.server.engine import (
     EngineError,
     VllmServer,
     _group_alive,
     check_engine,
     http_call,
 )
-from runner.introspect import parse_kv_capacity_log
-from studyc.settings import Settings, derive_python
+from runner.server.introspect import parse_kv_capacity_log
+from studyc.settings import Settings, derive_python, load_settings
 from tests.conftest import (
     TINY_KV_TOKENS,
     TINY_MODEL,
@@ -110,7 +110,7 @@ def test_crash_at_start_leads_with_the_root_cause_once(tmp_path: Path) -> None:
         'echo "RuntimeError: Engine core initialization failed. See root cause above."\nexit 3\n',
     )
     server = VllmServer(
-        ["serve", "m"], log_path=tmp_path / "log.txt", command=[str(fake)], startup_timeout_s=30
+        ["serve", "m"], log_path=tmp_path / "log.txt", command=[str(fake)], startup_timeout_s=30, key_dir=tmp_path
     )
     with pytest.raises(EngineError) as err, server:
         pass
@@ -126,7 +126,7 @@ def test_crash_without_an_exception_line_shows_the_log_tail(tmp_path: Path) -> N
         tmp_path, "fake-vllm", 'i=0; while [ $i -lt 50 ]; do echo "loading line $i"; i=$((i+1)); done\nexit 3\n'
     )
     server = VllmServer(
-        ["serve", "m"], log_path=tmp_path / "log.txt", command=[str(fake)], startup_timeout_s=30
+        ["serve", "m"], log_path=tmp_path / "log.txt", command=[str(fake)], startup_timeout_s=30, key_dir=tmp_path
     )
     with pytest.raises(EngineError) as err, server:
         pass
@@ -143,7 +143,7 @@ def test_real_server_that_cannot_start_names_the_root_cause(tmp_path: Path, tiny
     flags[flags.index("--kv-cache-memory-bytes") + 1] = "4000G"  # far more than this host's memory
     server = VllmServer(
         ["serve", str(tiny_model_dir), *flags], env=TINY_SERVE_ENV, log_path=tmp_path / "server.log",
-        startup_timeout_s=300,
+        startup_timeout_s=300, command=load_settings().vllm_argv, key_dir=load_settings().cache_path,
     )
     with pytest.raises(EngineError) as err, server:
         pass
@@ -223,7 +223,7 @@ def test_check_engine_on_the_real_cpu_vllm() -> None:
 def test_port_taken_at_bind_is_retried_on_a_new_port(tmp_path: Path) -> None:
     fake = _script(tmp_path, "busy", 'echo "OSError: [Errno 98] Address already in use"\nexit 1\n')
     server = VllmServer(
-        ["serve", "m"], log_path=tmp_path / "log.txt", command=[str(fake)], startup_timeout_s=30
+        ["serve", "m"], log_path=tmp_path / "log.txt", command=[str(fake)], startup_timeout_s=30, key_dir=tmp_path
     )
     with pytest.raises(EngineError, match="exited with code 1"):
         server.wait_ready()
@@ -238,7 +238,7 @@ def test_startup_timeout_kills_the_group(tmp_path: Path) -> None:
     # A "server" that never answers and has a child of its own.
     fake = _script(tmp_path, "hang", "echo starting\nsleep 600 &\nwait\n")
     server = VllmServer(
-        ["serve", "m"], log_path=tmp_path / "log.txt", command=[str(fake)], startup_timeout_s=1.5
+        ["serve", "m"], log_path=tmp_path / "log.txt", command=[str(fake)], startup_timeout_s=1.5, key_dir=tmp_path
     )
     server.start()
     pgid = server.pid
@@ -259,7 +259,7 @@ def test_ctrl_c_while_waiting_leaves_no_orphans_even_if_sigterm_is_ignored(
         ["serve", "m"],
         log_path=tmp_path / "log.txt",
         command=[str(fake)],
-        startup_timeout_s=60,
+        startup_timeout_s=60, key_dir=tmp_path,
         stop_timeout_s=1,
     )
     server.start()
@@ -284,7 +284,7 @@ def test_missing_engine_command_is_an_engine_error(tmp_path: Path) -> None:
         ["serve", "m"],
         log_path=tmp_path / "log.txt",
         command=[str(tmp_path / "no-such-vllm")],
-        startup_timeout_s=5,
+        startup_timeout_s=5, key_dir=tmp_path,
     )
     with pytest.raises(EngineError, match="cannot run the engine command"):
         server.start()
@@ -293,7 +293,7 @@ def test_missing_engine_command_is_an_engine_error(tmp_path: Path) -> None:
 def test_studyc_owns_host_port_and_key(tmp_path: Path) -> None:
     for flag in ("--host", "--port=8000", "--api-key"):
         with pytest.raises(EngineError, match="must not set"):
-            VllmServer(["serve", "m", flag], log_path=tmp_path / "log", command=["vllm"], startup_timeout_s=1)
+            VllmServer(["serve", "m", flag], log_path=tmp_path / "log", command=["vllm"], startup_timeout_s=1, key_dir=tmp_path)
 
 
 def test_multi_word_command_argv(tmp_path: Path) -> None:
@@ -302,7 +302,7 @@ def test_multi_word_command_argv(tmp_path: Path) -> None:
         ["serve", "m", "--load-format", "dummy"],
         log_path=tmp_path / "log",
         command=["python3", "-m", "vllm.entrypoints.cli.main"],
-        startup_timeout_s=1,
+        startup_timeout_s=1, key_dir=tmp_path,
         port=18000,
     )
     assert server.argv[:7] == [

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from runner import metrics
-from runner.cache import reset_prefix_cache
+from runner.checks.cache import reset_prefix_cache
+from runner.measure import prometheus
 from tests.runner.faults import FaultProxy, Faults
 from tests.runner.test_reconcile import measure_window
 
@@ -70,25 +70,25 @@ def test_reset_answered_true_but_not_done(vllm_server: Any, complete: Any) -> No
     complete(prompt)
     with FaultProxy(vllm_server.base_url, Faults(reset="fake")) as proxy:
         assert reset_prefix_cache(proxy.base_url, vllm_server.api_key).ok
-    before = metrics.scrape(vllm_server.base_url, vllm_server.api_key)
+    before = prometheus.scrape(vllm_server.base_url, vllm_server.api_key)
     complete(prompt)
-    after = metrics.scrape(vllm_server.base_url, vllm_server.api_key)
+    after = prometheus.scrape(vllm_server.base_url, vllm_server.api_key)
     assert proxy.log.resets_seen == 1 and proxy.log.resets_forwarded == 0
-    assert metrics.delta(before, after, "vllm:prefix_cache_hits") == 96  # 3 whole blocks of 32 hit
+    assert prometheus.delta(before, after, "vllm:prefix_cache_hits") == 96  # 3 whole blocks of 32 hit
 
 
 def test_client_that_lags_while_streaming_fails_on_the_real_server(vllm_server: Any, tiny_model_dir: Path) -> None:
     """Real counters and records of a clean window; the fault made on demand: the client reads each
     measured request's end 150 ms late (as a client starved of CPU while streaming does)."""
-    from runner.loadgen import run_load
-    from runner.reconcile import reconcile
+    from runner.checks.reconcile import reconcile
+    from runner.load.loadgen import run_load
     from tests.runner.test_reconcile import _specs
 
     model, url, key = str(tiny_model_dir), vllm_server.base_url, vllm_server.api_key
     run_load(url, model, [], warmup=_specs(2, "lag-warm"), api_key=key, concurrency=2, cpus=(1,))
-    before = metrics.scrape(url, key)
+    before = prometheus.scrape(url, key)
     records = list(run_load(url, model, _specs(8, "lag"), api_key=key, concurrency=2, cpus=(1,)).records)
-    after = metrics.scrape(url, key)
+    after = prometheus.scrape(url, key)
     # 150 ms: on this shared 2-core box a clean window's own difference reached -37 ms (first token read
     # late by a starved client), so a smaller lag could cancel against it.
     lagged = [dataclasses.replace(r, end_s=r.end_s + 0.150) for r in records]
@@ -101,7 +101,7 @@ def test_client_that_lags_while_streaming_fails_on_the_real_server(vllm_server: 
 # ------------------------------------------------------ whole points through the judge, real server
 def _point(server: Any, model: Path, faults: Faults, salt: int) -> Any:
     from compiler.study import Checks
-    from runner.point import Endpoint, PointContext, run_point
+    from runner.execute.point import Endpoint, PointContext, run_point
     from tests.runner.steps import step
 
     point = step(id=f"faults/a/w/c2/r{salt}", concurrency=2, requests=8, warmup=2, input_len=64, output_len=16,

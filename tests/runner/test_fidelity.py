@@ -4,25 +4,27 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 import pytest
 
-from runner.fidelity import check_fidelity, client_tpot_s, token_gaps
+from runner.checks.fidelity import check_fidelity, client_tpot_s, token_gaps
+from runner.store.records import RequestRecord
 
 H200_DB = Path(__file__).resolve().parents[2] / "results" / "h200.duckdb"
 
 
-@dataclass(frozen=True)
-class Rec:
-    token_times_s: tuple[float, ...]
-    ok: bool = True
-    warmup: bool = False
+def rec(token_times_s: tuple[float, ...], ok: bool = True, warmup: bool = False) -> RequestRecord:
+    """A request record with these token times (the rest is not read by the fidelity check)."""
+    t0 = token_times_s[0] if token_times_s else 0.0
+    t1 = token_times_s[-1] if token_times_s else 0.0
+    return RequestRecord(index=0, warmup=warmup, scheduled_s=t0, sent_s=t0, first_token_s=t0 if token_times_s else None,
+                         end_s=t1, token_times_s=token_times_s, prompt_tokens=1, output_tokens=len(token_times_s),
+                         chunks=len(token_times_s), ok=ok, error=None, status=200)
 
 
-def _starved(n_requests: int = 31, tokens: int = 32, step: float = 0.0021, seed: int = 0) -> list[Rec]:
+def _starved(n_requests: int = 31, tokens: int = 32, step: float = 0.0021, seed: int = 0) -> list[RequestRecord]:
     """What the 2-core CPU quickstart recorded at c1: reads coalesce, most gaps are ~0 while the
     server steps every 2.1 ms (there: 642 of 977 gaps under 10 us, ITL p50 0.0 ms, TPOT 2.1 ms)."""
     rng = random.Random(seed)
@@ -38,11 +40,11 @@ def _starved(n_requests: int = 31, tokens: int = 32, step: float = 0.0021, seed:
             k = rng.choice((1, 2, 3, 4, 5))
             stamped.extend([times[min(i + k, len(times)) - 1]] * len(times[i:i + k]))
             i += k
-        out.append(Rec(tuple(stamped)))
+        out.append(rec(tuple(stamped)))
     return out
 
 
-def _clean(n_requests: int = 31, tokens: int = 32, step: float = 0.0021, seed: int = 0) -> list[Rec]:
+def _clean(n_requests: int = 31, tokens: int = 32, step: float = 0.0021, seed: int = 0) -> list[RequestRecord]:
     rng = random.Random(seed)
     out = []
     for r in range(n_requests):
@@ -50,7 +52,7 @@ def _clean(n_requests: int = 31, tokens: int = 32, step: float = 0.0021, seed: i
         for _ in range(tokens):
             t += step * rng.uniform(0.9, 1.3)
             times.append(t)
-        out.append(Rec(tuple(times)))
+        out.append(rec(tuple(times)))
     return out
 
 
@@ -78,8 +80,8 @@ def test_clean_client_passes() -> None:
 
 
 def test_no_gaps_is_unverified() -> None:
-    assert check_fidelity([Rec((1.0,))]).status == "unverified"
-    assert check_fidelity([Rec((1.0, 1.1), ok=False), Rec((2.0, 2.1), warmup=True)]).status == "unverified"
+    assert check_fidelity([rec((1.0,))]).status == "unverified"
+    assert check_fidelity([rec((1.0, 1.1), ok=False), rec((2.0, 2.1), warmup=True)]).status == "unverified"
 
 
 @pytest.mark.skipif(not H200_DB.exists(), reason="no committed H200 database")
@@ -87,9 +89,9 @@ def test_no_h200_point_is_flagged() -> None:
     """Every point of the committed H200 runs is a clean client on a fast host."""
     con = duckdb.connect(str(H200_DB), read_only=True)
     rows = con.sql("select point_id, warmup, ok, token_times_s from requests").fetchall()
-    by: dict[str, list[Rec]] = {}
+    by: dict[str, list[RequestRecord]] = {}
     for pid, warm, ok, times in rows:
-        by.setdefault(pid, []).append(Rec(tuple(times or ()), ok=ok, warmup=warm))
+        by.setdefault(pid, []).append(rec(tuple(times or ()), ok=ok, warmup=warm))
     results = {pid: check_fidelity(recs) for pid, recs in by.items()}
     flagged = [pid for pid, r in results.items() if r.status == "fail"]
     assert len(results) > 50 and not flagged
@@ -98,7 +100,7 @@ def test_no_h200_point_is_flagged() -> None:
 QUICKSTART_GAPS = Path(__file__).resolve().parent / "data" / "quickstart_token_gaps.json"
 
 
-def _recorded(key: str) -> tuple[list[Rec], float]:
+def _recorded(key: str) -> tuple[list[RequestRecord], float]:
     """One quickstart point's measured requests as the 2-core CPU host recorded them."""
     point = json.loads(QUICKSTART_GAPS.read_text())[key]
     recs = []
@@ -106,7 +108,7 @@ def _recorded(key: str) -> tuple[list[Rec], float]:
         times = [first * 1e-6]
         for g in gaps:
             times.append(times[-1] + g * 1e-6)
-        recs.append(Rec(tuple(times)))
+        recs.append(rec(tuple(times)))
     return recs, point["server_step_ms"] * 1e-3
 
 
@@ -117,7 +119,7 @@ def test_recorded_point_with_the_engine_on_the_clients_core_is_flagged() -> None
 
 
 def test_recorded_point_with_the_engine_apart_passes() -> None:
-    """The same point once the CPU server's engine runs apart from the load generator (runner.pinning):
+    """The same point once the CPU server's engine runs apart from the load generator (runner.server.pinning):
     3,926 gaps, none bunched."""
     recs, step = _recorded("engine_apart")
     result = check_fidelity(recs, server_step_s=step)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.instrument import Instrument, prompt_key, read_send_log
+from runner.load.instrument import Instrument
+from runner.load.stream_server import prompt_key, read_send_log
 
 REPO = Path(__file__).resolve().parents[2]
 CONTENT_KEYS = ["id", "object", "created", "model", "choices"]
@@ -212,7 +213,7 @@ def test_cli_subprocess_ready_dump_and_sigterm(tmp_path: Path) -> None:
     log = tmp_path / "sends.jsonl"
     cpu = max(os.sched_getaffinity(0))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runner.instrument", "--port", "0", "--itl-ms", "1", "--send-log", str(log),
+        [sys.executable, "-m", "runner.load.instrument", "--port", "0", "--itl-ms", "1", "--send-log", str(log),
          "--cpu", str(cpu)],
         cwd=REPO, stdout=subprocess.PIPE, text=True,
     )

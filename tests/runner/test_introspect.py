@@ -3,8 +3,8 @@ the log and from /metrics labels, GPU names from collect_env."""
 
 from __future__ import annotations
 
-from runner import metrics
-from runner.introspect import (
+from runner.measure import prometheus
+from runner.server.introspect import (
     _first_gpu_model,
     kv_capacity_from_metrics,
     parse_kv_capacity_log,
@@ -110,17 +110,17 @@ def _info(**labels: str) -> str:
 
 
 def test_kv_capacity_from_metrics_labels() -> None:
-    snap = metrics.parse(_info(engine="0", kv_cache_size_tokens="262144", num_gpu_blocks="8192", block_size="32"))
+    snap = prometheus.parse(_info(engine="0", kv_cache_size_tokens="262144", num_gpu_blocks="8192", block_size="32"))
     assert kv_capacity_from_metrics(snap) == (262_144, "metrics:kv_cache_size_tokens")
-    two = metrics.parse(
+    two = prometheus.parse(
         "# TYPE vllm:cache_config_info gauge\n"
         'vllm:cache_config_info{engine="0",num_gpu_blocks="100",block_size="16"} 1.0\n'
         'vllm:cache_config_info{engine="1",num_gpu_blocks="50",block_size="16"} 1.0\n'
     )
     assert kv_capacity_from_metrics(two) == (2_400, "metrics:blocks")
-    assert kv_capacity_from_metrics(metrics.parse(_info(engine="0", num_gpu_blocks="None", block_size="16"))) == \
+    assert kv_capacity_from_metrics(prometheus.parse(_info(engine="0", num_gpu_blocks="None", block_size="16"))) == \
         (None, None)
-    assert kv_capacity_from_metrics(metrics.parse("# TYPE vllm:num_requests_running gauge\n"
+    assert kv_capacity_from_metrics(prometheus.parse("# TYPE vllm:num_requests_running gauge\n"
                                                   "vllm:num_requests_running 0.0\n")) == (None, None)
 
 

@@ -10,17 +10,17 @@ import pytest
 
 from compiler.metrics import METRICS
 from compiler.study import Checks
-from runner import metrics
-from runner.cache import CacheState
-from runner.judge import ServerSide, judge, observe
-from runner.records import (
+from runner.checks.cache import CacheState
+from runner.checks.judge import ServerSide, judge, observe
+from runner.checks.stats import GpuStats
+from runner.measure import prometheus
+from runner.store.records import (
     SUMMARY_FIELDS,
     PointRecord,
     RequestRecord,
     ServerRecord,
     TelemetrySample,
 )
-from runner.stats import GpuStats
 from tests.runner.counters import edges
 from tests.runner.steps import step
 
@@ -145,9 +145,9 @@ def test_warnings_flag_but_do_not_invalidate() -> None:
 
 
 def test_observe_reads_counter_deltas_and_samples() -> None:
-    before = metrics.parse("vllm:prefix_cache_queries_total 10\nvllm:prefix_cache_hits_total 1\n"
+    before = prometheus.parse("vllm:prefix_cache_queries_total 10\nvllm:prefix_cache_hits_total 1\n"
                            "vllm:num_preemptions_total 3\n")
-    after = metrics.parse("vllm:prefix_cache_queries_total 110\nvllm:prefix_cache_hits_total 2\n"
+    after = prometheus.parse("vllm:prefix_cache_queries_total 110\nvllm:prefix_cache_hits_total 2\n"
                           "vllm:num_preemptions_total 5\n")
     samples = [TelemetrySample("p", "nvml", 0.0, power_w=100.0, energy_j=5.0),
                TelemetrySample("p", "nvml", 0.1, power_w=200.0, energy_j=7.0)]
@@ -156,7 +156,7 @@ def test_observe_reads_counter_deltas_and_samples() -> None:
     assert side.preemptions == 2.0 and side.kv_cache_usage_peak is None  # /metrics is not sampled in the window
     assert side.gpu.power_mean_w == 150.0 and side.gpu.energy_j == 2.0
     assert side.before is before and side.after is after
-    empty = observe(None, metrics.parse(""), metrics.parse(""), [])
+    empty = observe(None, prometheus.parse(""), prometheus.parse(""), [])
     assert empty.cache == CacheState(None, None, None) and empty.preemptions is None
 
 
@@ -166,8 +166,8 @@ def test_stored_server_side_judges_the_same_again() -> None:
     first = judge(step(), closed_loop(), server, thresholds=Checks(), client_ceiling_chunks_per_s=100.0)
     assert server.before is not None and server.after is not None
     point = PointRecord("r", step().id, reset_ok=True, summary=first.summary,
-                        counters_before_json=metrics.edge_json(server.before),
-                        counters_after_json=metrics.edge_json(server.after))
+                        counters_before_json=prometheus.edge_json(server.before),
+                        counters_after_json=prometheus.edge_json(server.after))
     again = judge(step(), closed_loop(), ServerSide.stored(point), thresholds=Checks(), client_ceiling_chunks_per_s=100.0)
     assert again == first
     # A point stored without edge counters (before schema 3) cannot be reconciled again.

@@ -9,10 +9,10 @@ import dataclasses
 import pytest
 
 from compiler.study import Checks
-from runner.cache import CacheState
-from runner.judge import Judgement, ServerSide, judge
-from runner.records import CheckResult, PointRecord, PointSummary, RequestRecord
-from runner.stats import GpuStats, halves_gap, open_loop_allowance
+from runner.checks.cache import CacheState
+from runner.checks.judge import Judgement, ServerSide, judge
+from runner.checks.stats import GpuStats, halves_gap, open_loop_allowance
+from runner.store.records import CheckResult, PointRecord, PointSummary, RequestRecord
 from tests.runner.counters import edges
 from tests.runner.steps import step
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.store import Store
+from runner.store.store import Store
 from tests.conftest import REPO, vllm_missing
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(vllm_missing() is not None, reason=str(vllm_missing()))]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from compiler.plan import Launch
-from runner.records import base_server_id
-from runner.run import fresh_server_ids
+from runner.execute.driver import fresh_server_ids
+from runner.store.records import base_server_id
 
 
 def _launch(lid: str, server_ids: tuple[str, ...]) -> Launch:

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from runner.instrument import Instrument, InstrumentConfig, prompt_key
-from runner.loadgen import (
+from runner.load.instrument import Instrument
+from runner.load.loadgen import (
     POINT_TIMEOUT,
     TIMEOUT,
     LoadResult,
@@ -24,7 +24,8 @@ from runner.loadgen import (
     make_prompts,
     run_load,
 )
-from runner.records import RequestRecord
+from runner.load.stream_server import InstrumentConfig, prompt_key
+from runner.store.records import RequestRecord
 
 
 def specs(n: int, max_tokens: int, *, input_len: int = 16, salt: str = "") -> list[RequestSpec]:
@@ -72,8 +73,8 @@ def test_a_blocked_loop_shows_as_a_stall(busy_poll: bool) -> None:
     measures covers it (so reconciliation cannot clear the client of reading late)."""
     import math
 
-    from runner.client import make_target, now
-    from runner.workers import WorkerPlan, _LocalCounter, _new_loop, _Worker
+    from runner.load.client import make_target, now
+    from runner.load.workers import WorkerPlan, _LocalCounter, _new_loop, _Worker
 
     with Instrument(itl_s=0.002) as inst:
         reqs = tuple(specs(4, 100))
@@ -196,7 +197,7 @@ def test_point_timeout_bounds_the_whole_point() -> None:
 def test_a_slot_freed_at_the_deadline_sends_nothing_before_the_points_timer_fires() -> None:
     """A request's own timer at the deadline can fire before the point's: the client reads the clock,
     so the freed slot sees the deadline passed (without it, a loaded machine sent two more requests)."""
-    from runner.client import Client, make_target, now
+    from runner.load.client import Client, make_target, now
 
     async def go() -> tuple[bool, bool]:
         client = Client(make_target("http://127.0.0.1:9", "m", None, None), 1.0)
@@ -212,7 +213,7 @@ def test_a_slot_freed_at_the_deadline_sends_nothing_before_the_points_timer_fire
 def test_bodies_encoded_ahead_are_the_bytes_encoded_when_sent() -> None:
     """Client.prepare encodes the measured bodies before the window; what goes on the wire is the same
     bytes, for every replica's header, and past the byte cap the rest are encoded when sent."""
-    from runner.client import Client, make_target
+    from runner.load.client import Client, make_target
 
     targets = (make_target("http://127.0.0.1:9", "m", None, None),
                make_target("http://127.0.0.1:10", "m", "k", {"top_k": 1}))
@@ -309,7 +310,7 @@ def test_instrument_config_roundtrip_used_by_tests() -> None:
 # instrument, then Ctrl-C (SIGINT to the whole process group, as a terminal sends it).
 _INTERRUPTED_DRIVER = """
 import sys
-from runner.loadgen import RequestSpec, make_prompts, run_load
+from runner.load.loadgen import RequestSpec, make_prompts, run_load
 prompts = make_prompts(66, 16, vocab_lo=4, vocab_hi=4096, seed=1)
 specs = [RequestSpec(p, 5000) for p in prompts[:64]]
 warmup = [RequestSpec(p, 2) for p in prompts[64:]]

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from runner import nvml
-from runner.calibrate import Calibration, calibrate
-from runner.nvml import NvmlSampler, gpu_info
+from runner.measure import nvml
+from runner.measure.calibrate import Calibration, calibrate
+from runner.measure.nvml import NvmlSampler, gpu_info
 from tests.conftest import VLLM_VENV
 
 

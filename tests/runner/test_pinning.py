@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.pinning import ENGINE_COMM, group_members, pin_engine, pin_front_end, split_server_cpus
+from runner.server.pinning import ENGINE_COMM, pin_engine, pin_front_end, split_server_cpus
+from runner.server.procs import group_members
 
 CPUS = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
 two_cpus = pytest.mark.skipif(len(CPUS) < 2, reason="needs two CPUs to split")

@@ -9,7 +9,7 @@ import pytest
 
 from compiler.load import load_studies
 from compiler.plan_compile import compile_study
-from runner.placement import parse_gpus, place, rotated_slot, slots, split_cpus
+from runner.server.placement import parse_gpus, place, rotated_slot, slots, split_cpus
 from studyc.errors import StudycError
 from tests.conftest import REPO
 
@@ -80,7 +80,7 @@ def test_gpu_host_refuses_a_launch_larger_than_the_devices(two_arms_four_blocks)
 
 
 def test_interference_gate_rule() -> None:
-    from runner.parallel import interference_result
+    from runner.execute.parallel import interference_result
 
     calm = interference_result("p", [100.0, 98.0], 97.0, "other")  # 2% gap: threshold 4%, effect 2%
     assert calm["parallel"] and calm["threshold"] == pytest.approx(2 * 2 / 99)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.store import Store
+from runner.store.store import Store
 from tests.conftest import REPO, vllm_missing
 from tests.runner.test_run import alive, children, wait_for_line
 
@@ -176,6 +176,6 @@ def test_ray_missing_says_how_to_install(tmp_path: Path) -> None:
     assert "pip install 'studyc[ray]'" in out.stdout + out.stderr
     assert "Traceback" not in out.stdout + out.stderr
     assert not (tmp_path / "x.duckdb").exists()
-    probe = subprocess.run([sys.executable, "-c", "import sys, studyc.cli, runner.run, runner.parallel; "
+    probe = subprocess.run([sys.executable, "-c", "import sys, studyc.cli, runner.execute.run, runner.execute.parallel; "
                             "print('ray' in sys.modules)"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert probe.stdout.strip() == "False", probe.stdout + probe.stderr

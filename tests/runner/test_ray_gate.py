@@ -1,9 +1,9 @@
-"""The Ray driver's dispatch and interference bookkeeping (runner.ray_gate), branch by branch; the real
+"""The Ray driver's dispatch and interference bookkeeping (runner.execute.ray_gate), branch by branch; the real
 local-cluster run that measures interference is in test_ray.py."""
 
 from __future__ import annotations
 
-from runner.ray_gate import Gate
+from runner.execute.ray_gate import Gate
 
 
 def gate(blocks: dict[int, int], first: int | None = 0) -> Gate:

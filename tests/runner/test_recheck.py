@@ -9,13 +9,14 @@ from pathlib import Path
 
 from compiler.load import load_study
 from compiler.plan_compile import compile_study
-from runner import metrics, replicas
-from runner.cache import CacheState
-from runner.checks import verdict_reason
-from runner.judge import ServerSide, judge
-from runner.recheck import recheck
-from runner.records import CheckResult, PointRecord, RequestRecord, RunRecord
-from runner.store import Store
+from runner.checks.cache import CacheState
+from runner.checks.checks import verdict_reason
+from runner.checks.judge import ServerSide, judge
+from runner.checks.recheck import recheck
+from runner.execute import replicas
+from runner.measure import prometheus
+from runner.store.records import CheckResult, PointRecord, RequestRecord, RunRecord
+from runner.store.store import Store
 from tests.report.helpers import write_study
 from tests.runner.counters import edges
 
@@ -52,8 +53,8 @@ def _db(tmp: Path, queries: float, counters: bool = True, replica_rows: list[dic
                             level=step.level, repeat=step.repeat, status="ok", cache_policy=step.cache, reset_ok=True,
                             summary=judged.summary, valid=valid, flagged=judged.flagged,
                             verdict=verdict_reason(checks),
-                            counters_before_json=metrics.edge_json(before) if counters else None,
-                            counters_after_json=metrics.edge_json(after) if counters else None,
+                            counters_before_json=prometheus.edge_json(before) if counters else None,
+                            counters_after_json=prometheus.edge_json(after) if counters else None,
                             replicas_json=None if replica_rows is None else replicas.replicas_json(replica_rows))
         s.commit_point(point, records, checks, [])
     return db, step.id

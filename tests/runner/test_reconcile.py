@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from runner import metrics
-from runner.loadgen import RequestSpec, make_prompts, run_load
-from runner.reconcile import LatencyBound, reconcile, server_step_s
+from runner.checks.reconcile import LatencyBound, reconcile, server_step_s
+from runner.load.loadgen import RequestSpec, make_prompts, run_load
+from runner.measure import prometheus
+from runner.store.records import RequestRecord
 from tests.runner.faults import OtherClient
 
 # ---------------------------------------------------------------------------------- pure cases
@@ -38,31 +38,26 @@ def _text(*, n: float, prompt: float, gen: float, e2e: float, ttft: float, itl_n
     return "\n".join(ln for ln in lines if not any(ln.startswith(d) for d in drop)) + "\n"
 
 
-@dataclass(frozen=True)
-class Rec:
-    sent_s: float
-    end_s: float
-    first_token_s: float | None
-    token_times_s: tuple[float, ...]
-    prompt_tokens: int = 128
-    output_tokens: int = 4
-    ok: bool = True
-    warmup: bool = False
+def rec(sent_s: float, end_s: float, first_token_s: float | None, token_times_s: tuple[float, ...],
+        prompt_tokens: int = 128, output_tokens: int = 4, ok: bool = True, warmup: bool = False) -> RequestRecord:
+    return RequestRecord(index=0, warmup=warmup, scheduled_s=sent_s, sent_s=sent_s, first_token_s=first_token_s,
+                         end_s=end_s, token_times_s=token_times_s, prompt_tokens=prompt_tokens,
+                         output_tokens=output_tokens, chunks=len(token_times_s), ok=ok, error=None, status=200)
 
 
-def _rec(t0: float, *, lag: float = 0.0) -> Rec:
+def _rec(t0: float, *, lag: float = 0.0) -> RequestRecord:
     # server: ttft 50 ms, 4 tokens 10 ms apart, e2e 80 ms; client adds 2 ms each way
     toks = tuple(t0 + 0.052 + 0.010 * i for i in range(4))
-    return Rec(sent_s=t0, end_s=toks[-1] + 0.002 + lag, first_token_s=toks[0], token_times_s=toks)
+    return rec(sent_s=t0, end_s=toks[-1] + 0.002 + lag, first_token_s=toks[0], token_times_s=toks)
 
 
 ZERO = dict(n=0, prompt=0, gen=0, e2e=0, ttft=0, itl_n=0, itl=0)
 
 
-def _window(recs: list[Rec], server: dict[str, float], drop: Sequence[str] = (),
+def _window(recs: list[RequestRecord], server: dict[str, float], drop: Sequence[str] = (),
             stall_s: float | None = None) -> Any:
-    before = metrics.parse(_text(**ZERO, drop=drop), t_s=0.0)
-    after = metrics.parse(_text(**server, drop=drop), t_s=100.0)
+    before = prometheus.parse(_text(**ZERO, drop=drop), t_s=0.0)
+    after = prometheus.parse(_text(**server, drop=drop), t_s=100.0)
     return reconcile(before, after, recs, client_stall_s=stall_s)
 
 
@@ -183,13 +178,13 @@ H200_MOE_C64 = {
 def _h200_window(point: dict[str, dict[str, float]], end_lag_s: float = 0.0) -> Any:
     n, out = 256, 256
     c = {k: v / n for k, v in point["client"].items()}
-    recs = [Rec(sent_s=1.0 + i, first_token_s=1.0 + i + c["ttft"], end_s=1.0 + i + c["e2e"] + end_lag_s,
+    recs = [rec(sent_s=1.0 + i, first_token_s=1.0 + i + c["ttft"], end_s=1.0 + i + c["e2e"] + end_lag_s,
                 token_times_s=(1.0 + i + c["ttft"], 1.0 + i + c["ttft"] + c["span"]), output_tokens=out)
             for i in range(n)]
     s = point["server"]
     counters = dict(n=n, prompt=128 * n, gen=out * n, e2e=s["e2e"], ttft=s["ttft"], itl_n=(out - 1) * n, itl=s["itl"])
-    before = metrics.parse(_text(**ZERO), t_s=0.0)  # type: ignore[arg-type]
-    after = metrics.parse(_text(**counters), t_s=1000.0)  # type: ignore[arg-type]
+    before = prometheus.parse(_text(**ZERO), t_s=0.0)  # type: ignore[arg-type]
+    after = prometheus.parse(_text(**counters), t_s=1000.0)  # type: ignore[arg-type]
     return reconcile(before, after, recs)
 
 
@@ -218,13 +213,13 @@ def test_missing_counter_is_unverified_never_pass() -> None:
 
 
 def test_warmup_inside_the_window_fails() -> None:
-    warm = Rec(sent_s=-1.0, end_s=0.5, first_token_s=-0.9, token_times_s=(-0.9, -0.8), warmup=True)
+    warm = rec(sent_s=-1.0, end_s=0.5, first_token_s=-0.9, token_times_s=(-0.9, -0.8), warmup=True)
     result = _window([warm, _rec(1.0), _rec(2.0), _rec(3.0)], CLEAN)
     assert result.item("window").status == "fail"
 
 
 def test_client_failures_make_tokens_unverified() -> None:
-    bad = Rec(sent_s=4.0, end_s=5.0, first_token_s=None, token_times_s=(), output_tokens=0, ok=False)
+    bad = rec(sent_s=4.0, end_s=5.0, first_token_s=None, token_times_s=(), output_tokens=0, ok=False)
     result = _window([_rec(1.0), _rec(2.0), _rec(3.0), bad], CLEAN)
     assert result.item("requests").status == "pass"
     assert result.item("generation_tokens").status == "unverified"
@@ -232,8 +227,8 @@ def test_client_failures_make_tokens_unverified() -> None:
 
 
 def test_server_step_from_histogram() -> None:
-    before = metrics.parse(_text(**ZERO), t_s=0.0)  # type: ignore[arg-type]
-    after = metrics.parse(_text(**CLEAN), t_s=1.0)  # type: ignore[arg-type]
+    before = prometheus.parse(_text(**ZERO), t_s=0.0)  # type: ignore[arg-type]
+    after = prometheus.parse(_text(**CLEAN), t_s=1.0)  # type: ignore[arg-type]
     assert server_step_s(before, after) == pytest.approx(0.010)
     assert server_step_s(before, before) is None
 
@@ -255,10 +250,10 @@ def test_every_failure_names_its_cause_and_fix() -> None:
     assert "does not export vllm:prompt_tokens_total" in hidden and "--disable-log-stats" in hidden
     aborted = _window(recs, dict(CLEAN, aborted=1)).item("requests_aborted").message
     assert "another client" in aborted and "Fix:" in aborted
-    warm = Rec(sent_s=-1.0, end_s=0.5, first_token_s=-0.9, token_times_s=(-0.9, -0.8), warmup=True)
+    warm = rec(sent_s=-1.0, end_s=0.5, first_token_s=-0.9, token_times_s=(-0.9, -0.8), warmup=True)
     window = _window([warm, *recs], CLEAN).item("window").message
     assert "include warmup work" in window and "Fix: take the opening scrape after the last warmup" in window
-    bad = Rec(sent_s=4.0, end_s=5.0, first_token_s=None, token_times_s=(), output_tokens=0, ok=False)
+    bad = rec(sent_s=4.0, end_s=5.0, first_token_s=None, token_times_s=(), output_tokens=0, ok=False)
     failed = _window([*recs, bad], CLEAN).item("generation_tokens").message
     assert "1 requests failed on the client" in failed and "see the errors check" in failed
     one_chunk = [dataclasses.replace(r, token_times_s=r.token_times_s[:1]) for r in recs]
@@ -276,9 +271,9 @@ def measure_window(base_url: str, scrape_url: str, api_key: str, model: str, n: 
     """What a point does: warmup, the before-snapshot, measured load, the after-snapshot."""
     warm = run_load(base_url, model, [], warmup=_specs(concurrency, salt + "-warm"), api_key=api_key,
                     concurrency=concurrency, cpus=(1,))
-    before = metrics.scrape(scrape_url, api_key)
+    before = prometheus.scrape(scrape_url, api_key)
     result = run_load(base_url, model, _specs(n, salt), api_key=api_key, concurrency=concurrency, cpus=(1,))
-    after = metrics.scrape(scrape_url, api_key)
+    after = prometheus.scrape(scrape_url, api_key)
     return reconcile(before, after, list(warm.records) + list(result.records))
 
 

@@ -14,9 +14,16 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from runner import metrics
-from runner.metrics import Snapshot
-from runner.reconcile import Item, LatencyBound, Reconciliation, finished_by_reason, reconcile, server_step_s
+from runner.checks.reconcile import (
+    Item,
+    LatencyBound,
+    Reconciliation,
+    finished_by_reason,
+    reconcile,
+    server_step_s,
+)
+from runner.measure import prometheus
+from runner.measure.prometheus import Snapshot
 
 LABELS = 'engine="0",model_name="m"'
 SUCCESS = "vllm:request_success_total"
@@ -101,9 +108,9 @@ def window(recs: Sequence[Req], added: Mapping[str, float], reasons: Mapping[str
     after = {k: BEFORE.get(k, 0.0) + added.get(k, 0.0) for k in BEFORE}
     after_reasons = {k: BEFORE_REASONS.get(k, 0.0) + reasons.get(k, 0.0) for k in {**BEFORE_REASONS, **reasons}}
     hide_success = SUCCESS in drop
-    b = metrics.parse(text(BEFORE, None if hide_success or SUCCESS in drop_before else BEFORE_REASONS,
+    b = prometheus.parse(text(BEFORE, None if hide_success or SUCCESS in drop_before else BEFORE_REASONS,
                            [*drop, *drop_before]), t_s=0.0)
-    a = metrics.parse(text(after, None if hide_success else after_reasons, drop), t_s=100.0)
+    a = prometheus.parse(text(after, None if hide_success else after_reasons, drop), t_s=100.0)
     return reconcile(b, a, recs, bound)
 
 
@@ -225,7 +232,7 @@ def test_counts_are_differences_of_the_two_scrapes() -> None:
 
 # ---------------------------------------------------------------------------- finish reasons
 def snap(body: str, t_s: float = 0.0) -> Snapshot:
-    return metrics.parse(body, t_s=t_s)
+    return prometheus.parse(body, t_s=t_s)
 
 
 def success(**by_engine_reason: float) -> str:

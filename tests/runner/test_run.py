@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.engine import server_api_key
-from runner.store import Store
+from runner.server.engine import server_api_key
+from runner.store.store import Store
 from studyc.settings import load_settings
 from tests.conftest import REPO, vllm_missing
 

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from runner.sse import ProtocolError, ResponseScanner
+from runner.load.sse import ProtocolError, ResponseScanner
 
 # A real `vllm serve` 0.32 (CPU, tiny Qwen3) answer: 8 tokens in 6 chunks, then usage and [DONE].
 VLLM_RAW = (

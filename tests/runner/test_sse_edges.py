@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from runner.sse import ProtocolError, ResponseScanner
+from runner.load.sse import ProtocolError, ResponseScanner
 
 OK = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
 CONTENT = b'data: {"id":"c","choices":[{"index":0,"text":"a"}]}\n\n'

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import pytest
 
-from runner.records import TelemetrySample
-from runner.stats import (
+from runner.checks.stats import (
     distribution,
     gpu_stats,
     halves_gap,
@@ -23,37 +21,31 @@ from runner.stats import (
     summarize,
     window,
 )
+from runner.store.records import RequestRecord, TelemetrySample
 
 
-@dataclass(frozen=True)
-class Rec:
-    sent_s: float
-    end_s: float
-    warmup: bool = False
-    ok: bool = True
-    scheduled_s: float = math.nan  # nan: the send time
-    first_token_s: float | None = math.nan  # nan: a tenth of the way from send to end
-    output_tokens: int = 10
-    prompt_tokens: int = 5
-    chunks: int = 10
-    token_times_s: tuple[float, ...] = ()
-
-    def __post_init__(self) -> None:
-        if math.isnan(self.scheduled_s):
-            object.__setattr__(self, "scheduled_s", self.sent_s)
-        if self.first_token_s is not None and math.isnan(self.first_token_s):
-            object.__setattr__(self, "first_token_s", self.sent_s + 0.1 * (self.end_s - self.sent_s))
+def rec(sent_s: float, end_s: float, warmup: bool = False, ok: bool = True, scheduled_s: float = math.nan,
+        first_token_s: float | None = math.nan, output_tokens: int = 10, prompt_tokens: int = 5, chunks: int = 10,
+        token_times_s: tuple[float, ...] = ()) -> RequestRecord:
+    """A request record; scheduled_s nan: the send time; first_token_s nan: a tenth of the way from send to end."""
+    if math.isnan(scheduled_s):
+        scheduled_s = sent_s
+    if first_token_s is not None and math.isnan(first_token_s):
+        first_token_s = sent_s + 0.1 * (end_s - sent_s)
+    return RequestRecord(index=0, warmup=warmup, scheduled_s=scheduled_s, sent_s=sent_s, first_token_s=first_token_s,
+                         end_s=end_s, token_times_s=token_times_s, prompt_tokens=prompt_tokens,
+                         output_tokens=output_tokens, chunks=chunks, ok=ok, error=None, status=200)
 
 
-def timed(sent: float, end: float, tokens: int = 10, **kw: object) -> Rec:
+def timed(sent: float, end: float, tokens: int = 10, **kw: object) -> RequestRecord:
     """A request whose tokens arrive evenly from a tenth of the way in to its end."""
     first = sent + 0.1 * (end - sent)
     times = tuple(first + k * (end - first) / (tokens - 1) for k in range(tokens))
-    return Rec(sent, end, output_tokens=tokens, chunks=tokens, token_times_s=times, **kw)  # type: ignore[arg-type]
+    return rec(sent, end, output_tokens=tokens, chunks=tokens, token_times_s=times, **kw)  # type: ignore[arg-type]
 
 
 def closed_loop(concurrency: int, waves: int, duration: float = 1.0, ramp: float = 0.0,
-                idle: float = 0.0) -> list[Rec]:
+                idle: float = 0.0) -> list[RequestRecord]:
     """Fixed-length requests in lockstep waves; the first wave is sent over `ramp` seconds; a slot
     waits `idle` seconds between a completion and its next send."""
     out = []
@@ -112,7 +104,7 @@ def test_open_loop_compares_completions_with_the_offered_rate() -> None:
 
 
 def test_open_loop_latency_from_the_schedule_and_the_lag() -> None:
-    late = [Rec(0.5 * i + 0.1, 0.5 * i + 0.3, scheduled_s=0.5 * i) for i in range(5)]
+    late = [rec(0.5 * i + 0.1, 0.5 * i + 0.3, scheduled_s=0.5 * i) for i in range(5)]
     s = summarize(late, None)
     assert s.e2e_mean_s == pytest.approx(0.2) and s.e2e_sched_mean_s == pytest.approx(0.3)
     assert s.client_lag_mean_s == pytest.approx(0.1) and s.client_lag_max_s == pytest.approx(0.1)
@@ -127,19 +119,19 @@ def test_server_occupancy_over_the_whole_window() -> None:
 
 
 def test_warmup_records_are_excluded() -> None:
-    recs = closed_loop(2, 2) + [Rec(-5.0, -4.0, warmup=True)]
+    recs = closed_loop(2, 2) + [rec(-5.0, -4.0, warmup=True)]
     s = summarize(recs, 2, burst=True)
     assert s.requests_ok == 4
     assert s.window_s == pytest.approx(2.0)
 
 
 def test_halves_gap_sees_a_slow_start() -> None:
-    slow = [Rec(i, i + (2.0 if i < 2 else 1.0), output_tokens=11) for i in range(4)]
+    slow = [rec(i, i + (2.0 if i < 2 else 1.0), output_tokens=11) for i in range(4)]
     assert halves_gap(slow) > 0.4
-    steady = [Rec(i, i + 1.0, output_tokens=11) for i in range(4)]
+    steady = [rec(i, i + 1.0, output_tokens=11) for i in range(4)]
     assert halves_gap(steady) == pytest.approx(0.0, abs=1e-9)
     # A first half that is faster than the second is no sign of a missing warmup.
-    slow_end = [Rec(i, i + (1.0 if i < 2 else 2.0), output_tokens=11) for i in range(4)]
+    slow_end = [rec(i, i + (1.0 if i < 2 else 2.0), output_tokens=11) for i in range(4)]
     assert halves_gap(slow_end) < 0
 
 
@@ -166,21 +158,21 @@ def test_in_flight_integral_clips_to_the_window() -> None:
 
 
 def test_window_is_first_measured_send_to_last_measured_end() -> None:
-    recs = [Rec(-3.0, 9.0, warmup=True), Rec(1.0, 2.0), Rec(0.5, 4.0)]
+    recs = [rec(-3.0, 9.0, warmup=True), rec(1.0, 2.0), rec(0.5, 4.0)]
     w = window(recs)
     assert w is not None and (w.start_s, w.end_s) == (0.5, 4.0)
     assert w.duration_s == pytest.approx(3.5)
-    assert window([Rec(0.0, 1.0, warmup=True)]) is None
+    assert window([rec(0.0, 1.0, warmup=True)]) is None
 
 
 def test_summary_of_no_measured_request_has_counts_only() -> None:
-    s = summarize([Rec(0.0, 1.0, warmup=True)], 1)
+    s = summarize([rec(0.0, 1.0, warmup=True)], 1)
     assert (s.requests_ok, s.requests_failed, s.window_s, s.output_throughput) == (0, 0, None, None)
     assert s.littles_law_error is None and s.steady_requests is None
 
 
 def test_summary_counts_failed_requests_apart() -> None:
-    recs = [Rec(0.0, 1.0), Rec(0.0, 1.0, ok=False), Rec(0.0, 1.0, output_tokens=4, prompt_tokens=3, chunks=2)]
+    recs = [rec(0.0, 1.0), rec(0.0, 1.0, ok=False), rec(0.0, 1.0, output_tokens=4, prompt_tokens=3, chunks=2)]
     s = summarize(recs, None)
     assert (s.requests_ok, s.requests_failed) == (2, 1)
     assert (s.input_tokens, s.output_tokens, s.chunks) == (8, 14, 12)
@@ -192,8 +184,8 @@ def test_summary_counts_failed_requests_apart() -> None:
 
 
 def test_summary_latencies() -> None:
-    recs = [Rec(0.0, 1.0, first_token_s=0.2, output_tokens=5, token_times_s=(0.2, 0.4, 0.7)),
-            Rec(1.0, 3.0, first_token_s=1.5, output_tokens=1)]
+    recs = [rec(0.0, 1.0, first_token_s=0.2, output_tokens=5, token_times_s=(0.2, 0.4, 0.7)),
+            rec(1.0, 3.0, first_token_s=1.5, output_tokens=1)]
     s = summarize(recs, None)
     assert s.ttft_mean_s == pytest.approx(0.35) and s.ttft_p50_s == pytest.approx(0.35)
     assert s.e2e_p99_s == pytest.approx(1.99)
@@ -202,11 +194,11 @@ def test_summary_latencies() -> None:
 
 
 def test_halves_gap_needs_two_requests_with_tokens() -> None:
-    assert halves_gap([Rec(0.0, 1.0, output_tokens=11)]) is None
-    assert halves_gap([Rec(0.0, 1.0, output_tokens=1), Rec(1.0, 2.0, output_tokens=1)]) is None
-    assert halves_gap([Rec(0.0, 1.0, output_tokens=11, ok=False), Rec(1.0, 2.0, output_tokens=11)]) is None
+    assert halves_gap([rec(0.0, 1.0, output_tokens=11)]) is None
+    assert halves_gap([rec(0.0, 1.0, output_tokens=1), rec(1.0, 2.0, output_tokens=1)]) is None
+    assert halves_gap([rec(0.0, 1.0, output_tokens=11, ok=False), rec(1.0, 2.0, output_tokens=11)]) is None
     # Sorted by send time, not by list order.
-    recs = [Rec(1.0, 2.0, output_tokens=11), Rec(0.0, 2.0, output_tokens=11)]
+    recs = [rec(1.0, 2.0, output_tokens=11), rec(0.0, 2.0, output_tokens=11)]
     assert halves_gap(recs) == pytest.approx(1.0)
 
 

@@ -5,12 +5,10 @@ two-request open loops, equal timestamps, one-token requests."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import pytest
 
-from runner.records import TelemetrySample
-from runner.stats import (
+from runner.checks.stats import (
     GpuStats,
     distribution,
     gpu_stats,
@@ -20,24 +18,17 @@ from runner.stats import (
     steady_phase,
     summarize,
 )
+from runner.store.records import RequestRecord, TelemetrySample
 
 
-@dataclass(frozen=True)
-class Rec:
-    sent_s: float
-    end_s: float
-    first_token_s: float | None
-    token_times_s: tuple[float, ...] = ()
-    output_tokens: int = 1
-    prompt_tokens: int = 1
-    chunks: int = 1
-    scheduled_s: float = math.nan  # nan: the send time
-    warmup: bool = False
-    ok: bool = True
-
-    def __post_init__(self) -> None:
-        if math.isnan(self.scheduled_s):
-            object.__setattr__(self, "scheduled_s", self.sent_s)
+def rec(sent_s: float, end_s: float, first_token_s: float | None, token_times_s: tuple[float, ...] = (),
+        output_tokens: int = 1, prompt_tokens: int = 1, chunks: int = 1, scheduled_s: float = math.nan,
+        warmup: bool = False, ok: bool = True) -> RequestRecord:
+    """A request record; scheduled_s nan: the send time."""
+    return RequestRecord(index=0, warmup=warmup, scheduled_s=sent_s if math.isnan(scheduled_s) else scheduled_s,
+                         sent_s=sent_s, first_token_s=first_token_s, end_s=end_s, token_times_s=token_times_s,
+                         prompt_tokens=prompt_tokens, output_tokens=output_tokens, chunks=chunks, ok=ok,
+                         error=None, status=200)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -63,11 +54,11 @@ def test_distribution_is_mean_then_p50_p90_p95_p99() -> None:
 # ---- closed loop: the steady phase's boundaries --------------------------------------------------
 # Concurrency 3, sends at -1, 0, 1, 4, 5: the steady phase runs from the third send (t=1) to the last (t=5).
 CLOSED = [
-    Rec(-1.0, 1.0, 0.0, (0.0, 0.5, 1.0), output_tokens=3, prompt_tokens=5, chunks=3),  # ends at the start
-    Rec(0.0, 4.0, 1.0, (1.0, 2.0, 4.0), output_tokens=6, prompt_tokens=7, chunks=3),  # first token at the start
-    Rec(1.0, 5.0, 5.0, (5.0,), output_tokens=1, prompt_tokens=11, chunks=1),  # wholly inside, ends at the end
-    Rec(4.0, 8.0, 6.0, (6.0, 7.0, 8.0), output_tokens=3, prompt_tokens=13, chunks=3),
-    Rec(5.0, 9.0, 7.0, (7.0, 9.0), output_tokens=2, prompt_tokens=17, chunks=2),
+    rec(-1.0, 1.0, 0.0, (0.0, 0.5, 1.0), output_tokens=3, prompt_tokens=5, chunks=3),  # ends at the start
+    rec(0.0, 4.0, 1.0, (1.0, 2.0, 4.0), output_tokens=6, prompt_tokens=7, chunks=3),  # first token at the start
+    rec(1.0, 5.0, 5.0, (5.0,), output_tokens=1, prompt_tokens=11, chunks=1),  # wholly inside, ends at the end
+    rec(4.0, 8.0, 6.0, (6.0, 7.0, 8.0), output_tokens=3, prompt_tokens=13, chunks=3),
+    rec(5.0, 9.0, 7.0, (7.0, 9.0), output_tokens=2, prompt_tokens=17, chunks=2),
 ]
 
 
@@ -91,16 +82,16 @@ def test_steady_phase_boundaries_are_counted_once() -> None:
 
 
 def test_steady_phase_of_zero_length_is_none() -> None:
-    recs = [Rec(0.0, 1.0, 0.5), Rec(1.0, 2.0, 1.5), Rec(1.0, 2.0, 1.5)]  # last two sends at once
+    recs = [rec(0.0, 1.0, 0.5), rec(1.0, 2.0, 1.5), rec(1.0, 2.0, 1.5)]  # last two sends at once
     assert steady_phase(recs, 2) is None
-    phase = steady_phase([*recs, Rec(1.5, 2.5, 2.0)], 2)
+    phase = steady_phase([*recs, rec(1.5, 2.5, 2.0)], 2)
     assert phase is not None and (phase.start_s, phase.end_s) == (1.0, 1.5)
 
 
 def test_closed_loop_little_is_the_time_average_in_flight() -> None:
     # C = 2, sends 0, 1, 3: the phase is [1, 3]. No request ran wholly inside it, yet lambda * W in
     # its finite-window form is measured: 1 + 2 + 0 request-seconds inside over 2 s.
-    recs = [Rec(0.0, 2.0, 1.0), Rec(1.0, 4.0, 2.0), Rec(3.0, 6.0, 4.0)]
+    recs = [rec(0.0, 2.0, 1.0), rec(1.0, 4.0, 2.0), rec(3.0, 6.0, 4.0)]
     s = summarize(recs, 2)
     assert s.steady_requests == 0 and s.request_throughput == 1 / 2
     assert s.little_lambda_w == 1.5 and s.littles_law_error == pytest.approx(0.25)
@@ -110,7 +101,7 @@ def test_closed_loop_little_is_the_time_average_in_flight() -> None:
 
 
 # ---- open loop: every distribution field -----------------------------------------------------------
-def open_loop() -> list[Rec]:
+def open_loop() -> list[RequestRecord]:
     recs = []
     for i in range(11):
         sent = float(i)
@@ -119,7 +110,7 @@ def open_loop() -> list[Rec]:
         times = [sent + ttft]
         for g in gaps:
             times.append(times[-1] + g)
-        recs.append(Rec(sent, times[-1] + 0.001 * i, sent + ttft, tuple(times), output_tokens=4 + i % 2,
+        recs.append(rec(sent, times[-1] + 0.001 * i, sent + ttft, tuple(times), output_tokens=4 + i % 2,
                         prompt_tokens=10 + i, chunks=4, scheduled_s=sent - 0.003 * i * i))
     return recs
 
@@ -154,7 +145,7 @@ def test_open_loop_distributions_field_by_field() -> None:
 
 
 def test_one_token_requests_have_no_tpot_and_two_token_ones_do() -> None:
-    recs = [Rec(0.0, 1.0, 0.5, (0.5,), output_tokens=1), Rec(1.0, 2.0, 1.2, (1.2, 2.0), output_tokens=2)]
+    recs = [rec(0.0, 1.0, 0.5, (0.5,), output_tokens=1), rec(1.0, 2.0, 1.2, (1.2, 2.0), output_tokens=2)]
     s = summarize(recs, None)
     assert s.tpot_mean_s == pytest.approx(0.8) and s.tpot_p99_s == pytest.approx(0.8)
     assert s.itl_mean_s == pytest.approx(0.8)
@@ -162,7 +153,7 @@ def test_one_token_requests_have_no_tpot_and_two_token_ones_do() -> None:
 
 # ---- Little's Law, open loop ----------------------------------------------------------------------
 def test_open_loop_little_with_two_requests() -> None:
-    recs = [Rec(10.0, 11.0, 10.5), Rec(12.0, 14.0, 12.5)]
+    recs = [rec(10.0, 11.0, 10.5), rec(12.0, 14.0, 12.5)]
     lam_w, expected = open_loop_little(recs, recs)
     w = (1.0 + 2.0) / 2
     assert lam_w == pytest.approx(1 / 3 * w)  # one completion interval of 3 s
@@ -175,47 +166,47 @@ def test_open_loop_little_with_two_requests() -> None:
     ([2.0, 3.0], [1.0, 1.0]),  # every send scheduled at one instant: no offered rate
 ])  # fmt: skip
 def test_open_loop_little_needs_a_spread(ends: list[float], scheds: list[float]) -> None:
-    recs = [Rec(s, e, None, scheduled_s=s) for e, s in zip(ends, scheds, strict=True)]
+    recs = [rec(s, e, None, scheduled_s=s) for e, s in zip(ends, scheds, strict=True)]
     assert open_loop_little(recs, recs) == (None, None)
 
 
 def test_open_loop_little_uses_first_and_last_not_neighbours() -> None:
     # Ends 1, 1, 3 (two at once first) and schedules 0, 2, 2: rates over the whole spread.
-    recs = [Rec(0.0, 1.0, None), Rec(0.5, 1.0, None, scheduled_s=2.0), Rec(2.0, 3.0, None)]
+    recs = [rec(0.0, 1.0, None), rec(0.5, 1.0, None, scheduled_s=2.0), rec(2.0, 3.0, None)]
     lam_w, expected = open_loop_little(recs, recs)
     w = ((1 - 0) + (1 - 2) + (3 - 2)) / 3
     assert lam_w == pytest.approx(2 / 2 * w) and expected == pytest.approx(2 / 2 * w)
-    late = [Rec(0.0, 1.0, None), Rec(1.0, 3.0, None), Rec(1.5, 3.0, None, scheduled_s=0.0)]
+    late = [rec(0.0, 1.0, None), rec(1.0, 3.0, None), rec(1.5, 3.0, None, scheduled_s=0.0)]
     lam_w, expected = open_loop_little(late, late)
     assert lam_w is not None and expected is not None  # ends 1, 3, 3 and schedules 0, 0, 1 still spread
 
 
 # ---- open-loop allowance --------------------------------------------------------------------------
 def test_open_loop_allowance_values_and_edges() -> None:
-    recs = [Rec(10.0, 11.0, None), Rec(11.0, 13.0, None), Rec(14.0, 24.0, None)]
+    recs = [rec(10.0, 11.0, None), rec(11.0, 13.0, None), rec(14.0, 24.0, None)]
     assert open_loop_allowance(recs) == pytest.approx(2 * 2.0 / 4.0)  # median W 2 over the 4 s schedule
-    with_failure = [*recs, Rec(15.0, 100.0, None, ok=False), Rec(16.0, 200.0, None, ok=False)]
+    with_failure = [*recs, rec(15.0, 100.0, None, ok=False), rec(16.0, 200.0, None, ok=False)]
     assert open_loop_allowance(with_failure) == pytest.approx(2 * 2.0 / 6.0)  # failures stretch T, not W
     assert open_loop_allowance(recs[:2]) == pytest.approx(2 * 1.5 / 1.0)  # two requests are enough
     assert open_loop_allowance(recs[:1]) is None
-    same = [Rec(1.0, 2.0, None), Rec(1.0, 3.0, None)]
+    same = [rec(1.0, 2.0, None), rec(1.0, 3.0, None)]
     assert open_loop_allowance(same) is None
-    assert open_loop_allowance([Rec(1.0, 2.0, None), Rec(1.0, 3.0, None), Rec(2.0, 3.0, None)]) == \
+    assert open_loop_allowance([rec(1.0, 2.0, None), rec(1.0, 3.0, None), rec(2.0, 3.0, None)]) == \
         pytest.approx(2 * 1.0 / 1.0)
-    assert open_loop_allowance([Rec(0.0, 2.0, None), Rec(1.0, 3.0, None), Rec(1.0, 3.0, None)]) == \
+    assert open_loop_allowance([rec(0.0, 2.0, None), rec(1.0, 3.0, None), rec(1.0, 3.0, None)]) == \
         pytest.approx(2 * 2.0 / 1.0)
 
 
 # ---- warm-up halves, GPU stats ---------------------------------------------------------------------
 def test_halves_gap_value_with_two_token_requests() -> None:
-    recs = [Rec(0.0, 1.0, 0.0, output_tokens=2), Rec(1.0, 1.5, 1.0, output_tokens=2),
-            Rec(2.0, 5.0, 2.0, output_tokens=4), Rec(3.0, 3.5, 3.0, output_tokens=1)]
+    recs = [rec(0.0, 1.0, 0.0, output_tokens=2), rec(1.0, 1.5, 1.0, output_tokens=2),
+            rec(2.0, 5.0, 2.0, output_tokens=4), rec(3.0, 3.5, 3.0, output_tokens=1)]
     # TPOTs 1.0, 0.5, 1.0 (the one-token request has none): halves [1.0] and [0.5, 1.0].
     assert halves_gap(recs) == pytest.approx((1.0 - 0.75) / 0.75)
 
 
 def test_halves_gap_with_a_zero_tpot_half_is_none() -> None:
-    recs = [Rec(0.0, 1.0, 1.0, output_tokens=5), Rec(1.0, 2.0, 1.5, output_tokens=5)]
+    recs = [rec(0.0, 1.0, 1.0, output_tokens=5), rec(1.0, 2.0, 1.5, output_tokens=5)]
     assert halves_gap(recs) is None
 
 
@@ -227,13 +218,13 @@ def test_energy_per_token_and_energy_over_three_samples() -> None:
 
 
 def test_no_measured_request_leaves_rates_none() -> None:
-    s = summarize([Rec(0.0, 1.0, 0.5, warmup=True)], None)
+    s = summarize([rec(0.0, 1.0, 0.5, warmup=True)], None)
     assert s.window_s is None and s.output_throughput is None and s.requests_ok == 0
-    assert math.isclose(summarize([Rec(0.0, 2.0, 1.0)], None).window_s or 0, 2.0)
+    assert math.isclose(summarize([rec(0.0, 2.0, 1.0)], None).window_s or 0, 2.0)
 
 
 def test_a_request_without_token_times_adds_no_tokens_to_the_phase() -> None:
     # An empty completion (no chunk arrived) inside the steady phase: no tokens, not one.
-    recs = [*CLOSED[:2], Rec(1.0, 5.0, None, (), output_tokens=0, prompt_tokens=11, chunks=0), *CLOSED[3:]]
+    recs = [*CLOSED[:2], rec(1.0, 5.0, None, (), output_tokens=0, prompt_tokens=11, chunks=0), *CLOSED[3:]]
     s = summarize(recs, 3)
     assert s.output_throughput == (1 + 6) / 4 and s.chunk_throughput == 4 / 4

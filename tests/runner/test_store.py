@@ -11,8 +11,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from runner import store as store_mod
-from runner.records import (
+from runner.store import tables
+from runner.store.records import (
     CheckResult,
     PointRecord,
     PointSummary,
@@ -22,7 +22,8 @@ from runner.records import (
     TelemetrySample,
     redact_argv,
 )
-from runner.store import Store, sql_type
+from runner.store.store import Store
+from runner.store.tables import sql_type
 from studyc.errors import StoreError
 
 T0 = datetime(2025, 1, 2, 3, 4, 5)
@@ -103,9 +104,9 @@ def test_ddl_comes_from_the_records() -> None:
     assert sql_type(datetime) == "TIMESTAMP"
     with pytest.raises(TypeError):
         sql_type(dict)
-    points = store_mod.POINTS.column_names
+    points = tables.POINTS.column_names
     assert "summary" not in points and {"output_throughput", "itl_p99_s", "server_warnings"} <= set(points)
-    assert store_mod.REQUESTS.column_names[:3] == ("run_id", "point_id", "idx")
+    assert tables.REQUESTS.column_names[:3] == ("run_id", "point_id", "idx")
 
 
 # The version-1 schema, as the first release created it (abridged to the columns this test writes,

@@ -10,7 +10,7 @@ import statistics
 
 import pytest
 
-from runner.workload import Arrival, arrival_times, make_prompts, schedule, share
+from runner.load.workload import Arrival, arrival_times, make_prompts, schedule, share
 
 
 def test_make_prompts_exact_deterministic_and_unique() -> None:

@@ -1,0 +1,1 @@
+"""Judging a point: statistics, checks, reconciliation with the server, client fidelity, re-judging."""

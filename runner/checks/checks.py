@@ -1,0 +1,288 @@
+"""Validity checks of one point. A `fail` check that does not pass makes the point invalid; a `warn`
+check that does not pass flags it. Both are stored and shown, never hidden; neither stops the run.
+
+Each check is a pure function of typed inputs returning one `CheckResult` (or None where it does
+not apply to the point, e.g. Little's Law against the concurrency for a burst). A check that cannot
+verify (its input is missing) has status `unverified` and does not pass: it fails closed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from compiler.plan import PointStep
+from compiler.study import Checks
+from runner.checks.cache import CacheState
+from runner.checks.fidelity import MAX_BUNCHED_SHARE, Fidelity
+from runner.checks.reconcile import Reconciliation
+from runner.store.records import CheckResult, CheckStatus, PointSummary
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.2f}%"
+
+
+def within(value: float | None, tolerance: float) -> bool:
+    """value <= tolerance; a missing value is not within anything."""
+    return value is not None and value <= tolerance
+
+
+def _result(point: PointStep, name: str, status: CheckStatus, severity: str, value: float | None,
+            threshold: float | None, detail: str) -> CheckResult:
+    return CheckResult(point.id, name, status == "pass", severity, value, threshold, detail, status)  # type: ignore[arg-type]
+
+
+def _judged(value: float | None, ok: bool) -> CheckStatus:
+    return "unverified" if value is None else "pass" if ok else "fail"
+
+
+def is_burst(point: PointStep) -> bool:
+    """A closed-loop point measured as one wave on purpose (`load.burst = true`)."""
+    return point.concurrency is not None and point.burst
+
+
+def steady_state(point: PointStep, summary: PointSummary) -> CheckResult | None:
+    """Closed loop, not a burst: at least one wave's worth (C) of requests ran wholly inside the
+    steady phase (every slot busy). A single wave has none: its number is one batch with its
+    prefill burst, not a steady state."""
+    if point.concurrency is None or is_burst(point):
+        return None
+    n, c = summary.steady_requests, point.concurrency
+    status = _judged(None if n is None else float(n), n is not None and n >= c)
+    return _result(
+        point, "steady_state", status, "fail", None if n is None else float(n), float(c),
+        f"{n if n is not None else 'n/a'} of {point.requests} requests ran wholly in the steady phase "
+        f"(every one of {c} slots busy), need at least {c}"
+        + ("" if status == "pass" else
+           "; cannot verify: no request completed, so there is no steady phase. Fix: make the requests complete "
+           "(see the errors check), then re-run the point" if n is None else
+           f"; too few waves for a steady phase. Fix: give at least {3 * c} requests (3 waves), or set "
+           "load.burst = true to measure one wave on purpose"),
+    )
+
+
+def littles_law(
+    point: PointStep, summary: PointSummary, tolerance: float, open_allowance: float | None = None
+) -> CheckResult | None:
+    """lambda * W from the records against the load the study configured (not derived from them):
+    closed loop, the concurrency over the steady phase; open loop, completions/s against the
+    offered rate, with `open_allowance` added for the span estimate's own boundary error.
+    Not for a burst (one wave has no phase in which L = C must hold)."""
+    if is_burst(point):
+        return None
+    err = summary.littles_law_error
+    occupancy = ""
+    if summary.server_in_flight is not None and summary.client_in_flight is not None:
+        occupancy = (f"; whole window in flight: client {summary.client_in_flight:.3f}, "
+                     f"server {summary.server_in_flight:.3f} (judged by reconciliation)")
+    if point.concurrency is not None:
+        ok = within(err, tolerance)
+        detail = (f"lambda*W = {_num(summary.little_lambda_w)} vs configured concurrency {point.concurrency} "
+                  f"over the steady phase: error {_pct(err)} (tolerance {_pct(tolerance)})")
+        if err is None:
+            detail += ("; cannot verify: no steady-phase requests to compute lambda*W from. Fix: at least "
+                       f"{3 * point.concurrency} requests (3 waves), then re-run the point")
+        elif not ok:
+            detail += ("; the client could not keep the slots full: it held fewer requests in flight than "
+                       "configured, idling between a completion and the next send (likely CPU contention on the "
+                       "client's cores, or a GC pause). Fix: run fewer jobs on the machine at once, give the load "
+                       "generator its own cores (STUDYC_CLIENT_CPUS), or more requests so a stall weighs less; "
+                       "then re-run the point")
+        return _result(point, "littles_law", _judged(err, ok), "fail", err, tolerance, detail + occupancy)
+    allowed = tolerance + (open_allowance or 0.0)
+    ok = within(err, allowed)
+    detail = (f"completions/s vs the offered rate: error {_pct(err)} (allowed {_pct(allowed)}: tolerance "
+              f"{_pct(tolerance)} + span boundary {_pct(open_allowance)}); client lag p99 "
+              f"{_ms(summary.client_lag_p99_s)}")
+    if err is None:
+        detail += "; cannot verify: no completed requests to count. Fix: make the requests complete, then re-run"
+    elif not ok:
+        detail += ("; completions fell behind the offered rate: the server saturated (its queue grew) or the "
+                   "client sent late (see the client lag). Fix: a lower rate, or give the load generator its own "
+                   "cores (STUDYC_CLIENT_CPUS) and run fewer jobs at once; then re-run the point")
+    return _result(point, "littles_law", _judged(err, ok), "fail", err, allowed, detail + occupancy)
+
+
+def _num(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def _ms(x: float | None) -> str:
+    return "n/a" if x is None else f"{1e3 * x:.1f} ms"
+
+
+def reconciliation(point: PointStep, rec: Reconciliation | None) -> CheckResult:
+    """The server's counters over the window against the client's records (`runner.checks.reconcile`):
+    counts exact, latency sums within the stated bound. No edge counters stored: unverified."""
+    if rec is None:
+        return _result(point, "reconciliation", "unverified", "fail", None, None,
+                       "no server counters at the window's edges were recorded (a point stored before they "
+                       "were, or /metrics could not be scraped): cannot verify. Fix: re-run the point on a "
+                       "server whose /metrics answers")
+    bad = sum(1 for i in rec.items if i.status != "pass")
+    return _result(point, "reconciliation", rec.status, "fail", float(bad), 0.0, rec.message)
+
+
+def cache_cold(point: PointStep, cache: CacheState, max_hit_rate: float) -> CheckResult:
+    """`cache = "reset"`: fail-level, cold only when verified (see `CacheState.cold`): a refused or
+    missing reset fails; missing counters or no queries are unverified.
+    `cache = "keep"`: a warning that always fires, since the point is not a cold measurement."""
+    rate = cache.hit_rate
+    if point.cache == "reset":
+        cold, why = cache.cold(max_hit_rate)
+        status: CheckStatus = "pass" if cold else "unverified" if "cannot verify" in why else "fail"
+        return _result(point, "cache_cold", status, "fail", rate, max_hit_rate, f"reset + verify: {why}"
+                       + ("" if cold else _cache_fix(why)))
+    return CheckResult(
+        point.id, "cache_cold", False, "warn", rate, None,
+        f"prefix cache kept between points: hit rate {_pct(rate)}; this is not a cold measurement",
+    )
+
+
+def _cache_fix(why: str) -> str:
+    if why.startswith(("reset refused", "no reset")):
+        return ("; the prefix cache may hold earlier points' prompts. Fix: start the server with "
+                "VLLM_SERVER_DEV_MODE=1 so POST /reset_prefix_cache works, and nothing in between that answers "
+                "for it; then re-run the point")
+    if "counters missing" in why:
+        return ("; the engine does not export vllm:prefix_cache_queries/hits. Fix: enable prefix caching and "
+                "metrics (no --disable-log-stats), or set cache = \"keep\" to measure a warm cache on purpose")
+    if "no prefix-cache queries" in why:
+        return ("; the engine counted no prefix-cache lookups. Fix: enable prefix caching "
+                "(--enable-prefix-caching), or set cache = \"keep\" when it is off on purpose")
+    return ("; the window's prompts hit a cache the reset should have emptied: the reset was not done (a proxy "
+            "answered it) or the prompts repeat within the point. Fix: reset the server itself, give distinct "
+            "prompts (prompt_seed), then re-run the point")
+
+
+@dataclass(frozen=True)
+class Output:
+    """One completed request's token count (from the final `usage` event) and its content chunks."""
+
+    tokens: int
+    chunks: int
+
+
+def output_exact(point: PointStep, outputs: Sequence[Output]) -> CheckResult:
+    """Every completed request returned exactly output_len tokens. A request that streamed chunks
+    but reported no usage (0 tokens) cannot be counted: unverified."""
+    no_usage = sum(1 for o in outputs if o.tokens == 0 and o.chunks > 0)
+    wrong = [o.tokens for o in outputs if o.tokens != point.output_len and not (o.tokens == 0 and o.chunks > 0)]
+    status: CheckStatus = "fail" if wrong else "unverified" if no_usage or not outputs else "pass"
+    detail = f"{len(outputs) - len(wrong) - no_usage}/{len(outputs)} requests returned exactly {point.output_len} tokens"
+    if wrong:
+        detail += ("; the server ended requests early or late (max_model_len reached, a stop condition, or "
+                   "max_tokens not honoured). Fix: max_model_len of at least input_len + output_len, and a server "
+                   "that honours ignore_eos and max_tokens; then re-run the point")
+    if no_usage:
+        detail += (f"; {no_usage} reported no usage: cannot count their tokens. Fix: a server that sends the "
+                   "final usage event (stream_options.include_usage), then re-run the point")
+    elif not outputs:
+        detail += "; no request completed: nothing to count. Fix: see the errors check, then re-run the point"
+    return _result(point, "output_exact", status, "fail", float(len(wrong)), 0.0, detail)
+
+
+def errors(point: PointStep, summary: PointSummary) -> CheckResult:
+    failed = summary.requests_failed
+    ok = failed == 0 and summary.requests_ok == point.requests
+    detail = f"{summary.requests_ok}/{point.requests} requests ok, {failed} failed"
+    if not ok:
+        detail += ("; the server refused, dropped or timed out requests (their errors are in the requests table, "
+                   "the server's in its log). Fix: the cause the errors name, e.g. a longer request_timeout_s, "
+                   "a lower load, or a larger max_model_len; then re-run the point")
+    return CheckResult(point.id, "errors", ok, "fail", float(failed), 0.0, detail)
+
+
+def warmup_sufficient(point: PointStep, halves_gap: float | None, tolerance: float) -> CheckResult | None:
+    """TPOT of the first half of the steady requests against the second half. Not for a burst."""
+    if is_burst(point):
+        return None
+    status = _judged(halves_gap, within(halves_gap, tolerance))
+    detail = (f"time per output token: the first half of the steady requests was {_pct(halves_gap)} slower than "
+              f"the second (tolerance {_pct(tolerance)})")
+    if status == "fail":
+        detail += ("; the server was still warming up (compiling, filling caches) or the machine got busier "
+                   "early in the window. Fix: more warmup requests (load.warmup), run fewer jobs on the machine "
+                   "at once; then re-run the point")
+    elif status == "unverified":
+        detail += "; cannot verify: too few steady requests to split in halves. Fix: more requests"
+    return _result(point, "warmup_sufficient", status, "warn", halves_gap, tolerance, detail)
+
+
+def client_headroom(
+    point: PointStep, summary: PointSummary, ceiling_chunks_per_s: float | None, fraction: float
+) -> CheckResult | None:
+    """Only when the client's own ceiling was measured (None otherwise). No chunk rate: not passed."""
+    if not ceiling_chunks_per_s or ceiling_chunks_per_s <= 0:
+        return None
+    chunks = summary.chunk_throughput
+    ratio = None if chunks is None else chunks / ceiling_chunks_per_s
+    status = _judged(ratio, within(ratio, fraction))
+    detail = f"{chunks or 0:,.0f} chunks/s = {_pct(ratio)} of the client's measured ceiling (max {_pct(fraction)})"
+    if status == "fail":
+        detail += ("; the load generator ran near its own limit, so its timings may describe the client. Fix: "
+                   "give it more cores (STUDYC_CLIENT_CPUS), run fewer jobs on the machine at once; then re-run")
+    elif status == "unverified":
+        detail += "; cannot verify: no chunk rate measured (no completed request). Fix: see the errors check"
+    return _result(point, "client_headroom", status, "warn", ratio, fraction, detail)
+
+
+def itl_trusted(point: PointStep, fidelity: Fidelity) -> CheckResult:
+    """The client's token gaps are real (`runner.checks.fidelity`): warn-level, and the point's ITL
+    percentiles are withheld when it fails (TPOT and throughput stand)."""
+    detail = fidelity.message
+    if fidelity.status == "unverified":
+        detail += ": cannot verify. Fix: output_len of at least 2 tokens streamed in separate chunks"
+    return _result(point, "itl_trusted", fidelity.status, "warn", fidelity.bunched_share, MAX_BUNCHED_SHARE,
+                   detail)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Everything the checks read besides the summary."""
+
+    cache: CacheState
+    outputs: Sequence[Output]
+    halves_gap: float | None
+    client_ceiling_chunks_per_s: float | None
+    reconciliation: Reconciliation | None
+    fidelity: Fidelity
+    open_allowance: float | None = None
+
+
+def evaluate(point: PointStep, summary: PointSummary, *, thresholds: Checks, evidence: Evidence) -> list[CheckResult]:
+    """Every check of one point, in a fixed order."""
+    e = evidence
+    found = [
+        steady_state(point, summary),
+        littles_law(point, summary, thresholds.littles_law_tolerance, e.open_allowance),
+        reconciliation(point, e.reconciliation),
+        cache_cold(point, e.cache, thresholds.max_cold_hit_rate),
+        output_exact(point, e.outputs),
+        errors(point, summary),
+        warmup_sufficient(point, e.halves_gap, thresholds.warmup_tolerance),
+        client_headroom(point, summary, e.client_ceiling_chunks_per_s, thresholds.client_ceiling_fraction),
+        itl_trusted(point, e.fidelity),
+    ]
+    return [c for c in found if c is not None]
+
+
+def verdict(checks: Sequence[CheckResult]) -> tuple[bool, bool]:
+    """(valid, flagged): invalid if any fail-level check did not pass (failed or unverified);
+    flagged if any warning fired."""
+    valid = all(c.passed for c in checks if c.severity == "fail")
+    flagged = any(not c.passed for c in checks if c.severity == "warn")
+    return valid, flagged
+
+
+def verdict_reason(checks: Sequence[CheckResult]) -> str:
+    """"valid", "invalid: a, b" (a fail-level check measured a fault) or "unverified: a" (none
+    failed, but one could not verify). An unverified point is not valid either."""
+    failed = [c.name for c in checks if c.severity == "fail" and c.status == "fail"]
+    unverified = [c.name for c in checks if c.severity == "fail" and c.status == "unverified"]
+    if failed:
+        return "invalid: " + ", ".join(failed) + (f" (unverified: {', '.join(unverified)})" if unverified else "")
+    if unverified:
+        return "unverified: " + ", ".join(unverified)
+    return "valid"

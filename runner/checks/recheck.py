@@ -1,0 +1,67 @@
+"""Re-judge every point from its stored request records, with today's checks.
+
+Results are the truth: when a check's definition is corrected, old runs are re-judged from their
+own records, never re-measured. What the server said (the edge counters, prefix-cache counters, GPU
+telemetry) is kept as stored; a point stored without edge counters (schema < 3) cannot be
+reconciled, so its reconciliation is `unverified` and the point is not valid. A point run on several
+replicas gets its per-replica reconciliation again from the deltas stored in `replicas_json`.
+Opening the database for writing also migrates an older schema.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from compiler.plan import Plan
+from runner.checks.judge import ServerSide, judge
+from runner.execute import replicas
+from runner.store.store import Store
+from studyc import __version__
+
+
+@dataclass
+class RecheckReport:
+    points: int = 0
+    changed: int = 0
+    details: list[str] = field(default_factory=list)
+
+
+def recheck(db: Path) -> RecheckReport:
+    report = RecheckReport()
+    with Store(db) as store:
+        for run in store.runs():
+            if not run.plan_json:
+                continue
+            plan = Plan.model_validate_json(run.plan_json)
+            steps = {p.id: p for p in plan.points}
+            stored: dict[str, set[tuple[str, str]]] = {}
+            for check in store.checks(run.run_id):
+                stored.setdefault(check.point_id, set()).add((check.name, str(check.status)))
+            for point in store.points(run.run_id):
+                step = steps.get(point.point_id)
+                if step is None or point.status != "ok":
+                    continue
+                records = store.request_records(run.run_id, point.point_id)
+                judged = judge(step, records, ServerSide.stored(point), thresholds=plan.checks,
+                               client_ceiling_chunks_per_s=run.client_ceiling_chunks_per_s,
+                               client_stall_s=point.summary.client_stall_max_s)
+                if point.replicas_json:  # run on replicas: judge each one's counters again
+                    rows = json.loads(point.replicas_json)
+                    judged = replicas.with_check(judged, replicas.replica_check(point.point_id, rows))
+                old = stored.get(point.point_id, set())
+                new = {(c.name, str(c.status)) for c in judged.checks}
+                report.points += 1
+                if old != new:
+                    report.changed += 1
+                    report.details.append(f"{point.point_id}: {sorted(old - new)} -> {sorted(new - old)}")
+                store.replace_judgement(
+                    replace(point, summary=judged.summary, valid=judged.valid, flagged=judged.flagged,
+                            verdict=judged.reason),
+                    judged.checks,
+                )
+            note = f"checks recomputed from stored records by studyc {__version__}"
+            if note not in (run.notes or ""):
+                store.save_run(replace(run, notes=((run.notes or "") + "; " + note).strip("; ")))
+    return report

@@ -1,0 +1,249 @@
+"""One launch: start its server(s), run its points, stop them. Self-contained: a `LaunchSpec` (plain,
+picklable data) in, events out through `emit`; nothing here writes the database, so a launch can run
+on a thread beside others, or be dispatched to another process or node, while the driver alone
+commits what it emits.
+
+Events, in order: `ServerEvent` per server (starting record, then ready or failed), `PointEvent` per
+point as it completes, `ServerEvent` again when each server stopped. A server that fails to start, or
+dies during a point, raises EngineError after its events are emitted.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from compiler.plan import Launch, PointStep
+from runner.execute.point import (
+    Endpoint,
+    PointContext,
+    PointOutcome,
+    log_since,
+    log_size,
+    log_warnings,
+    run_point,
+)
+from runner.server.engine import VllmServer
+from runner.server.pinning import pin_engine, pin_front_end
+from runner.server.placement import Placement
+from runner.server.tokenizer import ensure_tokenizer
+from runner.store.records import ServerRecord, redact_argv
+from runner.store.store import as_json
+from studyc.errors import EngineError
+
+COMPILE_CACHE_ENV = ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR")
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Everything one launch needs."""
+
+    launch: Launch
+    points: tuple[PointStep, ...]  # those still to run (a resumed launch runs the rest)
+    run_id: str
+    placement: Placement
+    ctx: PointContext  # client CPUs and the NVML device are this launch's own
+    engine_command: tuple[str, ...]
+    log_dir: Path
+    key_dir: Path  # the servers' API key's folder (STUDYC_CACHE_DIR; `runner.server.engine.server_api_key`)
+    startup_timeout_s: float
+    cache_root: Path | None = None  # vLLM's compile cache, shared by every run (STUDYC_CACHE_DIR; vLLM keys it)
+    gpu_host: bool = False  # True: each server gets CUDA_VISIBLE_DEVICES for its devices
+    # Ids for this launch's servers when they differ from the plan's: a resumed launch starts new
+    # servers, which must not overwrite the rows of the ones that measured its earlier points.
+    server_ids: tuple[str, ...] = ()
+
+    @property
+    def servers(self) -> tuple[str, ...]:
+        """This start's server ids: `server_ids`, else the plan's (a plan stored without them: the launch id)."""
+        return self.server_ids or self.launch.server_ids or (self.launch.id,)
+
+
+@dataclass(frozen=True)
+class ServerEvent:
+    record: ServerRecord
+    info: Any = None  # runner.server.introspect.ServerInfo once ready
+    status: str = ""  # what the progress line says
+
+
+@dataclass(frozen=True)
+class PointEvent:
+    launch: Launch
+    outcome: PointOutcome
+    server_id: str
+    device: str
+    client_cpus: str
+
+
+@dataclass(frozen=True)
+class PointStartEvent:
+    point: PointStep
+
+
+@dataclass(frozen=True)
+class StartedEvent:
+    """The launch's points are about to run: every server answered."""
+
+    launch: Launch
+
+
+@dataclass
+class Cancel:
+    """Shared with the driver: set `event` to stop between points; `stop_all` stops every server the
+    launches of this process have running (Ctrl-C on the driver)."""
+
+    event: threading.Event = field(default_factory=threading.Event)
+    servers: set[Any] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, server: Any) -> None:
+        with self.lock:
+            self.servers.add(server)
+
+    def discard(self, server: Any) -> None:
+        with self.lock:
+            self.servers.discard(server)
+
+    def stop_all(self) -> None:
+        self.event.set()
+        with self.lock:
+            live = list(self.servers)
+        for server in live:
+            server.stop()
+
+
+Event = ServerEvent | PointEvent | PointStartEvent | StartedEvent
+# Called after the launch's first point with (measure again, that point's outcome): the driver uses
+# it to measure interference. Whatever it measures is not emitted as a point.
+Interlude = Callable[[Callable[[], PointOutcome], PointOutcome], None]
+
+
+def point_owner(spec: LaunchSpec) -> str:
+    """The server id a launch's points are stored under: its one server's id for this start (a resumed
+    launch's is "<id>~2"); replicas measure together, so their points name the launch, which every
+    replica's row carries as its launch_id."""
+    return spec.servers[0] if len(spec.servers) == 1 else spec.launch.id
+
+
+def compile_cache_state(log_path: Path, start: int = 0) -> str | None:
+    """What vLLM's compile cache gave this start, from the lines its log gained after byte `start`:
+    "warm" (it loaded compiled graphs), "cold" (it compiled them), None (no torch.compile: eager,
+    or a log that says neither)."""
+    text = log_since(log_path, start) or ""
+    if "Compiling a graph" in text:
+        return "cold"
+    if "Directly load the compiled graph" in text:
+        return "warm"
+    return None
+
+
+def server_env(spec: LaunchSpec, devices: Sequence[str]) -> dict[str, str]:
+    """The launch's env, plus the server's GPUs (GPU hosts) and the configuration's compile cache
+    (unless the study sets those variables itself)."""
+    env = dict(spec.launch.env)
+    if spec.gpu_host:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
+    if spec.cache_root is not None:
+        env.setdefault("VLLM_CACHE_ROOT", str(spec.cache_root))
+        env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(spec.cache_root / "inductor"))
+    return env
+
+
+def run_launch(
+    spec: LaunchSpec, emit: Callable[[Event], None], *, cancel: Cancel | None = None,
+    interlude: Interlude | None = None,
+) -> None:
+    """Start the launch's servers (all at once), run its points across them, stop them."""
+    launch = spec.launch
+    cancel = cancel or Cancel()
+    spec.log_dir.mkdir(parents=True, exist_ok=True)
+    if Path(launch.model_dir, "config.json").is_file():
+        ensure_tokenizer(launch.model_dir)
+    servers: list[Any] = []
+    records: list[ServerRecord] = []
+    starts: list[int] = []
+    for sid, devices in zip(spec.servers, spec.placement.server_devices, strict=True):
+        log_path = spec.log_dir / (sid.replace("/", "__") + ".log")
+        server = VllmServer(
+            launch.argv, env=server_env(spec, devices), log_path=log_path, command=list(spec.engine_command),
+            startup_timeout_s=spec.startup_timeout_s, key_dir=spec.key_dir,
+            gpu_index=int(devices[0]) if spec.gpu_host and devices[0].isdigit() else 0,
+        )
+        records.append(ServerRecord(
+            run_id=spec.run_id, server_id=sid, arm=launch.arm, fingerprint=launch.fingerprint,
+            argv_json=as_json(redact_argv(list(server.argv))), env_json=as_json(launch.env),
+            started_at=datetime.now(UTC), log_path=str(log_path), launch_id=launch.id, device=",".join(devices),
+        ))
+        if servers:  # the balancer sends one key: the replicas of a launch share the first one's
+            server.api_key = servers[0].api_key
+        servers.append(server)
+        starts.append(log_size(log_path))
+    infos: list[Any] = []
+    pin = not spec.gpu_host  # CPU servers: their engines apart from the load generator (replicas share those cores)
+    try:
+        for server, record in zip(servers, records, strict=True):
+            emit(ServerEvent(record, status="starting"))
+            cancel.add(server)
+            server.start()
+            if pin:  # see runner.server.pinning
+                pin_engine(server.pid, spec.placement.client_cpus)
+        for server, record, start in zip(servers, list(records), starts, strict=True):
+            try:
+                info = server.wait_ready()
+            except EngineError as exc:
+                emit(ServerEvent(replace(record, status="failed", error=exc.message,
+                                         warnings=log_warnings(server.log_path, start)), status="failed"))
+                raise
+            infos.append(info)
+            pinned = ", " + pin_front_end(server.pid, spec.placement.client_cpus) if pin else ""
+            ready = replace(
+                record, status="ready", startup_s=info.startup_s, kv_capacity_tokens=info.kv_capacity_tokens,
+                vllm_version=info.vllm_version, torch_version=info.torch_version, gpu_name=info.gpu_name,
+                warnings=log_warnings(server.log_path, start),
+                compile_cache=compile_cache_state(server.log_path, start),
+            )
+            records[records.index(record)] = ready
+            cache = f", {ready.compile_cache} compile cache" if ready.compile_cache else ""
+            emit(ServerEvent(ready, info=info, status=f"ready in {info.startup_s:.1f} s{cache}, "
+                                                      f"KV {info.kv_capacity_tokens or '?'} tokens{pinned}"))
+        _measure(spec, servers, infos, emit, cancel, interlude)
+    finally:
+        for server, record in zip(servers, records, strict=True):
+            server.stop()
+            cancel.discard(server)
+            if server.info is not None:
+                emit(ServerEvent(replace(record, stopped_at=datetime.now(UTC)), status="stopped"))
+
+
+def _measure(spec: LaunchSpec, servers: list[Any], infos: list[Any], emit: Callable[[Event], None],
+             cancel: Cancel, interlude: Interlude | None) -> None:
+    launch = spec.launch
+    first = infos[0]
+    many = len(servers) > 1
+    endpoint = Endpoint(
+        first.base_url, first.api_key, launch.served_model_name, servers[0].log_path,
+        replicas=tuple(i.base_url for i in infos) if many else (),
+        server_ids=spec.servers if many else (), balance=launch.balance,
+    )
+    device = ";".join(",".join(ds) for ds in spec.placement.server_devices)
+    cpus = ",".join(str(c) for c in spec.placement.client_cpus or ())
+    owner = point_owner(spec)
+    emit(StartedEvent(launch))
+    for k, point in enumerate(spec.points):
+        if cancel.event.is_set():
+            raise KeyboardInterrupt
+        emit(PointStartEvent(point))
+        outcome = run_point(point, endpoint, spec.ctx)
+        dead = [s for s in servers if s.poll() is not None]
+        if outcome.status != "ok" and dead:
+            outcome.error = f"{outcome.error}; server exited ({dead[0].poll()}): {dead[0].log_tail(8)}"
+            emit(PointEvent(launch, outcome, owner, device, cpus))
+            raise EngineError(f"server {launch.id} died during {point.id}")
+        emit(PointEvent(launch, outcome, owner, device, cpus))
+        if k == 0 and interlude is not None:
+            interlude(partial(run_point, point, endpoint, spec.ctx), outcome)

@@ -1,0 +1,251 @@
+"""Plan -> DuckDB: open the run, place its launches on devices, and hand them to an executor.
+
+One launch after another here (`run_sequential`), on several device slots at once (`runner.execute.parallel`),
+or on a Ray cluster (`runner.execute.ray_exec`); `runner.execute.driver.Driver` commits what they emit.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from compiler.load import Problem
+from compiler.plan import Design, Launch, Plan, PointStep
+from compiler.toml_lines import key_lines, line_of
+from runner.execute.driver import (
+    Driver,
+    Progress,
+    RunOptions,
+    RunReport,
+    fresh_server_ids,
+    run_phases,
+    stored_run,
+)
+from runner.execute.launch import LaunchSpec, run_launch
+from runner.execute.parallel import run_parallel
+from runner.execute.point import NVML_NOTE, PointContext
+from runner.execute.ray_exec import run_ray
+from runner.load.loadgen_limit import measure_client_ceiling
+from runner.measure.calibrate import calibrate
+from runner.measure.nvml import gpu_info
+from runner.server.placement import Placement, idle_gpus, parse_gpus, place
+from runner.store.records import RunRecord
+from runner.store.store import Store, as_json
+from studyc import __version__
+from studyc.errors import EngineError, StudycError
+from studyc.settings import parse_cpus
+
+SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding runner/, studyc/, compiler/
+
+
+def git_sha(root: Path = SOURCE_ROOT) -> str | None:
+    """The commit of studyc's own source: None unless `root` is the top of a git checkout with a
+    commit (an installed copy inside some other repository is not studyc's checkout)."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--show-toplevel", "HEAD"], capture_output=True, text=True,
+            timeout=5,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = out.stdout.split()
+    if out.returncode != 0 or len(lines) != 2:
+        return None
+    top, sha = lines
+    if Path(top).resolve() != root.resolve() or not re.fullmatch(r"[0-9a-f]{40}", sha):
+        return None
+    return sha
+
+
+def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) -> RunReport:
+    """Carry out a plan: its launches in plan order (blocks), each on the devices `runner.server.placement`
+    gives it; on one device one after another, on several at the same time (one thread per device
+    slot; only this thread writes the database). Ctrl-C stops cleanly: no orphaned server,
+    committed points kept."""
+    progress = progress or Progress()
+    origin = time.monotonic()
+    with Store(options.db) as store:
+        run_id, done = _open_run(store, plan, options, progress)
+        report = RunReport(run_id=run_id)
+        run = stored_run(store, run_id)
+        predictions = options.predict(store, plan, run, progress) if options.predict else {}
+        ctx = PointContext(
+            thresholds=plan.checks,
+            client_ceiling_chunks_per_s=run.client_ceiling_chunks_per_s,
+            gpu_index=options.gpu_index,
+            clock_origin_s=origin,
+            client_cpus=parse_cpus(options.client_cpus, gpu_present=bool(run.nvml_available)),
+        )
+        gpu_host = bool(run.nvml_available)
+        devices = resolve_devices(options.gpus, gpu_host=gpu_host, gpu_index=options.gpu_index)
+        placements = place(plan, devices, gpu_host=gpu_host, client_cpus=ctx.client_cpus)
+        report.devices = devices
+        report.slots = len({p.slot for p in placements})
+        store.save_run(replace(stored_run(store, run_id), devices=",".join(devices), placement_json=as_json(
+            [{"launch": p.launch_id, "slot": p.slot, "devices": [list(d) for d in p.server_devices],
+              "client_cpus": list(p.client_cpus) if p.client_cpus is not None else None} for p in placements])))
+        specs = []
+        taken = {s.server_id for s in store.servers(run_id)}  # a resumed run's servers keep their rows
+        for launch, placed in zip(plan.launches, placements, strict=True):
+            points = tuple(p for p in launch.points if done.get(p.id) != p.fingerprint)
+            specs.append(_spec(launch, points, placed, ctx, run_id, options, gpu_host,
+                               fresh_server_ids(launch, taken)))
+        report.points_skipped = len(plan.points) - sum(len(sp.points) for sp in specs)
+        progress.start(len(plan.points), report.points_skipped)
+        driver = Driver(store, run_id, plan, report, progress, predictions, options, origin=origin)
+        status = "interrupted"
+        try:
+            if options.ray is not None:
+                run_ray(specs, driver, options, devices=len(devices))
+            elif report.slots > 1:
+                progress.message(f"running launches on {report.slots} device slots at once ({','.join(devices)})")
+                run_phases(specs, driver, lambda some: run_parallel(some, driver, options))
+            else:
+                run_phases(specs, driver, lambda some: run_sequential(some, driver))
+            status = "complete" if not (report.points_failed or report.servers_failed) else "partial"
+        finally:
+            report.wall_s = time.monotonic() - origin
+            store.save_run(replace(stored_run(store, run_id), status=status, finished_at=datetime.now(UTC),
+                                   wall_s=round(report.wall_s, 3), window_s=round(report.window_s, 3)))
+            progress.close()
+    return report
+
+
+def resolve_devices(gpus: str | None, *, gpu_host: bool, gpu_index: int = 0) -> tuple[str, ...]:
+    """`--gpus` as given; else every GPU NVML shows idle (GPU `gpu_index` when none is); on a CPU
+    host one logical device."""
+    if gpus:
+        return parse_gpus(gpus)
+    if not gpu_host:
+        return ("0",)
+    return idle_gpus() or (str(gpu_index),)
+
+
+def _spec(launch: Launch, points: tuple[PointStep, ...], placed: Placement, ctx: PointContext, run_id: str,
+          options: RunOptions, gpu_host: bool, server_ids: tuple[str, ...]) -> LaunchSpec:
+    first = placed.server_devices[0][0]
+    local = replace(ctx, client_cpus=placed.client_cpus,
+                    gpu_index=int(first) if gpu_host and first.isdigit() else ctx.gpu_index)
+    return LaunchSpec(
+        launch=launch, points=points, run_id=run_id, placement=placed, ctx=local,
+        engine_command=tuple(options.engine_command), log_dir=options.runs_dir / run_id,
+        cache_root=(options.cache_dir or options.runs_dir) / "compile-cache", startup_timeout_s=options.startup_timeout_s,
+        key_dir=options.cache_dir or options.runs_dir,
+        gpu_host=gpu_host, server_ids=server_ids,
+    )
+
+
+def run_sequential(specs: list[LaunchSpec], driver: Driver) -> None:
+    """One launch after another on this thread (one device)."""
+    for spec in specs:
+        try:
+            run_launch(spec, driver.handle)
+        except EngineError as exc:
+            driver.server_failed(spec.launch, exc)
+
+
+def _open_run(store: Store, plan: Plan, options: RunOptions, progress: Progress) -> tuple[str, dict[str, str]]:
+    if options.resume:
+        previous = store.latest_run(plan.study_id)
+        if previous is not None:
+            _same_stopping_rule(store, previous, plan)
+            resumed = f"resumed on {socket.gethostname()} at {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}"
+            if previous.study_sha256 and previous.study_sha256 != plan.study_sha256:  # e.g. a budget added
+                resumed += f" from a changed study file (sha256 {previous.study_sha256[:12]} -> {plan.study_sha256[:12]})"
+            store.save_run(replace(previous, status="running", plan_json=plan.to_json(), study_sha256=plan.study_sha256,
+                                   notes=_with_notes(previous.notes, (*options.warnings, resumed))))
+            progress.message(f"resuming run {previous.run_id}")
+            return previous.run_id, store.done_points(previous.run_id)
+        progress.message("nothing to resume: starting a new run")
+    run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+    run = RunRecord(
+        run_id=run_id, study_id=plan.study_id, study_path=plan.study_path, study_sha256=plan.study_sha256,
+        plan_json=plan.to_json(), studyc_version=__version__, git_sha=git_sha(), host=socket.gethostname(),
+        started_at=datetime.now(UTC), status="running", engine_command=" ".join(options.engine_command),
+        notes=_with_notes(platform.platform(), options.warnings),
+    )
+    run = _calibration(run, options, progress)
+    run = _client_ceiling(run, options, progress)
+    store.save_run(_gpu(run, options))
+    return run_id, {}
+
+
+def _same_stopping_rule(store: Store, previous: RunRecord, plan: Plan) -> None:
+    """Refuse to resume a run that has measured something under another stopping rule: its required
+    launches per arm (the first look) and its budget's blocks (the horizon) fix how the error rate is
+    spent across looks (`report.sequential`), so changing them once blocks were seen spends it twice.
+    The budget's minutes only stop blocks from starting: they may change."""
+    if not previous.plan_json or not store.done_points(previous.run_id):
+        return
+    try:
+        before = Plan.model_validate_json(previous.plan_json).design
+    except ValueError:  # not JSON, or not a plan: nothing to compare against
+        return
+
+    def rule(design: Design) -> tuple[dict[str, int], int | None]:
+        return design.launches, design.budget.blocks if design.budget else None
+
+    was, now = rule(before), rule(plan.design)
+    if was != now:
+        message = (f"run {previous.run_id} of {plan.study_id} measured points under launches {was[0]} and budget "
+                   f"blocks {was[1]}; the study now says launches {now[0]} and budget blocks {now[1]}. A resumed "
+                   "run keeps the stopping rule it started with: raising the budget after a look would spend the "
+                   "error rate twice. Run without --resume to start a new run under the new rule.")
+        raise StudycError(_at(plan, "design.budget" if was[1] != now[1] else "load.launches", message))
+
+
+def _at(plan: Plan, key: str, message: str) -> str:
+    """`file:line: key: message` for a key of the plan's study file (`file: message` where it cannot be read)."""
+    try:
+        text = Path(plan.study_path).read_text()
+    except OSError:
+        return f"{plan.study_path}: {message}"
+    return str(Problem(plan.study_path, line_of(key_lines(text), key), key, message))
+
+
+def _with_notes(notes: str | None, more: tuple[str, ...]) -> str | None:
+    """The run's notes with each of `more` added once ("; " between)."""
+    added = [m for m in dict.fromkeys(more) if m not in (notes or "")]
+    return "; ".join(x for x in (notes, *added) if x) or None
+
+
+def _calibration(run: RunRecord, options: RunOptions, progress: Progress) -> RunRecord:
+    if not options.calibrate:
+        return replace(run, calibrated=False, calibration_json=as_json({"reason": "skipped (--no-calibrate)"}))
+    progress.message("calibrating the machine (HBM bandwidth, bf16 matmul)")
+    cal = calibrate(options.python_argv)
+    progress.message(
+        f"calibrated: {cal.bandwidth_Bps / 1e12:.3f} TB/s, {cal.flops_bf16 / 1e12:.0f} TFLOP/s on {cal.device}"
+        if cal.calibrated and cal.bandwidth_Bps and cal.flops_bf16
+        else f"not calibrated: {cal.reason}"
+    )
+    return replace(
+        run, calibrated=cal.calibrated, bandwidth_Bps=cal.bandwidth_Bps, flops_bf16=cal.flops_bf16,
+        calibration_json=as_json({"device": cal.device, "reason": cal.reason, "details": cal.details}),
+    )
+
+
+def _client_ceiling(run: RunRecord, options: RunOptions, progress: Progress) -> RunRecord:
+    if not options.client_selftest:
+        return run
+    progress.message("measuring the load generator's own ceiling on this host")
+    try:
+        found = measure_client_ceiling()
+    except Exception as exc:  # the self-test is advisory: record why it is missing
+        return replace(run, client_ceiling_json=as_json({"error": f"{type(exc).__name__}: {exc}"}))
+    return replace(run, client_ceiling_chunks_per_s=found.get("chunks_per_s"), client_ceiling_json=as_json(found))
+
+
+def _gpu(run: RunRecord, options: RunOptions) -> RunRecord:
+    info = gpu_info(options.gpu_index)
+    if info is None:
+        return replace(run, nvml_available=False)
+    return replace(run, nvml_available=True, gpu_name=info.get("name"), driver_version=info.get("driver_version"),
+                   notes="; ".join(x for x in (run.notes, NVML_NOTE) if x))

@@ -1,0 +1,1 @@
+"""Measuring the machine: calibration, NVML telemetry, the engine's Prometheus counters."""

@@ -1,0 +1,444 @@
+"""The one module that owns DuckDB: tables declared from `runner.store.records`, one transaction per point,
+typed reads, versioned schema with its migrations.
+
+Results are the truth; the site is derived from them. Every client statistic can be recomputed
+from the `requests` table. Nobody else imports duckdb.
+
+Schema versions: 1 (first release), 2 (typed records: `servers.warnings`, `points.server_warnings`,
+`points.reset_attempts`, `telemetry.energy_j`; the API key scrubbed from `servers.argv_json`;
+`runs.git_sha` = 'HEAD' made NULL), 3 (`checks.status` pass/fail/unverified, filled from `passed`;
+`points.verdict`, the edge counters `points.counters_before_json`/`counters_after_json`, the
+steady-phase, scheduled-latency, client-lag and fidelity statistics; `points.concurrency_error` is
+no longer written; the step-time model's `points.predicted_*` and `prediction_note`), 4 (scale-out:
+`runs.wall_s`/`window_s`/`devices`/`placement_json`/`interference_json`, `servers.launch_id`/`device`/
+`stopped_at`, `points.device`/`client_cpus`/`replicas_json`). A database
+opened for writing is migrated in place (columns a version lacks are added); one opened read-only
+at an older version is refused with the command that migrates it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import duckdb
+
+from runner.store.records import (
+    CheckResult,
+    PointRecord,
+    RequestRecord,
+    RunRecord,
+    ServerRecord,
+    TelemetrySample,
+    redact_argv,
+)
+from runner.store.tables import (
+    ARROW_TYPES,
+    CHECKS,
+    POINTS,
+    REQUESTS,
+    RUNS,
+    SERVERS,
+    TABLE_BY_NAME,
+    TABLES,
+    TELEMETRY,
+    Column,
+    Table,
+    from_row,
+    schema_sql,
+    to_row,
+)
+from studyc.errors import StoreError
+
+SCHEMA_VERSION = 4
+
+R = TypeVar("R")
+
+
+# ------------------------------------------------------------------------------------ the store
+class Store:
+    """A results database. Use as a context manager; `transaction()` wraps one point's writes."""
+
+    def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
+        self.path = Path(path)
+        if read_only and not self.path.exists():
+            raise StoreError(f"{self.path}: no such results database (run `studyc run` first, or pass --db)")
+        if not read_only:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.con = duckdb.connect(str(self.path), read_only=read_only)
+        except duckdb.Error as exc:
+            raise StoreError(f"{self.path}: cannot open results database: {exc}") from None
+        found = self._version()
+        if not read_only:
+            if found is None:
+                self.con.execute(schema_sql())
+                self.con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+                found = str(SCHEMA_VERSION)
+            elif found != str(SCHEMA_VERSION):
+                self._migrate(found)
+                found = str(SCHEMA_VERSION)
+            elif self._missing_columns():  # a nullable field added within a version: added here
+                with self.transaction():
+                    self._add_columns()
+        if found != str(SCHEMA_VERSION):
+            self.con.close()
+            if found is not None and found.isdigit() and int(found) < SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path}: schema version {found}, this studyc reads {SCHEMA_VERSION}: migrate it in place "
+                    f"with `studyc recheck --db {self.path}` (any command that writes it migrates it)"
+                )
+            raise StoreError(f"{self.path}: schema version {found}, this studyc reads {SCHEMA_VERSION}")
+
+    def _version(self) -> str | None:
+        try:
+            row = self.con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        except duckdb.Error:
+            return None
+        return None if row is None else str(row[0])
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        self.con.begin()
+        try:
+            yield
+        except BaseException:
+            self.con.rollback()
+            raise
+        self.con.commit()
+
+    # -- migration ------------------------------------------------------------------------------
+
+    def _migrate(self, found: str) -> None:
+        if found not in ("1", "2", "3"):
+            raise StoreError(f"{self.path}: schema version {found}, this studyc reads {SCHEMA_VERSION}")
+        with self.transaction():
+            self._add_columns()
+            self.con.execute(
+                "UPDATE checks SET status = CASE WHEN passed THEN 'pass' ELSE 'fail' END WHERE status IS NULL"
+            )
+            if found == "1":
+                self._migrate_v1_rows()
+            self.con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
+
+    def _columns(self, table: str, schema: str = "main", catalog: str | None = None) -> set[str]:
+        return {r[0] for r in self.con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = ? AND table_schema = ? "
+            "AND table_catalog = coalesce(?, current_database())", [table, schema, catalog]
+        ).fetchall()}
+
+    def _missing_columns(self) -> list[tuple[Table, Column]]:
+        out = []
+        for table in TABLES:
+            have = self._columns(table.name)
+            out += [(table, c) for c in table.columns if c.name not in have]
+        return out
+
+    def _add_columns(self) -> None:
+        """Add the columns the records have and the tables lack (nullable: old rows read None)."""
+        for table, c in self._missing_columns():
+            self.con.execute(f"ALTER TABLE {table.name} ADD COLUMN {c.name} {c.sql}")
+
+    def _migrate_v1_rows(self) -> None:
+        """Version 1 rows: the API key scrubbed from argv, a git_sha that is not a commit made NULL."""
+        for run_id, server_id, argv in self.con.execute(
+            "SELECT run_id, server_id, argv_json FROM servers WHERE argv_json IS NOT NULL"
+        ).fetchall():
+            clean = json.dumps(redact_argv(json.loads(argv)))
+            self.con.execute(
+                "UPDATE servers SET argv_json = ? WHERE run_id = ? AND server_id = ?", [clean, run_id, server_id]
+            )
+        self.con.execute("UPDATE runs SET git_sha = NULL WHERE NOT regexp_full_match(git_sha, '[0-9a-f]{40}')")
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def _insert(self, table: Table, record: Any, keys: Sequence[str] = ()) -> None:
+        cols = table.column_names
+        self.con.execute(
+            f"INSERT INTO {table.name} ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})",
+            to_row(table, record, keys),
+        )
+
+    def _insert_many(self, table: Table, records: Sequence[Any], keys: Sequence[str] = ()) -> None:
+        if not records:
+            return
+        import pyarrow as pa
+
+        cols = table.columns
+        rows = [to_row(table, r, keys) for r in records]
+        data = pa.table({c.name: pa.array([row[i] for row in rows], type=ARROW_TYPES[c.sql]())
+                         for i, c in enumerate(cols)})
+        self.con.register("_incoming", data)
+        try:
+            names = ", ".join(c.name for c in cols)
+            self.con.execute(f"INSERT INTO {table.name} ({names}) SELECT {names} FROM _incoming")
+        finally:
+            self.con.unregister("_incoming")
+
+    def save_run(self, run: RunRecord) -> None:
+        """Insert a run, or replace the stored one with the same id."""
+        with self.transaction():
+            self.con.execute("DELETE FROM runs WHERE run_id = ?", [run.run_id])
+            self._insert(RUNS, run)
+
+    def record_server(self, server: ServerRecord) -> None:
+        if server.argv_json is not None and redact_argv(json.loads(server.argv_json)) != json.loads(server.argv_json):
+            raise StoreError(f"server {server.server_id}: argv holds an API key; store redact_argv(argv)")
+        with self.transaction():
+            self.con.execute(
+                "DELETE FROM servers WHERE run_id = ? AND server_id = ?", [server.run_id, server.server_id]
+            )
+            self._insert(SERVERS, server)
+
+    def commit_point(
+        self,
+        point: PointRecord,
+        requests: Sequence[RequestRecord],
+        checks: Sequence[CheckResult],
+        telemetry: Sequence[TelemetrySample],
+    ) -> None:
+        """Write one point with its requests, checks and telemetry in one transaction (replacing a retry)."""
+        _same_point(point, checks, telemetry)
+        key = [point.run_id, point.point_id]
+        with self.transaction():
+            for table in ("points", "requests", "checks", "telemetry"):
+                self.con.execute(f"DELETE FROM {table} WHERE run_id = ? AND point_id = ?", key)
+            self._insert(POINTS, point)
+            self._insert_many(REQUESTS, requests, key)
+            self._insert_many(CHECKS, checks, key[:1])
+            self._insert_many(TELEMETRY, telemetry, key[:1])
+
+    def replace_judgement(self, point: PointRecord, checks: Sequence[CheckResult]) -> None:
+        """Store a point re-judged from its records (its row and its checks), in one transaction."""
+        _same_point(point, checks, ())
+        key = [point.run_id, point.point_id]
+        with self.transaction():
+            self.con.execute("DELETE FROM points WHERE run_id = ? AND point_id = ?", key)
+            self._insert(POINTS, point)
+            self.con.execute("DELETE FROM checks WHERE run_id = ? AND point_id = ?", key)
+            self._insert_many(CHECKS, checks, key[:1])
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def _read(self, table: Table, where: str, params: Sequence[Any], order: str | None = None) -> list[Any]:
+        cur = self.con.execute(
+            f"SELECT * FROM {table.name} WHERE {where} ORDER BY {order or table.order}", list(params)
+        )
+        names = [d[0] for d in cur.description]
+        return [from_row(table, names, row) for row in cur.fetchall()]
+
+    def runs(self) -> list[RunRecord]:
+        return list(self._read(RUNS, "TRUE", []))
+
+    def run(self, run_id: str) -> RunRecord | None:
+        rows = self._read(RUNS, "run_id = ?", [run_id])
+        return rows[0] if rows else None
+
+    def latest_run(self, study_id: str) -> RunRecord | None:
+        rows = self._read(RUNS, "study_id = ?", [study_id], "started_at DESC, run_id DESC")
+        return rows[0] if rows else None
+
+    def done_points(self, run_id: str) -> dict[str, str]:
+        """point_id -> fingerprint of points committed as ok (what `--resume` may skip)."""
+        rows = self.con.execute(
+            "SELECT point_id, fingerprint FROM points WHERE run_id = ? AND status = 'ok'", [run_id]
+        ).fetchall()
+        return {pid: fp for pid, fp in rows}
+
+    def servers(self, run_id: str) -> list[ServerRecord]:
+        return list(self._read(SERVERS, "run_id = ?", [run_id]))
+
+    def points(self, run_id: str) -> list[PointRecord]:
+        return list(self._read(POINTS, "run_id = ?", [run_id]))
+
+    def checks(self, run_id: str) -> list[CheckResult]:
+        return list(self._read(CHECKS, "run_id = ?", [run_id]))
+
+    def telemetry(self, run_id: str, point_id: str | None = None) -> list[TelemetrySample]:
+        if point_id is None:
+            return list(self._read(TELEMETRY, "run_id = ?", [run_id], "t_s, source, point_id"))
+        return list(self._read(TELEMETRY, "run_id = ? AND point_id = ?", [run_id, point_id], "t_s, source"))
+
+    def request_records(self, run_id: str, point_id: str) -> list[RequestRecord]:
+        """Every request of a point with its token times, warmup first, in order (to recompute statistics)."""
+        return list(self._read(REQUESTS, "run_id = ? AND point_id = ?", [run_id, point_id], "warmup DESC, idx"))
+
+    def send_times(self, run_id: str) -> dict[str, list[tuple[float, float | None]]]:
+        """Per point, (sent_s, first_token_s) of its measured requests that succeeded, in send order
+        (what the step-time model reads of a burst's arrival)."""
+        rows = self.con.execute(
+            "SELECT point_id, sent_s, first_token_s FROM requests WHERE run_id = ? AND NOT warmup AND ok "
+            "ORDER BY point_id, sent_s, idx", [run_id]
+        ).fetchall()
+        out: dict[str, list[tuple[float, float | None]]] = {}
+        for point_id, sent, first in rows:
+            out.setdefault(point_id, []).append((float(sent), None if first is None else float(first)))
+        return out
+
+    def counts(self, run_id: str) -> dict[str, int]:
+        out = {}
+        for table in TABLES:
+            row = self.con.execute(f"SELECT count(*) FROM {table.name} WHERE run_id = ?", [run_id]).fetchone()
+            out[table.name] = int(row[0]) if row else 0
+        return out
+
+    # -- merging --------------------------------------------------------------------------------
+
+    def merge_from(self, other: Path) -> dict[str, int]:
+        """Copy every run of another results database into this one. A run already present is replaced
+        when the source holds every point of it and more (the same run continued with `--resume`
+        elsewhere: `runs_continued`), kept otherwise (`runs_kept`). An older schema is migrated on a
+        temporary copy first; the source file is never written."""
+        version = _version_of(Path(other))
+        if version == str(SCHEMA_VERSION):
+            return self._merge_attached(Path(other))
+        if version is None:
+            raise StoreError(f"{other}: not a studyc results database (no schema version)")
+        with tempfile.TemporaryDirectory(prefix="studyc-merge-") as tmp:
+            copy = Path(tmp) / "source.duckdb"
+            shutil.copyfile(other, copy)
+            Store(copy).close()  # migrates the copy, or refuses a version it does not know
+            return self._merge_attached(copy)
+
+    def _merge_attached(self, source: Path) -> dict[str, int]:
+        alias = "src"
+        path = str(source).replace("'", "''")
+        self.con.execute(f"ATTACH '{path}' AS {alias} (READ_ONLY)")
+        try:
+            new = [r[0] for r in self.con.execute(
+                f"SELECT run_id FROM {alias}.runs WHERE run_id NOT IN (SELECT run_id FROM runs)"
+            ).fetchall()]
+            both = [r[0] for r in self.con.execute(
+                f"SELECT run_id FROM {alias}.runs WHERE run_id IN (SELECT run_id FROM runs)"
+            ).fetchall()]
+            continued = [run_id for run_id in both if self._continues(alias, run_id)]
+            copied: dict[str, int] = {}
+            with self.transaction():
+                if continued:
+                    marks = ", ".join("?" for _ in continued)
+                    for table in TABLES:
+                        self.con.execute(f"DELETE FROM {table.name} WHERE run_id IN ({marks})", continued)
+                taken = new + continued
+                for table in TABLES:
+                    if not taken:
+                        break
+                    marks = ", ".join("?" for _ in taken)
+                    have = self._columns(table.name, catalog=alias)  # a source of the same version may lack
+                    names = ", ".join(c for c in table.column_names if c in have)  # a column added since
+                    self.con.execute(
+                        f"INSERT INTO {table.name} ({names}) SELECT {names} FROM {alias}.{table.name} "
+                        f"WHERE run_id IN ({marks})", taken,
+                    )
+                    row = self.con.execute(
+                        f"SELECT count(*) FROM {alias}.{table.name} WHERE run_id IN ({marks})", taken
+                    ).fetchone()
+                    copied[table.name] = int(row[0]) if row else 0
+            return copied | {"runs_new": len(new), "runs_continued": len(continued),
+                             "runs_kept": len(both) - len(continued)}
+        finally:
+            self.con.execute(f"DETACH {alias}")
+
+    def _continues(self, alias: str, run_id: str) -> bool:
+        """Whether the attached database's copy of `run_id` holds every point this one has, and more."""
+        def points(catalog: str) -> set[str]:
+            rows = self.con.execute(f"SELECT point_id FROM {catalog}.points WHERE run_id = ?", [run_id])
+            return {r[0] for r in rows.fetchall()}
+        here, there = points("main"), points(alias)
+        return here < there
+
+    # -- report reads (site downloads) ----------------------------------------------------------
+
+    def export_sorted(self, run_id: str, table: str, path: Path, fmt: str) -> int:
+        """One run's rows of a table as CSV (without per-token times) or Parquet, in a stable order so a
+        rebuilt site is byte-identical. Returns the number of rows written."""
+        spec = TABLE_BY_NAME.get(table)
+        if spec is None:
+            raise StoreError(f"unknown table {table}")
+        order = {"runs": "run_id", "servers": "server_id", "points": "point_id"}.get(table, spec.order)
+        cursor = self.con.cursor()  # a fresh cursor: no other result of this connection is left pending
+        try:
+            rel = cursor.sql(f"SELECT * FROM {table} WHERE run_id = ? ORDER BY {order}", params=[run_id])
+            arrow = rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.arrow()
+        finally:
+            cursor.close()
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            pq.write_table(arrow, str(path), compression="zstd", compression_level=9)
+        elif fmt == "csv":
+            import pyarrow.csv as pcsv
+
+            keep = [c for c in arrow.column_names if not str(arrow.schema.field(c).type).startswith("list")]
+            pcsv.write_csv(arrow.select(keep), str(path))
+        else:
+            raise StoreError(f"unknown export format {fmt} (csv or parquet)")
+        return int(arrow.num_rows)
+
+
+def _same_point(point: PointRecord, checks: Sequence[CheckResult], telemetry: Sequence[TelemetrySample]) -> None:
+    ids = {c.point_id for c in checks} | {t.point_id for t in telemetry}
+    if ids - {point.point_id}:
+        raise StoreError(f"records of point(s) {sorted(ids - {point.point_id})} given with point {point.point_id}")
+
+
+def compact(path: Path) -> tuple[int, int]:
+    """Rewrite a results database without the space its deleted rows left (DuckDB never shrinks a file:
+    replacing a continued run in `merge` leaves the old copy's blocks behind). Written beside it, then
+    moved over it, so a fault leaves the old file whole. (bytes before, bytes after)."""
+    path = Path(path)
+    before = path.stat().st_size
+    tmp = path.with_name(f".{path.name}.compact")
+    tmp.unlink(missing_ok=True)
+    try:
+        con = duckdb.connect(str(tmp))
+        try:
+            quoted = str(path).replace("'", "''")
+            con.execute(f"ATTACH '{quoted}' AS src (READ_ONLY)")
+            name = str(con.execute("SELECT current_database()").fetchone()[0])  # type: ignore[index]
+            con.execute(f"COPY FROM DATABASE src TO \"{name}\"")
+            con.execute("DETACH src")
+            con.execute("CHECKPOINT")
+        finally:
+            con.close()
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except (duckdb.Error, OSError) as exc:
+        tmp.unlink(missing_ok=True)
+        raise StoreError(f"{path}: cannot compact the results database: {exc}") from None
+    return before, path.stat().st_size
+
+
+def _version_of(path: Path) -> str | None:
+    if not Path(path).exists():
+        raise StoreError(f"{path}: no such results database")
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error as exc:
+        raise StoreError(f"{path}: cannot open results database: {exc}") from None
+    try:
+        row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    except duckdb.Error:
+        return None
+    finally:
+        con.close()
+    return None if row is None else str(row[0])
+
+
+def as_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)

@@ -1,0 +1,205 @@
+"""The results tables, declared from `runner.store.records`: their DuckDB columns and DDL, and records <-> rows.
+
+`runner.store.store` owns the database; this module only describes what it holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import types
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, Union, get_args, get_origin
+
+from runner.store.records import (
+    CheckResult,
+    PointRecord,
+    RequestRecord,
+    RunRecord,
+    ServerRecord,
+    TelemetrySample,
+)
+from studyc.errors import StoreError
+
+
+# --------------------------------------------------------------------------------- declaration
+def sql_type(tp: Any) -> str:
+    """The DuckDB column type of a record field's Python type (Optional allowed: columns are nullable)."""
+    origin = get_origin(tp)
+    if origin in (Union, types.UnionType):
+        inner = [a for a in get_args(tp) if a is not type(None)]
+        if len(inner) != 1:
+            raise TypeError(f"cannot store a union of {inner}")
+        return sql_type(inner[0])
+    if origin is Literal:
+        return "VARCHAR"
+    if origin is tuple:
+        args = get_args(tp)
+        if len(args) != 2 or args[1] is not Ellipsis:
+            raise TypeError(f"only tuple[X, ...] is stored, not {tp}")
+        return sql_type(args[0]) + "[]"
+    simple = {str: "VARCHAR", bool: "BOOLEAN", int: "BIGINT", float: "DOUBLE", datetime: "TIMESTAMP"}
+    if tp in simple:
+        return simple[tp]
+    raise TypeError(f"no column type for {tp}")
+
+
+def _optional(tp: Any) -> bool:
+    return get_origin(tp) in (Union, types.UnionType) and type(None) in get_args(tp)
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str  # column name
+    sql: str  # DuckDB type
+    field: str  # the record's field (or the nested summary's field)
+    nested: str | None  # the record field holding a nested record (points.summary)
+    py: Any  # the field's Python type
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table declared from a record type: key columns the record lacks, then its fields in order
+    (a nested record's fields in place of the field holding it)."""
+
+    name: str
+    record: type
+    keys: tuple[str, ...] = ()  # VARCHAR key columns the store adds (the record does not carry them)
+    primary_key: tuple[str, ...] = ()
+    rename: tuple[tuple[str, str], ...] = ()  # (field, column) where they differ
+    order: str = ""  # ORDER BY of reads and exports
+
+    @functools.cached_property
+    def columns(self) -> tuple[Column, ...]:
+        names = dict(self.rename)
+        cols = [Column(k, "VARCHAR", k, None, str) for k in self.keys]
+        hints = _hints(self.record)
+        for f in dataclasses.fields(self.record):
+            tp = hints[f.name]
+            if dataclasses.is_dataclass(tp):
+                sub = _hints(hints[f.name])
+                cols += [Column(g.name, sql_type(sub[g.name]), g.name, f.name, sub[g.name])
+                         for g in dataclasses.fields(tp)]
+            else:
+                cols.append(Column(names.get(f.name, f.name), sql_type(tp), f.name, None, tp))
+        return tuple(cols)
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    def ddl(self) -> str:
+        body = [f"{c.name} {c.sql}" for c in self.columns]
+        if self.primary_key:
+            body.append(f"PRIMARY KEY ({', '.join(self.primary_key)})")
+        return f"CREATE TABLE IF NOT EXISTS {self.name} ({', '.join(body)})"
+
+
+RUNS = Table("runs", RunRecord, primary_key=("run_id",), order="study_id, started_at, run_id")
+SERVERS = Table("servers", ServerRecord, primary_key=("run_id", "server_id"), order="started_at, server_id")
+POINTS = Table("points", PointRecord, primary_key=("run_id", "point_id"), order="started_at, point_id")
+REQUESTS = Table("requests", RequestRecord, keys=("run_id", "point_id"), rename=(("index", "idx"),),
+                 order="point_id, warmup DESC, idx")
+CHECKS = Table("checks", CheckResult, keys=("run_id",), order="point_id, name")
+TELEMETRY = Table("telemetry", TelemetrySample, keys=("run_id",), order="point_id, source, t_s")
+TABLES: tuple[Table, ...] = (RUNS, SERVERS, POINTS, REQUESTS, CHECKS, TELEMETRY)
+TABLE_BY_NAME = {t.name: t for t in TABLES}
+
+
+def schema_sql() -> str:
+    """The DDL of every table, generated from the records."""
+    meta = "CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)"
+    return ";\n".join([meta, *(t.ddl() for t in TABLES)]) + ";"
+
+
+# ------------------------------------------------------------------------------ rows <-> records
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def to_row(table: Table, record: Any, keys: Sequence[str] = ()) -> list[Any]:
+    """One record as the table's row values, in column order (`keys`: the key columns' values)."""
+    if not isinstance(record, table.record):
+        raise TypeError(f"{table.name} stores {table.record.__name__}, not {type(record).__name__}")
+    given = dict(zip(table.keys, keys, strict=True))
+    out = []
+    for c in table.columns:
+        if c.name in given:
+            out.append(given[c.name])
+        elif c.nested:
+            out.append(_clean(getattr(getattr(record, c.nested), c.field)))
+        else:
+            out.append(_clean(getattr(record, c.field)))
+    return out
+
+
+def _value(table: Table, col: Column, value: Any, record: type) -> Any:
+    if value is None:
+        if _optional(col.py):
+            return None
+        field = _fields(record)[col.field]
+        if field.default is not dataclasses.MISSING:
+            return field.default
+        if field.default_factory is not dataclasses.MISSING:
+            return field.default_factory()
+        raise StoreError(f"{table.name}.{col.name} is NULL in a stored row, and the record needs a value")
+    if col.sql.endswith("[]"):
+        return tuple(value)
+    if col.sql == "DOUBLE":
+        return float(value)
+    return value
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """A record type's field types (resolved once: every row read asks)."""
+    return typing.get_type_hints(cls)
+
+
+@functools.cache
+def _fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
+    return {f.name: f for f in dataclasses.fields(cls)}
+
+
+def from_row(table: Table, names: Sequence[str], row: Sequence[Any]) -> Any:
+    """A stored row (with its column names) as the table's record; columns the record lacks are ignored."""
+    got = dict(zip(names, row, strict=True))
+    top: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {}
+    hints = _hints(table.record)
+    for c in table.columns:
+        if c.name in table.keys:
+            continue
+        raw = got.get(c.name)
+        if c.nested:
+            nested.setdefault(c.nested, {})[c.field] = _value(table, c, raw, hints[c.nested])
+        else:
+            top[c.field] = _value(table, c, raw, table.record)
+    for name, values in nested.items():
+        top[name] = hints[name](**values)
+    return table.record(**top)
+
+
+def _arrow_types() -> dict[str, Any]:
+    import pyarrow as pa
+
+    base = {"VARCHAR": pa.string, "BOOLEAN": pa.bool_, "BIGINT": pa.int64, "DOUBLE": pa.float64,
+            "TIMESTAMP": lambda: pa.timestamp("us")}
+    return base | {k + "[]": (lambda f=f: pa.list_(f())) for k, f in base.items()}
+
+
+class _Arrow(dict[str, Any]):
+    def __missing__(self, key: str) -> Any:
+        self.update(_arrow_types())
+        return self[key]
+
+
+ARROW_TYPES = _Arrow()  # a column's DuckDB type -> its pyarrow type (pyarrow loaded on first use)

@@ -1,0 +1,30 @@
+"""The step-time model's prediction for each point of a run: what `studyc run` hands the runner.
+
+The runner never imports the report: it asks `RunOptions.predict` (this module's `predict_run`) once
+the run is open, and stores each point's prediction beside its measurement.
+"""
+
+from __future__ import annotations
+
+from compiler.plan import Plan
+from report.ledger import PointPrediction, predict_points, store_points
+from runner.execute.driver import Progress
+from runner.store.records import RunRecord
+from runner.store.store import Store
+
+
+def predict_run(store: Store, plan: Plan, run: RunRecord, progress: Progress) -> dict[str, PointPrediction]:
+    """The step-time model's prediction for every point, fitted from the other runs in this database on
+    the host's GPU (this run's own points never fit it). Where it cannot predict, each point says why."""
+    points = [p for p in store_points(store) if p.run_id != run.run_id]
+    if not run.gpu_name:
+        note = "no GPU on this host (NVML found none): the step-time model is fitted per GPU"
+        return {p.id: PointPrediction(dict.fromkeys(("output_throughput", "tpot_s", "ttft_s")), note)
+                for p in plan.points}
+    progress.message(f"fitting the step-time model from {len({p.run_id for p in points})} run(s)")
+    try:
+        return predict_points(plan, points, hardware=run.gpu_name)
+    except ValueError as exc:
+        note = f"the step-time model could not be fitted: {exc}"
+        return {p.id: PointPrediction(dict.fromkeys(("output_throughput", "tpot_s", "ttft_s")), note)
+                for p in plan.points}
