@@ -19,9 +19,9 @@ from compiler.modelconfig import load_model
 from compiler.modelmath import ModelShape
 from compiler.plan import Launch, Plan, PointStep, kept_prompts
 from compiler.stepcost import Card, EngineShape
-from compiler.stepfit import ModelKey, Observation
+from compiler.stepfit import ModelKey
 from compiler.stepreplay import StepLoad, cache_hit_tokens, predict
-from report.ledger_fit import METRICS, fit_keys
+from report.ledger_fit import METRICS, StoredPoint, fit_keys
 
 if TYPE_CHECKING:
     from runner.store.records import PointSummary
@@ -34,36 +34,6 @@ REPO = Path(__file__).resolve().parents[1]
 # Warn-level failures (a kept cache, by design) and unverified checks do not leave a point out: the
 # replay models the cache, and the client-side numbers are exact either way.
 WINDOW_CHECKS = frozenset({"steady_state", "warmup_sufficient", "littles_law"})
-
-
-@dataclass(frozen=True)
-class StoredPoint:
-    """One measured point of a stored run, with what the model needs to predict it."""
-
-    study: str
-    run_id: str
-    point_id: str
-    arm: str
-    workload: str
-    concurrency: int
-    key: ModelKey
-    model: str  # the model folder's name: a shape no training point has is an extrapolation
-    shape: ModelShape
-    load: StepLoad
-    engine: EngineShape
-    card: Card
-    measured: dict[str, float | None]  # METRICS, plus window_s and burst_s
-
-    @property
-    def observation(self) -> Observation:
-        m = self.measured
-        return Observation(self.shape, self.load, self.engine, self.card, m["tpot_s"], m["ttft_s"],
-                           m["window_s"], m["burst_s"])
-
-    @property
-    def config(self) -> str:
-        """The point's plan position without its repeat: repeats of one config share a prediction."""
-        return self.point_id.rsplit("/", 1)[0]
 
 
 # ---- reading ----------------------------------------------------------------------------------

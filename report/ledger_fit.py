@@ -1,4 +1,4 @@
-"""The step-time model's fit and its validation: coefficients per key fitted from stored points,
+"""The step-time model's fit and its validation: the stored points it learns from, coefficients per key fitted from stored points,
 leave-one-study-out predictions, and the ledger of their error by study, GPU, vLLM version and metric."""
 
 from __future__ import annotations
@@ -7,16 +7,44 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from compiler.modelmath import ModelShape
 from compiler.stepcost import Card, Coefficients, EngineShape
-from compiler.stepfit import ModelKey, fit
+from compiler.stepfit import ModelKey, Observation, fit
 from compiler.stepreplay import StepLoad, StepPrediction, predict
 
-if TYPE_CHECKING:
-    from report.ledger import StoredPoint
-
 METRICS = ("output_throughput", "tpot_s", "ttft_s")
+
+
+@dataclass(frozen=True)
+class StoredPoint:
+    """One measured point of a stored run, with what the model needs to predict it."""
+
+    study: str
+    run_id: str
+    point_id: str
+    arm: str
+    workload: str
+    concurrency: int
+    key: ModelKey
+    model: str  # the model folder's name: a shape no training point has is an extrapolation
+    shape: ModelShape
+    load: StepLoad
+    engine: EngineShape
+    card: Card
+    measured: dict[str, float | None]  # METRICS, plus window_s and burst_s
+
+    @property
+    def observation(self) -> Observation:
+        m = self.measured
+        return Observation(self.shape, self.load, self.engine, self.card, m["tpot_s"], m["ttft_s"],
+                           m["window_s"], m["burst_s"])
+
+    @property
+    def config(self) -> str:
+        """The point's plan position without its repeat: repeats of one config share a prediction."""
+        return self.point_id.rsplit("/", 1)[0]
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from report.ledger_fit import fit_keys
+from report.ledger import PointPrediction
+from report.ledger_fit import StoredPoint, fit_keys
 from studyc import format as fmt
-
-if TYPE_CHECKING:
-    from report.ledger import PointPrediction, StoredPoint
 
 
 def _predicted(value: float | None, unit: str) -> str:

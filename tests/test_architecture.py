@@ -1,0 +1,158 @@
+"""The floor plan: no import cycle, no arrow up the stages, small modules that each say their job.
+
+Stages, lowest first: the shared base (`studyc.errors`, `studyc.format`, `studyc.settings`, the
+`studyc` package itself for its version) < `compiler` < `runner` < `report` < the CLI (the rest of
+`studyc`). A module may import its own stage or lower ones. Function-level imports count: a cycle
+hidden inside a function is still a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("compiler", "runner", "report", "studyc")
+BASE = {"studyc", "studyc.errors", "studyc.format", "studyc.settings"}
+STAGE = {"compiler": 1, "runner": 2, "report": 3, "studyc": 4}
+MAX_LINES = 450
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def _target(name: str, known: dict[str, Path]) -> str | None:
+    """The project module an imported name lives in (the longest known prefix), else None."""
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        candidate = ".".join(parts[:end])
+        if candidate in known:
+            return candidate
+    return None
+
+
+def import_graph(known: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the project modules it imports, at any depth of its body."""
+    graph: dict[str, set[str]] = {name: set() for name in known}
+    for name, path in known.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                names = [base] + [f"{base}.{alias.name}" for alias in node.names]
+            for imported in names:
+                target = _target(imported, known)
+                if target is not None and target != name:
+                    graph[name].add(target)
+    return graph
+
+
+def stage(module: str) -> int:
+    return 0 if module in BASE else STAGE[module.split(".")[0]]
+
+
+def upward_arrows(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets if stage(b) > stage(a))
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_module_imports_a_later_stage() -> None:
+    assert upward_arrows(import_graph(_modules())) == []
+
+
+def test_no_import_cycle() -> None:
+    assert cycles(import_graph(_modules())) == []
+
+
+def test_the_checks_catch_a_cycle_and_an_upward_arrow() -> None:
+    graph = {"compiler.a": {"runner.b"}, "runner.b": {"compiler.a"}, "studyc.errors": set()}
+    assert upward_arrows(graph) == ["compiler.a -> runner.b"]
+    assert cycles(graph) == [["compiler.a", "runner.b"]]
+    assert upward_arrows({"studyc.errors": {"compiler.a"}, "compiler.a": set()}) == ["studyc.errors -> compiler.a"]
+    assert cycles({"a.x": {"a.y"}, "a.y": set()}) == []
+
+
+def test_relative_imports_and_packages_resolve(tmp_path: Path) -> None:
+    pkg = tmp_path / "runner" / "server"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text('"""x"""\n')
+    (pkg / "engine.py").write_text("from . import pins\nfrom ..store import db\n")
+    (pkg / "pins.py").write_text("def f():\n    import report.page\n")
+    known = {"runner.server": pkg / "__init__.py", "runner.server.engine": pkg / "engine.py",
+             "runner.server.pins": pkg / "pins.py", "runner.store.db": tmp_path / "db.py",
+             "report.page": tmp_path / "page.py"}
+    (tmp_path / "db.py").write_text("")
+    (tmp_path / "page.py").write_text("")
+    graph = import_graph(known)
+    assert graph["runner.server.engine"] == {"runner.server", "runner.server.pins", "runner.store.db"}
+    assert upward_arrows(graph) == ["runner.server.pins -> report.page"]
+
+
+@pytest.mark.parametrize("module", sorted(_modules()))
+def test_every_module_imports_alone_in_a_fresh_interpreter(module: str) -> None:
+    done = subprocess.run([sys.executable, "-c", f"import {module}"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_every_module_is_small_and_names_its_job() -> None:
+    too_long, silent = [], []
+    for name, path in _modules().items():
+        text = path.read_text(encoding="utf-8")
+        if len(text.splitlines()) > MAX_LINES:
+            too_long.append(f"{name}: {len(text.splitlines())} lines")
+        doc = ast.get_docstring(ast.parse(text))
+        if not doc or not doc.strip():
+            silent.append(name)
+    assert too_long == []
+    assert silent == []
