@@ -164,7 +164,9 @@ class Block(Frozen):
     required: bool = Field(description="False: a sequential block, run only while a hypothesis is undecided.")
 
 
-class Design(Frozen):
+class BlockDesign(Frozen):
+    """The design as resolved: block orders, launches and repeats per arm, the budget and the GPUs."""
+
     seed: int = Field(description="Seed of the block orders (the study's design.seed, else from study.id).")
     seed_from: Literal["study", "study id", "none"] = "study id"
     launches: dict[str, int] = Field(description="Required launches per arm (blocks before any budget).")
@@ -236,7 +238,7 @@ class Plan(Frozen):
     study_sha256: str
     hardware: str
     checks: Checks
-    design: Design
+    design: BlockDesign
     launches: tuple[Launch, ...] = Field(description="In run order: block by block, each block in its order.")
     estimated_s: float = Field(description="Required blocks, one launch at a time.")
     estimated_max_s: float = Field(description="Every block the budget allows, one launch at a time.")

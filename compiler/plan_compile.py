@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from compiler.engine_options import parallel_gpus
 from compiler.load import LoadedStudy
-from compiler.plan import Block, Design, Engine, Launch, Plan, PointStep, mark_cold
+from compiler.plan import Block, BlockDesign, Engine, Launch, Plan, PointStep, mark_cold
 from compiler.plan_estimate import estimate_point_s
 from compiler.plan_resolve import plan_hypotheses
 from compiler.study import Study
@@ -134,7 +134,7 @@ def block_orders(arms: list[list[str]], seed: int) -> list[list[str]]:
     return orders
 
 
-def plan_design(study: Study) -> Design:
+def plan_design(study: Study) -> BlockDesign:
     """Blocks and their launch ids in run order (required blocks, then the budget's sequential ones)."""
     seed, source = design_seed(study)
     counts = launch_counts(study)
@@ -149,7 +149,7 @@ def plan_design(study: Study) -> Design:
             index=index, launches=tuple(launch_id(study.study.id, a, index, multi[a]) for a in order),
             required=index <= max(counts.values()),
         ))
-    return Design(
+    return BlockDesign(
         seed=seed, seed_from=source, launches=counts, repeats=study.load.repeats, blocks=tuple(blocks),
         budget=budget, gpus=study.design.gpus,
     )

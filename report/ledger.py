@@ -217,15 +217,5 @@ def key_of(gpu: str, vllm: str, shape: ModelShape, engine: EngineShape) -> Model
     return ModelKey(gpu, vllm, shape.family, engine.enforce_eager, engine.kv_cache_dtype)
 
 
-def predict_plan(
-    plan: Plan, db: str | Path, root: Path = REPO, exclude_runs: Iterable[str] = ()
-) -> dict[str, dict[str, float | None]]:
-    """`predicted = {output_throughput, tpot_s, ttft_s}` for every point of a plan, fitted from every run
-    in `db` (but `exclude_runs`) on the plan's hardware (see `predict_points`)."""
-    skip = set(exclude_runs)
-    points = [p for p in read_points(db, root) if p.run_id not in skip]
-    return {pid: pp.values for pid, pp in predict_points(plan, points, root=root).items()}
-
-
 def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", version))

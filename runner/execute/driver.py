@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from studyc.settings import Settings
 
 
-class Prediction(Protocol):
+class PredictedPoint(Protocol):
     """The step-time model's prediction for one point: metric -> value (None where it cannot
     predict), and why not. `RunOptions.predict` gives one per point; the driver stores it."""
 
@@ -60,7 +60,7 @@ class RunOptions:
     decide_more: Callable[[Store, str], bool | Collection[str]] | None = None
     # The step-time model's predictions, asked once the run is open: (open store, plan, this run's
     # record, progress) -> point id -> prediction. None: no point has a prediction.
-    predict: Callable[[Store, Plan, RunRecord, Progress], Mapping[str, Prediction]] | None = None
+    predict: Callable[[Store, Plan, RunRecord, Progress], Mapping[str, PredictedPoint]] | None = None
 
 
 def run_options(settings: Settings, db: Path, **flags: Any) -> RunOptions:
@@ -116,7 +116,7 @@ class Driver:
     """Commits what launches emit: the one writer of the database."""
 
     def __init__(self, store: Store, run_id: str, plan: Plan, report: RunReport, progress: Progress,
-                 predictions: Mapping[str, Prediction], options: RunOptions, origin: float | None = None) -> None:
+                 predictions: Mapping[str, PredictedPoint], options: RunOptions, origin: float | None = None) -> None:
         self.store, self.run_id, self.report, self.progress = store, run_id, report, progress
         self.predictions, self.options = predictions, options
         self.launches = {launch.id: launch for launch in plan.launches}
@@ -256,7 +256,7 @@ def _fill_run_versions(store: Store, run_id: str, info: Any) -> None:
 
 
 def point_record(
-    run_id: str, server_id: str, outcome: PointOutcome, predicted: Prediction | None = None
+    run_id: str, server_id: str, outcome: PointOutcome, predicted: PredictedPoint | None = None
 ) -> PointRecord:
     p = outcome.point
     judged = outcome.judgement
@@ -278,7 +278,7 @@ def point_record(
 
 
 def _commit(
-    store: Store, run_id: str, server_id: str, outcome: PointOutcome, predicted: Prediction | None = None,
+    store: Store, run_id: str, server_id: str, outcome: PointOutcome, predicted: PredictedPoint | None = None,
     *, device: str | None = None, client_cpus: str | None = None,
 ) -> None:
     checks = outcome.judgement.checks if outcome.judgement else ()

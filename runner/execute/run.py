@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from compiler.load import Problem
-from compiler.plan import Design, Launch, Plan, PointStep
+from compiler.plan import BlockDesign, Launch, Plan, PointStep
 from compiler.toml_lines import key_lines, line_of
 from runner.execute.driver import (
     Driver,
@@ -189,7 +189,7 @@ def _same_stopping_rule(store: Store, previous: RunRecord, plan: Plan) -> None:
     except ValueError:  # not JSON, or not a plan: nothing to compare against
         return
 
-    def rule(design: Design) -> tuple[dict[str, int], int | None]:
+    def rule(design: BlockDesign) -> tuple[dict[str, int], int | None]:
         return design.launches, design.budget.blocks if design.budget else None
 
     was, now = rule(before), rule(plan.design)

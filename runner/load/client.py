@@ -28,7 +28,7 @@ from runner.load.sse import ProtocolError, ResponseScanner
 from runner.load.workload import RequestSpec
 
 __all__ = [
-    "BALANCE_POLICIES", "NOT_SENT", "POINT_TIMEOUT", "TIMEOUT", "Balancer", "Client", "Outcome", "Target",
+    "BALANCE_POLICIES", "NOT_SENT", "POINT_TIMEOUT", "TIMEOUT", "Balancer", "Client", "Outcome", "Endpoint",
     "make_target", "now",
 ]
 
@@ -142,7 +142,7 @@ class Balancer:
 
 
 @dataclass(frozen=True)
-class Target:
+class Endpoint:
     host: str
     port: int
     path: str
@@ -150,7 +150,7 @@ class Target:
     body_base: dict[str, Any]
 
 
-def make_target(base_url: str, model: str, api_key: str | None, extra_body: Mapping | None) -> Target:
+def make_target(base_url: str, model: str, api_key: str | None, extra_body: Mapping | None) -> Endpoint:
     u = urlsplit(base_url)
     if u.scheme != "http":
         raise ValueError(f"base_url must be http://host:port (got {base_url!r})")
@@ -174,7 +174,7 @@ def make_target(base_url: str, model: str, api_key: str | None, extra_body: Mapp
     }
     if extra_body:
         body.update(extra_body)
-    return Target(host, port, path, header, body)
+    return Endpoint(host, port, path, header, body)
 
 
 class _Conn(asyncio.Protocol):
@@ -266,7 +266,7 @@ class Client:
     and `expired` tells the caller to send no more.
     """
 
-    def __init__(self, target: Target | tuple[Target, ...], request_timeout_s: float,
+    def __init__(self, target: Endpoint | tuple[Endpoint, ...], request_timeout_s: float,
                  balancer: Balancer | None = None) -> None:
         self.targets = target if isinstance(target, tuple) else (target,)
         self.target = self.targets[0]

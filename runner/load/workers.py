@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
 
-from runner.load.client import Balancer, Client, Outcome, Target, now
+from runner.load.client import Balancer, Client, Endpoint, Outcome, now
 from runner.load.workload import Arrival, RequestSpec
 
 __all__ = ["WorkerPlan", "Warmup", "run_inprocess", "run_processes"]
@@ -45,7 +45,7 @@ class Warmup(NamedTuple):
 class WorkerPlan:
     """Everything one worker needs; pickled to worker processes."""
 
-    target: Target
+    target: Endpoint
     specs: tuple[RequestSpec, ...]  # all measured requests (workers pull indices)
     warmup: tuple[Warmup, ...]  # this worker's warmup requests
     warmup_concurrency: int
@@ -54,11 +54,11 @@ class WorkerPlan:
     request_timeout_s: float
     busy_poll: bool = False
     cpus: tuple[int, ...] | None = None
-    replicas: tuple[Target, ...] = ()  # several servers behind the balancer (`target` is the first)
+    replicas: tuple[Endpoint, ...] = ()  # several servers behind the balancer (`target` is the first)
     balance: str = "least_outstanding"
 
     @property
-    def targets(self) -> tuple[Target, ...]:
+    def targets(self) -> tuple[Endpoint, ...]:
         return self.replicas or (self.target,)
 
 

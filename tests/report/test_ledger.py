@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from compiler.plan import Plan, PointStep
-from report.ledger import _model_dir, cached_tokens, predict_plan, read_points
+from report.ledger import _model_dir, cached_tokens, predict_points, read_points
 from report.ledger_fit import leave_one_study_out, ledger, not_validated
 from runner.store.store import Store
 
@@ -140,6 +140,12 @@ def test_kept_cache_hits_follow_plan_order():
     assert hits["c8/r1"] == (1008,) * 16 + (0,) * 48  # 16 of 64 prompts seen: hit rate 0.246
     assert hits["c1/r2"] == (1008,) * 16
     assert hits["c1/r3"] == (0,) * 16
+
+
+def predict_plan(plan, db, exclude_runs=()):
+    """What `studyc run` asks (studyc.predictions): predictions for a plan from the stored points but a run's."""
+    points = [p for p in read_points(db) if p.run_id not in set(exclude_runs)]
+    return {pid: pp.values for pid, pp in predict_points(plan, points).items()}
 
 
 def test_predict_plan_from_db(small_db):
