@@ -32,9 +32,9 @@ def recheck(db: Path) -> RecheckReport:
     report = RecheckReport()
     with Store(db) as store:
         for run in store.runs():
-            if not run.plan_json:
+            plan = Plan.from_stored(run.plan_json)
+            if plan is None:
                 continue
-            plan = Plan.model_validate_json(run.plan_json)
             steps = {p.id: p for p in plan.points}
             stored: dict[str, set[tuple[str, str]]] = {}
             for check in store.checks(run.run_id):

@@ -182,12 +182,10 @@ def _same_stopping_rule(store: Store, previous: RunRecord, plan: Plan) -> None:
     launches per arm (the first look) and its budget's blocks (the horizon) fix how the error rate is
     spent across looks (`report.sequential`), so changing them once blocks were seen spends it twice.
     The budget's minutes only stop blocks from starting: they may change."""
-    if not previous.plan_json or not store.done_points(previous.run_id):
-        return
-    try:
-        before = Plan.model_validate_json(previous.plan_json).design
-    except ValueError:  # not JSON, or not a plan: nothing to compare against
-        return
+    stored = Plan.from_stored(previous.plan_json)
+    if stored is None or not store.done_points(previous.run_id):
+        return  # no plan, or one that does not read: nothing to compare against
+    before = stored.design
 
     def rule(design: BlockDesign) -> tuple[dict[str, int], int | None]:
         return design.launches, design.budget.blocks if design.budget else None
