@@ -96,7 +96,7 @@ def _dash_legend(label: str) -> alt.StrokeDash:
 
 
 def throughput_chart(rows: Sequence[Row], ladder: Ladder = CONCURRENCY) -> Any:
-    """Output throughput vs the ladder (concurrency or rate) per arm (one panel per workload when there are several): the mean
+    """Output throughput vs the ladder per arm (one panel per workload when there are several): the mean
     over repeats as a line, every repeat as a dot, the min-max spread as a rule.
     Rows: arm, workload, <ladder field>, repeat, value."""
     x = _ladder_axis(rows, ladder)

@@ -131,7 +131,7 @@ def arm_models(loaded: LoadedStudy) -> dict[str, ArmModel]:
 
 def resolve_hypothesis(study: Study, hyp: Hypothesis, data: RunData | None, plan: Plan | None) -> HypothesisStep:
     """A hypothesis of the study file resolved onto a run that stored no resolution: the compiler's selectors
-    (compiler.select) give each side's arm, workload and rung (concurrency or rate); its points are the run's stored points
+    (compiler.select) give each side's arm, workload and rung; its points are the run's stored points
     there (the plan's, else the point records), its servers the arm's stored servers. ValueError: the
     selector does not resolve."""
     metric = METRICS.get(hyp.metric)

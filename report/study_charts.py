@@ -142,8 +142,8 @@ def _roofline(ctx: StudyContext, data: RunData) -> tuple[Chart | None, str]:
             continue
         shape, dtype, kv = shapes[p.arm]
         w = study.workloads[p.workload]
-        rung = p.concurrency if p.concurrency is not None else p.rate_rps
-        batch = max(1.0, p.metric("mean_in_flight") or float(rung or 0.0))
+        ladder_value = p.concurrency if p.concurrency is not None else p.rate_rps
+        batch = max(1.0, p.metric("mean_in_flight") or float(ladder_value or 0.0))
         placed = decode_placement(shape, dtype, kv, cal, batch, w.input_len + w.output_len / 2, tput)
         points.append({"series": _series(loaded, p.arm, p.workload), **_rung(p),
                        "intensity": placed.intensity, "flops_per_s": placed.flops_per_s, "fraction": placed.fraction})
