@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from compiler.engine_options import PARALLEL_OPTIONS
-from compiler.study import Budget, Checks, Prediction
+from compiler.study import Budget, Checks, Prediction, Rung
 
 SCHEMA_VERSION = 2
 
@@ -60,12 +60,9 @@ class PointStep(Frozen):
     burst: bool = False  # closed loop measured as one wave on purpose (load.burst); not in the fingerprint
 
     @property
-    def level(self) -> float:
-        return float(self.concurrency if self.concurrency is not None else self.rate_rps or 0.0)
-
-    @property
-    def level_label(self) -> str:
-        return f"c{self.concurrency}" if self.concurrency is not None else f"rate{self.rate_rps:g}"
+    def rung(self) -> Rung:
+        """The point's rung of the load ladder: its `concurrency` (closed loop) or its `rate_rps`."""
+        return Rung(self.concurrency, self.rate_rps)
 
 
 class Engine(Frozen):

@@ -214,13 +214,11 @@ def _points(
     out: list[PointStep] = []
     for repeat in range(1, load.repeats + 1):
         for wname, work in study.workloads.items():
-            for index, level in enumerate(load.levels):
-                closed = load.concurrency is not None
+            for index, rung in enumerate(load.ladder):
                 requests = load.requests_at(index)
-                label = f"c{int(level)}" if closed else f"rate{level:g}"
                 params = {
-                    "arm": arm, "workload": wname, "concurrency": int(level) if closed else None,
-                    "rate_rps": None if closed else float(level), "repeat": repeat, "requests": requests,
+                    "arm": arm, "workload": wname, "concurrency": rung.concurrency,
+                    "rate_rps": rung.rate_rps, "repeat": repeat, "requests": requests,
                     "warmup": load.warmup, "cache": cache, "input_len": work.input_len,
                     "output_len": work.output_len, "prefix_len": work.prefix_len, "prompt_seed": work.seed,
                     "vocab_lo": vocab_lo, "vocab_hi": vocab_hi, "arrival": load.arrival,
@@ -231,9 +229,9 @@ def _points(
                 keyed = params if launch is None else {**params, "launch": launch}
                 out.append(
                     PointStep.model_validate({
-                        "id": f"{lid}/{wname}/{label}/r{repeat}",
+                        "id": f"{lid}/{wname}/{rung.id_label}/r{repeat}",
                         "launch": launch or 1, "block": block,
-                        "burst": load.burst and closed,
+                        "burst": load.burst and rung.concurrency is not None,
                         "estimated_s": estimate,
                         "fingerprint": fingerprint(keyed),
                         **params,

@@ -11,14 +11,11 @@ from compiler.select import Target, sides
 from compiler.study import Hypothesis, Study
 
 
-def hypothesis_side(target: Target, closed: bool, points: Sequence[str], launches: Sequence[str] = (),
+def hypothesis_side(target: Target, points: Sequence[str], launches: Sequence[str] = (),
                     servers: Sequence[str] = ()) -> HypothesisSide:
-    """One side of a prediction at `target` (a closed-loop study's level is a concurrency, else a rate),
-    measured on `points`, read from `launches` and their `servers`."""
+    """One side of a prediction at `target`, measured on `points`, read from `launches` and their `servers`."""
     return HypothesisSide(
-        arm=target.arm, workload=target.workload,
-        concurrency=int(target.level) if closed and target.level is not None else None,
-        rate_rps=None if closed or target.level is None else float(target.level),
+        arm=target.arm, workload=target.workload, concurrency=target.concurrency, rate_rps=target.rate_rps,
         points=tuple(points), launches=tuple(launches), servers=tuple(servers),
     )
 
@@ -38,16 +35,15 @@ def hypothesis_step(hyp: Hypothesis, numerator: HypothesisSide, denominator: Hyp
 def plan_hypotheses(study: Study, launches: Sequence[Launch]) -> list[HypothesisStep]:
     """Every hypothesis of a study resolved onto the compiled launches: each side's points (every launch
     and repeat), the launches they run on (every launch of the arm for a server metric) and their servers."""
-    closed = study.load.concurrency is not None
-
     def side(target: Target, level: str) -> HypothesisSide:
         on = [s for s in launches if s.arm == target.arm]
         points = [
             p.id for s in on for p in s.points
-            if level == "point" and p.workload == target.workload and p.level == target.level
+            if level == "point" and p.workload == target.workload
+            and (p.concurrency, p.rate_rps) == (target.concurrency, target.rate_rps)
         ]
         hosts = [s for s in on if level == "server" or any(p.id in points for p in s.points)]
-        return hypothesis_side(target, closed, points, [s.id for s in hosts],
+        return hypothesis_side(target, points, [s.id for s in hosts],
                                [i for s in hosts for i in s.server_ids])
 
     out: list[HypothesisStep] = []

@@ -8,22 +8,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from compiler.metrics import METRICS
-from compiler.study import Hypothesis, Study, Where
+from compiler.study import Hypothesis, Rung, Study, Where
 
 
 @dataclass(frozen=True)
 class Target:
-    """One side of a prediction: an arm, and for point metrics a workload and ladder level."""
+    """One side of a prediction: an arm, and for point metrics a workload and a rung of the ladder (a
+    closed-loop `concurrency` or an open-loop `rate_rps`; both None for a server metric)."""
 
     arm: str
     workload: str | None
-    level: float | None
+    concurrency: int | None = None
+    rate_rps: float | None = None
 
     @property
     def label(self) -> str:
         parts = [self.arm] + ([self.workload] if self.workload else [])
-        if self.level is not None:
-            parts.append(f"{self.level:g}")
+        if self.concurrency is not None or self.rate_rps is not None:
+            parts.append(Rung(self.concurrency, self.rate_rps).label)
         return "/".join(parts)
 
 
@@ -39,14 +41,15 @@ def merge(base: Where, side: str | Where | None) -> Where:
 def candidates(study: Study, where: Where, metric: str) -> list[Target]:
     """Every point (or server) the selector matches."""
     load = study.load
-    level_key = "concurrency" if load.concurrency is not None else "rate"
-    wanted_level = where.concurrency if level_key == "concurrency" else where.rate
     arms = [a for a in study.arms if where.arm in (None, a)]
     if METRICS[metric].level == "server":
-        return [Target(a, None, None) for a in arms]
+        return [Target(a, None) for a in arms]
     workloads = [w for w in study.workloads if where.workload in (None, w)]
-    levels = [lv for lv in load.levels if wanted_level is None or float(lv) == float(wanted_level)]
-    return [Target(a, w, float(lv)) for a in arms for w in workloads for lv in levels]
+    if load.concurrency is not None:
+        rungs = [r for r in load.ladder if where.concurrency in (None, r.concurrency)]
+    else:
+        rungs = [r for r in load.ladder if where.rate is None or r.rate_rps == float(where.rate)]
+    return [Target(a, w, r.concurrency, r.rate_rps) for a in arms for w in workloads for r in rungs]
 
 
 def resolve(study: Study, where: Where, metric: str) -> Target:
@@ -57,11 +60,11 @@ def resolve(study: Study, where: Where, metric: str) -> Target:
     if not found:
         raise ValueError("selector matches no point of the plan")
     dims = []
-    level_key = "concurrency" if study.load.concurrency is not None else "rate"
+    closed = study.load.concurrency is not None
     for name, values in (
         ("arm", {t.arm for t in found}),
         ("workload", {t.workload for t in found}),
-        (level_key, {t.level for t in found}),
+        ("concurrency", {t.concurrency for t in found}) if closed else ("rate", {t.rate_rps for t in found}),
     ):
         if len(values) > 1:
             dims.append(f"{name} ({', '.join(sorted(f'{v:g}' if isinstance(v, float) else str(v) for v in values))})")

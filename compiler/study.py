@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -122,6 +123,24 @@ PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 
 
+@dataclass(frozen=True)
+class Rung:
+    """One rung of the load ladder: a closed-loop `concurrency` or an open-loop `rate_rps`, the other None."""
+
+    concurrency: int | None = None
+    rate_rps: float | None = None
+
+    @property
+    def label(self) -> str:
+        """The rung's number as selectors and pages print it: `4`, `2.5`."""
+        return f"{self.concurrency:g}" if self.concurrency is not None else f"{self.rate_rps:g}"
+
+    @property
+    def id_label(self) -> str:
+        """The rung's part of a point id: `c4`, `rate2.5`."""
+        return f"c{self.concurrency}" if self.concurrency is not None else f"rate{self.rate_rps:g}"
+
+
 class Load(Strict):
     concurrency: list[PositiveInt] | None = Field(
         default=None, description="Closed-loop ladder: requests in flight at once, one point per level."
@@ -172,14 +191,17 @@ class Load(Strict):
     def _one_ladder(self) -> Load:
         if (self.concurrency is None) == (self.rate is None):
             raise ValueError("give exactly one of `concurrency` (closed loop) or `rate` (open loop)")
-        levels = self.levels
-        if isinstance(self.requests, list) and len(self.requests) != len(levels):
-            raise ValueError(f"`requests` has {len(self.requests)} entries for {len(levels)} ladder levels")
+        rungs = len(self.ladder)
+        if isinstance(self.requests, list) and len(self.requests) != rungs:
+            raise ValueError(f"`requests` has {len(self.requests)} entries for {rungs} ladder levels")
         return self
 
     @property
-    def levels(self) -> list[float]:
-        return list(self.concurrency if self.concurrency is not None else self.rate or [])
+    def ladder(self) -> list[Rung]:
+        """One rung per point of the ladder, in the file's order."""
+        if self.concurrency is not None:
+            return [Rung(concurrency=c) for c in self.concurrency]
+        return [Rung(rate_rps=float(r)) for r in self.rate or []]
 
     def requests_at(self, index: int) -> int:
         return self.requests[index] if isinstance(self.requests, list) else self.requests

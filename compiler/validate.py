@@ -42,13 +42,13 @@ def study_warnings(study: Study) -> list[Finding]:
     load = study.load
     if load.concurrency is None or load.burst:
         return found
-    for index, level in enumerate(load.concurrency):
+    for index, concurrency in enumerate(load.concurrency):
         requests = load.requests_at(index)
-        if requests <= level:
+        if requests <= concurrency:
             key = f"load.requests[{index}]" if isinstance(load.requests, list) else "load.requests"
             found.append((
                 key,
-                f"{requests} requests at concurrency {level} is one wave, not a steady state: give more "
+                f"{requests} requests at concurrency {concurrency} is one wave, not a steady state: give more "
                 "requests than the concurrency, or set load.burst = true to measure one wave on purpose",
             ))
     return found

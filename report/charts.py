@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import altair as alt
@@ -27,6 +28,18 @@ VERDICT_COLORS = {
 Row = dict[str, Any]
 
 
+@dataclass(frozen=True)
+class Ladder:
+    """The x axis of a per-point chart: the rows' field for the point's rung and the axis title."""
+
+    field: str
+    title: str
+
+
+CONCURRENCY = Ladder("concurrency", "concurrency")  # closed loop: requests in flight
+RATE = Ladder("rate_rps", "rate (req/s)")  # open loop: arrivals per second
+
+
 def spec(chart: alt.TopLevelMixin) -> dict[str, Any]:
     """The chart as a Vega-Lite dict, without the `$schema` URL (the site references nothing external;
     vega-embed is told the mode instead)."""
@@ -42,11 +55,11 @@ def _data(rows: Sequence[Row]) -> alt.Data:
         return alt.Data(values=[dict(r) for r in rows])
 
 
-def _level_axis(rows: Sequence[Row], title: str) -> alt.X:
-    levels = sorted({float(r["level"]) for r in rows if r.get("level")})
-    wide = bool(levels) and min(levels) > 0 and max(levels) / min(levels) >= 8
+def _ladder_axis(rows: Sequence[Row], ladder: Ladder) -> alt.X:
+    ticks = sorted({float(r[ladder.field]) for r in rows if r.get(ladder.field)})
+    wide = bool(ticks) and min(ticks) > 0 and max(ticks) / min(ticks) >= 8
     scale = alt.Scale(type="log", base=2) if wide else alt.Scale(zero=False)
-    return alt.X("level:Q", title=title, scale=scale, axis=alt.Axis(values=levels, format="~g"))
+    return alt.X(f"{ladder.field}:Q", title=ladder.title, scale=scale, axis=alt.Axis(values=ticks, format="~g"))
 
 
 def _sized(chart: Any, height: int = HEIGHT) -> Any:
@@ -82,12 +95,12 @@ def _dash_legend(label: str) -> alt.StrokeDash:
                           legend=_STROKE_LEGEND)
 
 
-def throughput_chart(rows: Sequence[Row], level_title: str = "concurrency") -> Any:
-    """Output throughput vs load level per arm (one panel per workload when there are several): the mean
+def throughput_chart(rows: Sequence[Row], ladder: Ladder = CONCURRENCY) -> Any:
+    """Output throughput vs the ladder per arm (one panel per workload when there are several): the mean
     over repeats as a line, every repeat as a dot, the min-max spread as a rule.
-    Rows: arm, workload, level, repeat, value."""
-    x = _level_axis(rows, level_title)
-    tip = [alt.Tooltip("arm:N"), alt.Tooltip("workload:N"), alt.Tooltip("level:Q"), alt.Tooltip("repeat:Q"),
+    Rows: arm, workload, <ladder field>, repeat, value."""
+    x = _ladder_axis(rows, ladder)
+    tip = [alt.Tooltip("arm:N"), alt.Tooltip("workload:N"), alt.Tooltip(f"{ladder.field}:Q"), alt.Tooltip("repeat:Q"),
            alt.Tooltip("value:Q", format=",.1f", title="tok/s")]
     line = alt.Chart().mark_line().encode(x=x, y=alt.Y("mean(value):Q", title="output throughput (tok/s)"),
                                           color=_arm_color())
@@ -96,10 +109,10 @@ def throughput_chart(rows: Sequence[Row], level_title: str = "concurrency") -> A
     return _by_workload([line, spread, dots], rows)
 
 
-def latency_chart(rows: Sequence[Row], what: str, level_title: str = "concurrency") -> Any:
-    """p50 and p95 of one latency (TTFT or ITL) vs load level per arm, mean over repeats with the
-    min-max spread; the percentile is the dash style. Rows: arm, workload, level, stat (p50|p95), value_ms."""
-    x = _level_axis(rows, level_title)
+def latency_chart(rows: Sequence[Row], what: str, ladder: Ladder = CONCURRENCY) -> Any:
+    """p50 and p95 of one latency (TTFT or ITL) vs the ladder per arm, mean over repeats with the min-max
+    spread; the percentile is the dash style. Rows: arm, workload, <ladder field>, stat (p50|p95), value_ms."""
+    x = _ladder_axis(rows, ladder)
     dash = alt.StrokeDash("stat:N", title="percentile",
                           scale=alt.Scale(domain=["p50", "p95"], range=[[1, 0], [6, 3]]),
                           legend=_STROKE_LEGEND)
@@ -107,7 +120,7 @@ def latency_chart(rows: Sequence[Row], what: str, level_title: str = "concurrenc
     line = alt.Chart().mark_line().encode(x=x, y=y, color=_arm_color(), strokeDash=dash)
     dots = alt.Chart().mark_circle(size=30).encode(
         x=x, y=y, color=_arm_color(), detail="stat:N",
-        tooltip=[alt.Tooltip("arm:N"), alt.Tooltip("workload:N"), alt.Tooltip("stat:N"), alt.Tooltip("level:Q"),
+        tooltip=[alt.Tooltip("arm:N"), alt.Tooltip("workload:N"), alt.Tooltip("stat:N"), alt.Tooltip(f"{ladder.field}:Q"),
                  alt.Tooltip("mean(value_ms):Q", format=",.2f", title="mean ms")],
     )
     spread = alt.Chart().mark_rule(strokeWidth=2, opacity=0.6).encode(
@@ -115,10 +128,10 @@ def latency_chart(rows: Sequence[Row], what: str, level_title: str = "concurrenc
     return _by_workload([line, dots, spread], rows)
 
 
-def roofline_chart(points: Sequence[Row], ceilings: Sequence[Row]) -> alt.LayerChart:
+def roofline_chart(points: Sequence[Row], ceilings: Sequence[Row], ladder: Ladder = CONCURRENCY) -> alt.LayerChart:
     """Measured decode points placed under the roofline: attained FLOP/s vs arithmetic intensity, with the
     calibrated and the spec-sheet ceilings (dash style, in the legend). Points: series (arm · workload),
-    level, intensity, flops_per_s, fraction; color and marker shape both name the series, in one legend.
+    <ladder field>, intensity, flops_per_s, fraction; color and marker shape both name the series, in one legend.
     Ceilings: ceiling (label), intensity, flops_per_s."""
     x = alt.X("intensity:Q", title="arithmetic intensity (FLOP/byte, decode model)", scale=alt.Scale(type="log"))
     y = alt.Y("tflops:Q", title="attained TFLOP/s", scale=alt.Scale(type="log"))
@@ -134,7 +147,7 @@ def roofline_chart(points: Sequence[Row], ceilings: Sequence[Row]) -> alt.LayerC
     ).encode(
         x=x, y=y, color=alt.Color("series:N", title="arm · workload"),
         shape=alt.Shape("series:N", title="arm · workload"),
-        tooltip=[alt.Tooltip("series:N"), alt.Tooltip("level:Q", title="load level"),
+        tooltip=[alt.Tooltip("series:N"), alt.Tooltip(f"{ladder.field}:Q", title="load level"),
                  alt.Tooltip("intensity:Q", format=".3g"), alt.Tooltip("tflops:Q", format=".3g"),
                  alt.Tooltip("fraction:Q", format=".1%", title="of calibrated ceiling")],
     )
@@ -146,17 +159,17 @@ def all_zero(rows: Sequence[Row], field: str) -> bool:
     return bool(rows) and all(float(r[field]) == 0 for r in rows)
 
 
-def per_level_chart(rows: Sequence[Row], field: str, title: str, threshold: float | None,
-                    threshold_label: str = "", level_title: str = "concurrency", percent: bool = False) -> Any:
-    """A per-point quantity vs load level per arm (one panel per workload when there are several): the
+def ladder_chart(rows: Sequence[Row], field: str, title: str, threshold: float | None,
+                 threshold_label: str = "", ladder: Ladder = CONCURRENCY, percent: bool = False) -> Any:
+    """A per-point quantity vs the ladder per arm (one panel per workload when there are several): the
     mean over repeats as a line with dots, the min-max over repeats as a rule, and a dashed threshold
-    named in the legend. Rows: arm, workload, level, repeat, <field>."""
-    x = _level_axis(rows, level_title)
+    named in the legend. Rows: arm, workload, <ladder field>, repeat, <field>."""
+    x = _ladder_axis(rows, ladder)
     fmt = ".1%" if percent else ".4f"
     axis = alt.Axis(format="%") if percent else alt.Axis()
     line = alt.Chart().mark_line(point=True).encode(
         x=x, y=alt.Y(f"mean({field}):Q", title=title, axis=axis), color=_arm_color(),
-        tooltip=[alt.Tooltip("arm:N"), alt.Tooltip("workload:N"), alt.Tooltip("level:Q"),
+        tooltip=[alt.Tooltip("arm:N"), alt.Tooltip("workload:N"), alt.Tooltip(f"{ladder.field}:Q"),
                  alt.Tooltip(f"mean({field}):Q", format=fmt, title="mean"),
                  alt.Tooltip(f"min({field}):Q", format=fmt, title="min"),
                  alt.Tooltip(f"max({field}):Q", format=fmt, title="max"),
@@ -172,16 +185,16 @@ def per_level_chart(rows: Sequence[Row], field: str, title: str, threshold: floa
     return _by_workload(layers, rows, HEIGHT - 40)
 
 
-def cache_hit_chart(rows: Sequence[Row], max_cold: float, level_title: str = "concurrency") -> Any:
-    """Prefix-cache hit rate per arm and level, against the highest rate a cold (reset) point may show."""
-    return per_level_chart(rows, "hit_rate", "prefix-cache hit rate", max_cold, "max cold hit rate",
-                           level_title, percent=True)
+def cache_hit_chart(rows: Sequence[Row], max_cold: float, ladder: Ladder = CONCURRENCY) -> Any:
+    """Prefix-cache hit rate per arm and rung, against the highest rate a cold (reset) point may show."""
+    return ladder_chart(rows, "hit_rate", "prefix-cache hit rate", max_cold, "max cold hit rate", ladder,
+                        percent=True)
 
 
-def littles_law_chart(rows: Sequence[Row], tolerance: float, level_title: str = "concurrency") -> Any:
-    """Little's Law relative error per arm and level, against the study's tolerance."""
-    return per_level_chart(rows, "error", "Little's Law relative error", tolerance, "tolerance", level_title,
-                           percent=True)
+def littles_law_chart(rows: Sequence[Row], tolerance: float, ladder: Ladder = CONCURRENCY) -> Any:
+    """Little's Law relative error per arm and rung, against the study's tolerance."""
+    return ladder_chart(rows, "error", "Little's Law relative error", tolerance, "tolerance", ladder,
+                        percent=True)
 
 
 def timeseries_chart(rows: Sequence[Row], title: str) -> alt.FacetChart:

@@ -131,31 +131,32 @@ def arm_models(loaded: LoadedStudy) -> dict[str, ArmModel]:
 
 def resolve_hypothesis(study: Study, hyp: Hypothesis, data: RunData | None, plan: Plan | None) -> HypothesisStep:
     """A hypothesis of the study file resolved onto a run that stored no resolution: the compiler's selectors
-    (compiler.select) give each side's arm, workload and level; its points are the run's stored points
+    (compiler.select) give each side's arm, workload and rung; its points are the run's stored points
     there (the plan's, else the point records), its servers the arm's stored servers. ValueError: the
     selector does not resolve."""
     metric = METRICS.get(hyp.metric)
     if metric is None:
         raise ValueError(f"unknown metric {hyp.metric!r}")
     top, bottom = sides(study, hyp)
-    steps = ([(p.id, p.arm, p.workload, p.level) for p in plan.points] if plan is not None else
-             [(p.point_id, p.arm, p.workload, p.level) for p in data.points] if data is not None else [])
+    steps = ([(p.id, p.arm, p.workload, p.concurrency, p.rate_rps) for p in plan.points] if plan is not None else
+             [(p.point_id, p.arm, p.workload, p.concurrency, p.rate_rps) for p in data.points] if data is not None
+             else [])
     servers = sorted({s.server_id: s.arm for s in data.servers}.items()) if data is not None else []
 
     def side(target: Target) -> HypothesisSide:
         points = () if metric.level == "server" else tuple(
-            i for i, arm, workload, level in steps
-            if (arm, workload, level) == (target.arm, target.workload, target.level))
-        return hypothesis_side(target, study.load.concurrency is not None, points,
+            i for i, arm, workload, concurrency, rate_rps in steps
+            if (arm, workload, concurrency, rate_rps) == (target.arm, target.workload, target.concurrency,
+                                                          target.rate_rps))
+        return hypothesis_side(target, points,
                                servers=[i for i, arm in servers if arm == target.arm])
 
     return hypothesis_step(hyp, side(top), side(bottom) if bottom is not None else None)
 
 
 def side_label(side: HypothesisSide) -> str:
-    """arm[/workload][/level], as compiler.select.Target labels it."""
-    level = side.concurrency if side.concurrency is not None else side.rate_rps
-    return Target(side.arm, side.workload, None if level is None else float(level)).label
+    """arm[/workload][/concurrency or rate], as compiler.select.Target labels it."""
+    return Target(side.arm, side.workload, side.concurrency, side.rate_rps).label
 
 
 def build_context(loaded: LoadedStudy, data: RunData | None) -> StudyContext:

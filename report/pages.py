@@ -310,7 +310,7 @@ def _workloads(study: Study) -> tuple[WorkloadRow, ...]:
 def _load(study: Study) -> tuple[Fact, ...]:
     load = study.load
     facts = [Fact("closed loop: concurrency" if load.concurrency else f"open loop ({load.arrival}): rate req/s",
-                  ", ".join(f"{lv:g}" for lv in load.levels)),
+                  ", ".join(rung.label for rung in load.ladder)),
              Fact("measured requests per point", _value(load.requests)), Fact("warmup requests", str(load.warmup)),
              Fact("repeats (interleaved)", str(load.repeats)), Fact("prefix cache", load.cache),
              Fact("servers", load.server)]

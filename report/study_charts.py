@@ -1,6 +1,6 @@
 """The charts of a study page: the run's points turned into chart rows (report.charts draws them).
 Repeats are kept as rows; the charts aggregate them to a mean with its min-max spread per arm, workload
-and level. A quantity that is 0 on every point is one line of text, not a chart.
+and rung: `concurrency` in a closed-loop study, `rate_rps` in an open-loop one. A quantity that is 0 on every point is one line of text, not a chart.
 """
 
 from __future__ import annotations
@@ -15,19 +15,28 @@ from report import charts
 from report.context import StudyContext
 from report.page_models import Chart
 from report.results import RunData
-from runner.store.records import TelemetrySample
+from runner.store.records import PointRecord, TelemetrySample
 from studyc import format as fmt
 
 
+def _rung(p: PointRecord) -> dict[str, Any]:
+    """The point's rung as a chart row's field: its concurrency (closed loop) or its rate (open loop)."""
+    return {"concurrency": p.concurrency} if p.concurrency is not None else {"rate_rps": p.rate_rps}
+
+
+def _ladder(loaded: LoadedStudy) -> charts.Ladder:
+    return charts.CONCURRENCY if loaded.study.load.concurrency else charts.RATE
+
+
 def _point_rows(data: RunData, metric: str, key: str, scale: float = 1.0) -> list[dict[str, Any]]:
-    return [{"arm": p.arm, "workload": p.workload, "level": p.level, "repeat": p.repeat, key: scale * v}
+    return [{"arm": p.arm, "workload": p.workload, **_rung(p), "repeat": p.repeat, key: scale * v}
             for p in data.points if p.status == "ok" and (v := p.metric(metric)) is not None]
 
 
 def study_charts(ctx: StudyContext, data: RunData) -> tuple[list[Chart], list[str]]:
     """The charts of the context's run (`data`, the run of `ctx`) and a note for each chart not drawn."""
     study = ctx.study
-    level_title = "concurrency" if study.load.concurrency else "rate (req/s)"
+    ladder = _ladder(ctx.loaded)
     ok = [p for p in data.points if p.status == "ok"]
     out: list[Chart] = []
     notes: list[str] = []
@@ -35,18 +44,18 @@ def study_charts(ctx: StudyContext, data: RunData) -> tuple[list[Chart], list[st
 
     tput = _point_rows(data, "output_throughput", "value")
     if tput:
-        out.append(Chart("throughput", "Output throughput", f"Output tokens/s vs {level_title}; line: mean over "
+        out.append(Chart("throughput", "Output throughput", f"Output tokens/s vs {ladder.title}; line: mean over "
                          f"repeats, vertical rule: min-max over repeats, dots: repeats.{panels}",
-                         charts.spec(charts.throughput_chart(tput, level_title))))
+                         charts.spec(charts.throughput_chart(tput, ladder))))
     else:
         notes.append("no output throughput measured")
     for stem, what in (("ttft", "TTFT"), ("itl", "ITL")):
-        rows = [{"arm": p.arm, "workload": p.workload, "level": p.level, "stat": stat, "value_ms": 1e3 * v}
+        rows = [{"arm": p.arm, "workload": p.workload, **_rung(p), "stat": stat, "value_ms": 1e3 * v}
                 for p in ok for stat in ("p50", "p95") if (v := p.metric(f"{stem}_{stat}_s")) is not None]
         if rows:
-            out.append(Chart(stem, f"{what} p50 and p95", f"{what} percentiles vs {level_title} (solid: p50, "
+            out.append(Chart(stem, f"{what} p50 and p95", f"{what} percentiles vs {ladder.title} (solid: p50, "
                              f"dashed: p95); mean over repeats with the min-max spread.{panels}",
-                             charts.spec(charts.latency_chart(rows, what, level_title))))
+                             charts.spec(charts.latency_chart(rows, what, ladder))))
         else:
             notes.append(f"no {what} measured")
     roof, why = _roofline(ctx, data)
@@ -64,9 +73,9 @@ def study_charts(ctx: StudyContext, data: RunData) -> tuple[list[Chart], list[st
                          summary=f"0% on all {len(hits)} points (a cold point may show up to {fmt.percent(cold)})."))
     else:
         out.append(Chart("cache", "Prefix-cache hit rate", f"Hit rate over each point's measured requests "
-                         f"(counter deltas) vs {level_title}: mean over repeats, rule: min-max; dashed: the most "
+                         f"(counter deltas) vs {ladder.title}: mean over repeats, rule: min-max; dashed: the most "
                          f"a cold point may show.{panels}",
-                         charts.spec(charts.cache_hit_chart(hits, cold, level_title))))
+                         charts.spec(charts.cache_hit_chart(hits, cold, ladder))))
     little = _point_rows(data, "littles_law_error", "error")
     tol = study.checks.littles_law_tolerance
     if not little:
@@ -75,10 +84,10 @@ def study_charts(ctx: StudyContext, data: RunData) -> tuple[list[Chart], list[st
         out.append(Chart("littles-law", "Little's Law error", "", None,
                          summary=f"0% on all {len(little)} points (tolerance {fmt.percent(tol)})."))
     else:
-        out.append(Chart("littles-law", "Little's Law error", f"|L − λW| / L vs {level_title}: mean over repeats, "
+        out.append(Chart("littles-law", "Little's Law error", f"|L − λW| / L vs {ladder.title}: mean over repeats, "
                          "rule: min-max; dashed: the study's tolerance. Above it, the measurement window does "
                          f"not describe a steady state.{panels}",
-                         charts.spec(charts.littles_law_chart(little, tol, level_title))))
+                         charts.spec(charts.littles_law_chart(little, tol, ladder))))
     gpu = _series_rows(data.telemetry, "nvml", (("sm_clock_mhz", "SM clock (MHz)"), ("power_w", "power (W)"),
                                                  ("mem_clock_mhz", "memory clock (MHz)"), ("temp_c", "temperature (°C)")))
     if gpu:
@@ -133,9 +142,10 @@ def _roofline(ctx: StudyContext, data: RunData) -> tuple[Chart | None, str]:
             continue
         shape, dtype, kv = shapes[p.arm]
         w = study.workloads[p.workload]
-        batch = max(1.0, p.metric("mean_in_flight") or p.level)
+        ladder_value = p.concurrency if p.concurrency is not None else p.rate_rps
+        batch = max(1.0, p.metric("mean_in_flight") or float(ladder_value or 0.0))
         placed = decode_placement(shape, dtype, kv, cal, batch, w.input_len + w.output_len / 2, tput)
-        points.append({"series": _series(loaded, p.arm, p.workload), "level": p.level,
+        points.append({"series": _series(loaded, p.arm, p.workload), **_rung(p),
                        "intensity": placed.intensity, "flops_per_s": placed.flops_per_s, "fraction": placed.fraction})
     if not points:
         return None, "no output throughput measured"
@@ -152,4 +162,5 @@ def _roofline(ctx: StudyContext, data: RunData) -> tuple[Chart | None, str]:
                "× output tokens/s. Lines: min(peak FLOP/s, bandwidth × intensity), one dash style per ceiling.")
     if not calibrated:
         caption += " The run was not calibrated: only the spec-sheet ceiling is shown."
-    return Chart("roofline", "Roofline placement", caption, charts.spec(charts.roofline_chart(points, ceilings))), ""
+    roof = charts.roofline_chart(points, ceilings, _ladder(loaded))
+    return Chart("roofline", "Roofline placement", caption, charts.spec(roof)), ""

@@ -84,7 +84,7 @@ class LiveProgress(driver.Progress):
         self.console.print(f"server {step.id}: {status}", markup=False, highlight=False)
 
     def point_started(self, point: Any) -> None:
-        self.bar.update(self.task, description=f"{point.arm} {point.workload} {point.level_label} r{point.repeat}")
+        self.bar.update(self.task, description=f"{point.arm} {point.workload} {point.rung.id_label} r{point.repeat}")
 
     def point_done(self, outcome: Any) -> None:
         point = outcome.point

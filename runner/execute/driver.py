@@ -266,7 +266,7 @@ def point_record(
         predicted_output_throughput=values.get("output_throughput"), predicted_tpot_s=values.get("tpot_s"),
         predicted_ttft_s=values.get("ttft_s"), prediction_note=note or None,
         run_id=run_id, point_id=p.id, server_id=server_id, arm=p.arm, workload=p.workload,
-        concurrency=p.concurrency, rate_rps=p.rate_rps, level=p.level, repeat=p.repeat,
+        concurrency=p.concurrency, rate_rps=p.rate_rps, repeat=p.repeat,
         fingerprint=p.fingerprint, status=outcome.status, error=outcome.error, cache_policy=p.cache,
         reset_ok=outcome.reset.ok if outcome.reset else None, started_at=outcome.started_at,
         summary=judged.summary if judged else PointSummary(), valid=outcome.valid, flagged=outcome.flagged,

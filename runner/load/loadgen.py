@@ -67,13 +67,9 @@ def auto_workers(concurrency: int | None, rate_rps: float | None, n_requests: in
     """
     if cpus is None:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if concurrency is not None:
-        streams = concurrency
-    elif rate_rps is None:
-        streams = n_requests  # all at once
-    else:
-        streams = 512  # open loop without a cap: in flight depends on the server; one worker
-    want = max(1, math.ceil(streams / 512))
+    if concurrency is None:  # all at once, or open loop without a cap: in flight depends on the server
+        concurrency = n_requests if rate_rps is None else 512
+    want = max(1, math.ceil(concurrency / 512))
     return max(1, min(want, cpus - 1 if cpus > 2 else 1))
 
 
@@ -136,28 +132,24 @@ def run_load(
         workers = auto_workers(concurrency, rate_rps, n, cpus=len(pinned) if pinned else None)
     inprocess = workers == 0
     nw = max(1, min(workers, max(n, 1))) if not inprocess else 1
-    if not open_loop:
-        conc = concurrency if concurrency is not None else max(n, 1)
-        nw = min(nw, conc)
+    warmup_concurrency = concurrency if concurrency is not None else max(len(wspecs), 1)
+    if not open_loop:  # closed loop without a concurrency: every request at once
+        concurrency = concurrency if concurrency is not None else max(n, 1)
+        nw = min(nw, concurrency)
     start = now()
     deadline = start + point_timeout_s if point_timeout_s is not None else math.inf
 
     # Split: closed-loop slots and warmup evenly; open-loop arrivals round-robin in time order.
     offsets = arrival_times(n, rate_rps, arrival=arrival, burstiness=burstiness, seed=seed) \
         if rate_rps is not None else None
-    wconc = concurrency if concurrency is not None else max(len(wspecs), 1)
     plans = []
     for w in range(nw):
-        if offsets is not None:  # open loop
-            cap = share(concurrency, w, nw) if concurrency is not None else None
-        else:
-            cap = share(conc, w, nw)
         plans.append(WorkerPlan(
             target=target,
             specs=specs,
             warmup=tuple(Warmup(i, wspecs[i]) for i in range(w, len(wspecs), nw)),
-            warmup_concurrency=max(1, share(wconc, w, nw)),
-            concurrency=cap,
+            warmup_concurrency=max(1, share(warmup_concurrency, w, nw)),
+            worker_concurrency=share(concurrency, w, nw) if concurrency is not None else None,
             open_loop=schedule(offsets, w, nw) if offsets is not None else None,
             request_timeout_s=request_timeout_s,
             busy_poll=busy_poll,

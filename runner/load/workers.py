@@ -48,8 +48,8 @@ class WorkerPlan:
     target: Endpoint
     specs: tuple[RequestSpec, ...]  # all measured requests (workers pull indices)
     warmup: tuple[Warmup, ...]  # this worker's warmup requests
-    warmup_concurrency: int
-    concurrency: int | None  # closed loop: this worker's slots; open loop: its in-flight cap or None
+    warmup_concurrency: int  # this worker's share of the warmup's requests in flight
+    worker_concurrency: int | None  # this worker's share of the concurrency; open loop: its in-flight cap or None
     open_loop: tuple[Arrival, ...] | None  # this worker's arrivals
     request_timeout_s: float
     busy_poll: bool = False
@@ -173,12 +173,11 @@ class _Worker:
                     return
                 await client.request(i, specs[i], False, now())
 
-        await asyncio.gather(*(slot() for _ in range(max(1, self.plan.concurrency or 1))))
+        await asyncio.gather(*(slot() for _ in range(max(1, self.plan.worker_concurrency or 1))))
 
     async def _open(self, t0: float, arrivals: tuple[Arrival, ...]) -> None:
         specs = self.plan.specs
-        cap = self.plan.concurrency
-        sem = asyncio.Semaphore(cap) if cap else None
+        sem = asyncio.Semaphore(self.plan.worker_concurrency) if self.plan.worker_concurrency else None
         tasks: set[asyncio.Task[None]] = set()
         loop = asyncio.get_running_loop()
         client = self.client

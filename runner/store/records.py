@@ -290,7 +290,6 @@ class PointRecord:
     workload: str = ""
     concurrency: int | None = None
     rate_rps: float | None = None
-    level: float = 0.0
     repeat: int = 0
     fingerprint: str | None = None
     status: str = "ok"

@@ -11,9 +11,10 @@ Schema versions: 1 (first release), 2 (typed records: `servers.warnings`, `point
 steady-phase, scheduled-latency, client-lag and fidelity statistics; `points.concurrency_error` is
 no longer written; the step-time model's `points.predicted_*` and `prediction_note`), 4 (scale-out:
 `runs.wall_s`/`window_s`/`devices`/`placement_json`/`interference_json`, `servers.launch_id`/`device`/
-`stopped_at`, `points.device`/`client_cpus`/`replicas_json`). A database
-opened for writing is migrated in place (columns a version lacks are added); one opened read-only
-at an older version is refused with the command that migrates it.
+`stopped_at`, `points.device`/`client_cpus`/`replicas_json`), 5 (`points.level` dropped: a point's rung is
+its `concurrency` or `rate_rps`). A database opened for writing is migrated in place (columns added, dropped
+ones removed); one opened read-only at an older version is refused with the command that migrates it,
+except version 4, read as it is (its extra `points.level` is ignored).
 """
 
 from __future__ import annotations
@@ -56,7 +57,9 @@ from runner.store.tables import (
 )
 from studyc.errors import StoreError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
+READS_AS_CURRENT = ("4",)  # read-only, these versions are read as they are: only columns the reads ignore differ
+DROPPED = (("points", "level"),)  # (table, column) a migration removes
 
 R = TypeVar("R")
 
@@ -87,7 +90,7 @@ class Store:
             elif self._missing_columns():  # a nullable field added within a version: added here
                 with self.transaction():
                     self._add_columns()
-        if found != str(SCHEMA_VERSION):
+        if found != str(SCHEMA_VERSION) and not (read_only and found in READS_AS_CURRENT):
             self.con.close()
             if found is not None and found.isdigit() and int(found) < SCHEMA_VERSION:
                 raise StoreError(
@@ -125,7 +128,7 @@ class Store:
     # -- migration ------------------------------------------------------------------------------
 
     def _migrate(self, found: str) -> None:
-        if found not in ("1", "2", "3"):
+        if found not in ("1", "2", "3", "4"):
             raise StoreError(f"{self.path}: schema version {found}, this studyc reads {SCHEMA_VERSION}")
         with self.transaction():
             self._add_columns()
@@ -134,6 +137,9 @@ class Store:
             )
             if found == "1":
                 self._migrate_v1_rows()
+            for table, column in DROPPED:
+                if column in self._columns(table):
+                    self.con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
             self.con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
 
     def _columns(self, table: str, schema: str = "main", catalog: str | None = None) -> set[str]:

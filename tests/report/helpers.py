@@ -71,7 +71,7 @@ class P:
     """One point to commit: metrics by name, and the checks that did not pass as (name, severity)."""
 
     arm: str
-    level: int
+    concurrency: int
     repeat: int
     metrics: dict[str, float]
     status: str = "ok"
@@ -81,7 +81,7 @@ class P:
 
     @property
     def point_id(self) -> str:
-        return f"toy/{self.arm}/{self.workload}/c{self.level}/r{self.repeat}"
+        return f"toy/{self.arm}/{self.workload}/c{self.concurrency}/r{self.repeat}"
 
 
 def make_db(
@@ -108,7 +108,7 @@ def make_db(
             warns = [c for c in p.failed_checks if c[1] == "warn"]
             row = PointRecord(
                 run_id=run_id, point_id=p.point_id, server_id=f"{study_id}/{p.arm}", arm=p.arm,
-                workload=p.workload, concurrency=p.level, level=float(p.level), repeat=p.repeat,
+                workload=p.workload, concurrency=p.concurrency, repeat=p.repeat,
                 status=p.status, cache_policy="keep" if p.arm == "b" else "reset",
                 started_at=started + timedelta(seconds=i), valid=p.status == "ok" and not fails,
                 flagged=bool(warns) or p.arm == "b", summary=PointSummary(**p.metrics),  # type: ignore[arg-type]

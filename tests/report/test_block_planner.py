@@ -53,10 +53,10 @@ def _db(tmp: Path, study: Path, gpu: str = "NVIDIA H200", b_launch: dict[int, fl
                                      vllm_version="0.26.0", started_at=datetime(2026, 1, 1)))
         for p in plan.points:
             launch = (b_launch or LAUNCH) if p.arm == "b" else LAUNCH
-            value = 100.0 * p.level * launch[p.launch] * WITHIN[p.repeat - 1]
+            value = 100.0 * p.concurrency * launch[p.launch] * WITHIN[p.repeat - 1]
             store.commit_point(PointRecord(
                 run_id="r2" if apart and p.arm == "b" else "r1", point_id=p.id, server_id=f"{p.id.rsplit('/', 3)[0]}", arm=p.arm, workload=p.workload,
-                concurrency=p.concurrency, level=p.level, repeat=p.repeat, valid=True,
+                concurrency=p.concurrency, repeat=p.repeat, valid=True,
                 summary=PointSummary(output_throughput=value)), [], [], [])
     return db
 

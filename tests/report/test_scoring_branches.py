@@ -97,15 +97,15 @@ predict = {predict}
 '''
 
 
-def pid(arm: str, level: int, tag: str) -> str:
-    return f"toy/{arm}/w/c{level}/{tag}"
+def pid(arm: str, concurrency: int, tag: str) -> str:
+    return f"toy/{arm}/w/c{concurrency}/{tag}"
 
 
-def point(arm: str, level: int, tag: str, value: float | None, *, metric: str = TPUT, status: str = "ok",
+def point(arm: str, concurrency: int, tag: str, value: float | None, *, metric: str = TPUT, status: str = "ok",
           error: str | None = None, valid: bool = True, cache: str = "reset", repeat: int = 1) -> PointRecord:
     return PointRecord(
-        run_id=RUN, point_id=pid(arm, level, tag), server_id=f"toy/{arm}", arm=arm, workload="w",
-        concurrency=level, level=float(level), repeat=repeat, status=status, error=error, cache_policy=cache,
+        run_id=RUN, point_id=pid(arm, concurrency, tag), server_id=f"toy/{arm}", arm=arm, workload="w",
+        concurrency=concurrency, repeat=repeat, status=status, error=error, cache_policy=cache,
         valid=valid, summary=PointSummary(**({} if value is None else {metric: value})),  # type: ignore[arg-type]
     )
 
@@ -453,9 +453,9 @@ def test_ratio_of_selectors_on_one_launch_pairs_repeats(tmp_path: Path) -> None:
            for r, v in zip((1, 2), vals, strict=True)]
     s = scores(loaded, run(pts))["batch"]
     want = ratio_interval([Obs(p.point_id, p.summary.output_throughput, "toy/a", None, p.repeat)  # type: ignore[arg-type]
-                           for p in pts if p.level == 4],
+                           for p in pts if p.concurrency == 4],
                           [Obs(p.point_id, p.summary.output_throughput, "toy/a", None, p.repeat)  # type: ignore[arg-type]
-                           for p in pts if p.level == 1], fixed_critical)
+                           for p in pts if p.concurrency == 1], fixed_critical)
     assert s.values == pytest.approx((3.0, 3.2)) and s.measured == pytest.approx(want.mean)
     assert (s.ci_low, s.ci_high) == pytest.approx((want.ci_low, want.ci_high))
     assert s.targets == ("a/w/4", "a/w/1") and s.unit == "ratio" and s.ratio

@@ -127,7 +127,7 @@ def test_many_points_are_one_panel_per_workload_and_an_all_zero_chart_is_a_line(
 
 def test_one_workload_is_one_plot_and_every_dash_is_in_a_legend(tmp_path: Path) -> None:
     study = write_study(tmp_path, HYPOTHESES)
-    points = [P(p.arm, p.level, p.repeat, p.metrics | {"ttft_p95_s": 0.3, "littles_law_error": 0.01})
+    points = [P(p.arm, p.concurrency, p.repeat, p.metrics | {"ttft_p95_s": 0.3, "littles_law_error": 0.01})
               for p in _points()]
     db = make_db(tmp_path / "r.duckdb", points)
     build_site([db], tmp_path / "site", study_paths=[study])

@@ -79,7 +79,7 @@ def test_a_blocked_loop_shows_as_a_stall(busy_poll: bool) -> None:
     with Instrument(itl_s=0.002) as inst:
         reqs = tuple(specs(4, 100))
         plan = WorkerPlan(target=make_target(inst.base_url, "m", None, None), specs=reqs, warmup=(),
-                          warmup_concurrency=1, concurrency=2, open_loop=None, request_timeout_s=30.0,
+                          warmup_concurrency=1, worker_concurrency=2, open_loop=None, request_timeout_s=30.0,
                           busy_poll=busy_poll)
         worker = _Worker(plan, _LocalCounter(len(reqs)))
         loop = _new_loop()

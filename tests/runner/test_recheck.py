@@ -50,7 +50,7 @@ def _db(tmp: Path, queries: float, counters: bool = True, replica_rows: list[dic
     with Store(db) as s:
         s.save_run(RunRecord("run-1", plan.study_id, plan_json=plan.to_json(), started_at=datetime(2025, 1, 1)))
         point = PointRecord("run-1", step.id, arm=step.arm, workload=step.workload, concurrency=step.concurrency,
-                            level=step.level, repeat=step.repeat, status="ok", cache_policy=step.cache, reset_ok=True,
+                            repeat=step.repeat, status="ok", cache_policy=step.cache, reset_ok=True,
                             summary=judged.summary, valid=valid, flagged=judged.flagged,
                             verdict=verdict_reason(checks),
                             counters_before_json=prometheus.edge_json(before) if counters else None,

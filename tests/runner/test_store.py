@@ -33,7 +33,7 @@ RUN = RunRecord("run-1", "toy", study_path="toy.toml", study_sha256="0" * 64, pl
 SERVER = ServerRecord("run-1", "toy/a", arm="a", argv_json=json.dumps(["serve", "m", "--api-key", "***"]),
                       started_at=T0, startup_s=12.5, kv_capacity_tokens=1000, status="ready",
                       warnings=("WARNING x", "WARNING y"))
-POINT = PointRecord("run-1", "toy/a/w/c4/r1", server_id="toy/a", arm="a", workload="w", concurrency=4, level=4.0,
+POINT = PointRecord("run-1", "toy/a/w/c4/r1", server_id="toy/a", arm="a", workload="w", concurrency=4,
                     repeat=1, fingerprint="f", status="ok", cache_policy="reset", reset_ok=True, started_at=T0,
                     summary=PointSummary(window_s=2.0, requests_ok=8, output_tokens=64, output_throughput=32.0,
                                          itl_p99_s=0.01, prefix_queries=10.0, prefix_hits=0.0),
@@ -171,6 +171,39 @@ def test_a_version_1_file_migrates_in_place(tmp_path: Path) -> None:
     finally:
         con.close()
     assert row == (0,)
+
+
+def v4_file(path: Path) -> Path:
+    """A version 4 database: today's tables plus the `points.level` column version 5 dropped."""
+    filled(path)
+    con = duckdb.connect(str(path))
+    con.execute("ALTER TABLE points ADD COLUMN level DOUBLE; UPDATE points SET level = concurrency; "
+                "UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+    con.close()
+    return path
+
+
+def columns_of_points(path: Path) -> set[str]:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return {r[0] for r in con.execute("DESCRIBE points").fetchall()}
+    finally:
+        con.close()
+
+
+def test_a_version_4_file_reads_as_it_is_and_loses_level_when_written(tmp_path: Path) -> None:
+    db = v4_file(tmp_path / "v4.duckdb")
+    with Store(db, read_only=True) as s:
+        assert s.points("run-1") == [POINT]
+    assert "level" in columns_of_points(db)  # a read-only open writes nothing
+    Store(db).close()
+    assert "level" not in columns_of_points(db) and "concurrency" in columns_of_points(db)
+    with Store(db, read_only=True) as s:
+        assert s.points("run-1") == [POINT] and s._version() == "5"
+
+
+def test_a_new_file_has_no_level_column(tmp_path: Path) -> None:
+    assert "level" not in columns_of_points(filled(tmp_path / "new.duckdb"))
 
 
 def test_a_real_sha_survives_the_migration(tmp_path: Path) -> None:
