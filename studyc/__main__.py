@@ -1,3 +1,5 @@
+"""`python -m studyc`: the command line."""
+
 import sys
 
 from studyc.cli import main
