@@ -1,0 +1,1 @@
+"""The compiler: study files (TOML) checked and compiled into typed execution plans."""

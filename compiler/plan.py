@@ -251,11 +251,6 @@ class Plan(Frozen):
         return data
 
     @property
-    def servers(self) -> tuple[Launch, ...]:
-        """The launches, under the name of schema v1."""
-        return self.launches
-
-    @property
     def points(self) -> list[PointStep]:
         return [p for s in self.launches for p in s.points]
 

@@ -21,6 +21,20 @@ def prediction_rows(predicted: dict[str, PointPrediction]) -> list[tuple[str, st
              _predicted(pp.values["ttft_s"], "ms"), pp.note) for pid, pp in predicted.items()]
 
 
+def prediction_table(predicted: dict[str, PointPrediction], markdown: bool = False) -> str:
+    """The predictions of a plan's points: aligned columns, the note unpadded at the end, or a GitHub table."""
+    if markdown:
+        head = "| point | predicted output tok/s | TPOT ms | TTFT ms | note |\n|---|---:|---:|---:|---|\n"
+        return head + "".join("| " + " | ".join(row) + " |\n" for row in prediction_rows(predicted))
+    rows = [("point", "predicted tok/s", "TPOT ms", "TTFT ms", "note"), *prediction_rows(predicted)]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = []
+    for r in rows:
+        cells = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r[:4], widths, strict=True))]
+        lines.append("  ".join(cells) + ("  " + r[4] if r[4] else "") + "\n")
+    return "".join(lines)
+
+
 def model_rows(points: Sequence[StoredPoint]) -> list[dict[str, Any]]:
     """The fitted coefficients of every key the points cover, with the points and runs behind them."""
     from compiler.stepcost import coefficients_dict

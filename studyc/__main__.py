@@ -1,5 +1,8 @@
+"""`python -m studyc`: the command line."""
+
 import sys
 
 from studyc.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main())

@@ -6,7 +6,6 @@ import json
 import signal
 import sys
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -75,79 +74,21 @@ def plan(study: Path, db: Path | None, bench: bool, fmt: str | None, **aliases: 
     With --db, each point gets the step-time model's prediction (in JSON: `predicted`). With
     --bench, the `vllm bench serve` command that offers the same load, and how it differs."""
     from compiler.load import load_study
-    from compiler.plan_compile import compile_study
-    from compiler.plan_table import format_plan, markdown_plan
+    from studyc.plan_command import plan_json, plan_study, plan_text
 
     loaded = load_study(study)
     _warn(loaded)
-    compiled = compile_study(loaded)
     shown = _pick_format(fmt, **aliases)
-    predicted = _plan_predictions(compiled, db) if db is not None else None
-    commands = _bench_commands(compiled) if bench else None
+    summary = plan_study(loaded, db=db, bench=bench, advise=shown != "json", say=_say)
     if shown == "json":
-        if predicted is None and commands is None:
-            click.echo(compiled.to_json())
-            return
-        data = compiled.model_dump(mode="json")
-        for launch in data["launches"]:
-            for point in launch["points"]:
-                if predicted is not None:
-                    point["predicted"] = predicted[point["id"]].values if point["id"] in predicted else None
-                if commands is not None:
-                    point["bench_equivalent"] = commands[point["id"]]
-        click.echo(json.dumps(data, indent=2))
-    elif shown == "markdown":
-        click.echo(markdown_plan(compiled))
-        if predicted is not None:
-            from report.ledger_text import prediction_rows
-
-            click.echo("\n| point | predicted output tok/s | TPOT ms | TTFT ms | note |\n|---|---:|---:|---:|---|")
-            for row in prediction_rows(predicted):
-                click.echo("| " + " | ".join(row) + " |")
+        click.echo(plan_json(summary))
     else:
-        click.echo(format_plan(compiled), nl=False)
-        if predicted is not None:
-            from report.ledger_text import prediction_rows
-
-            rows = [("point", "predicted tok/s", "TPOT ms", "TTFT ms", "note"), *prediction_rows(predicted)]
-            widths = [max(len(r[i]) for r in rows) for i in range(4)]
-            click.echo("\nstep-time model predictions:")
-            for r in rows:
-                cells = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r[:4], widths, strict=True))]
-                click.echo("  ".join(cells) + ("  " + r[4] if r[4] else ""))
-    if db is not None and shown != "json":
-        from report.audit import audit_studies
-        from report.block_planner import format_power, power_plan
-
-        last = {s.hypothesis: s for s in audit_studies([loaded], [db]).scores if s.run_id is not None}
-        click.echo("\n" + format_power(*power_plan(compiled, db, last), db), nl=False)
-    if commands is not None and shown != "json":
-        from compiler.bench_equivalent import DIFFERENCES
-
-        click.echo("\nthe same load from `vllm bench serve` (start the server with the launch's argv first):")
-        for point_id, command in commands.items():
-            click.echo(f"{point_id}:\n  {command}")
-        click.echo("what differs:\n" + "\n".join(f"- {line}" for line in DIFFERENCES))
+        click.echo(plan_text(summary, markdown=shown == "markdown"), nl=False)
 
 
-def _bench_commands(compiled: Any) -> dict[str, str]:
-    """point id -> the `vllm bench serve` command offering that point's load."""
-    from compiler.bench_equivalent import bench_command
-
-    return {
-        point.id: bench_command(point, base_url="http://127.0.0.1:8000", model=launch.model_dir,
-                                served_name=launch.served_model_name)
-        for launch in compiled.launches for point in launch.points
-    }
-
-
-def _plan_predictions(compiled: Any, db: Path) -> dict[str, Any]:
-    from report.ledger import predict_points, read_points
-
-    points = read_points(db)
-    runs = len({p.run_id for p in points})
-    click.echo(f"fitting the step-time model from {runs} run(s) in {db}", err=True)
-    return predict_points(compiled, points)
+def _say(text: str) -> None:
+    """A note on stderr, as a command goes."""
+    click.echo(text, err=True)
 
 
 @main.command()
@@ -184,62 +125,26 @@ def model(path: Path | None, db: Path | None, ledger: bool, batch: int, context:
     With --db instead: the calibrated step-time model fitted from the database's runs, one row of
     coefficients per GPU, vLLM version, model family and engine options; with --ledger too, its
     leave-one-study-out error by study, GPU, vLLM version and metric."""
-    from compiler.hardware import HardwareError, get_hardware
-    from compiler.modelconfig import ModelError, load_model
-    from compiler.modelmath import describe
-    from studyc.errors import SpecError
+    from studyc.model_command import facts_text, model_facts, step_model, step_model_text
 
     if (path is None) == (db is None):
         raise click.UsageError("give a model folder (PATH) or --db DB, not both")
     if ledger and db is None:
         raise click.UsageError("--ledger needs --db DB")
+    shown = _pick_format(fmt, **aliases)
     if db is not None:
-        _print_stepmodel(db, ledger, _pick_format(fmt, **aliases))
+        found = step_model(db, ledger=ledger, say=_say)
+        if shown == "json":
+            click.echo(json.dumps(found.rows, indent=2))
+        else:
+            click.echo(step_model_text(found, markdown=shown == "markdown"), nl=False)
         return
     assert path is not None
-    try:
-        facts = describe(load_model(path), batch=batch, context=context, kv_dtype=kv_dtype,
-                         hardware=get_hardware(hardware))
-    except (ModelError, HardwareError) as exc:
-        raise SpecError(str(exc)) from None
-    shown = _pick_format(fmt, **aliases)
+    facts = model_facts(path, batch=batch, context=context, kv_dtype=kv_dtype, hardware=hardware)
     if shown == "json":
         click.echo(json.dumps(facts, indent=2))
-        return
-
-    def cell(value: object) -> str:
-        return f"{value:,.6g}" if isinstance(value, float) else (f"{value:,}" if isinstance(value, int) else str(value))
-
-    if shown == "markdown":
-        click.echo("| quantity | value |\n|---|---:|")
-        for key, value in facts.items():
-            click.echo(f"| {key} | {cell(value)} |")
-        return
-    width = max(len(k) for k in facts)
-    for key, value in facts.items():
-        click.echo(f"{key:<{width}}  {cell(value)}")
-
-
-def _print_stepmodel(db: Path, ledger: bool, shown: str) -> None:
-    """`studyc model --db DB [--ledger]`: the fitted coefficients, or the leave-one-study-out ledger."""
-    from report import ledger as book
-    from report import ledger_fit, ledger_text
-
-    points = book.read_points(db)
-    click.echo(f"fitting the step-time model from {len({p.run_id for p in points})} run(s) in {db}", err=True)
-    if ledger:
-        scored = ledger_fit.leave_one_study_out(points)
-        rows, gaps = ledger_fit.ledger(scored), ledger_fit.not_validated(scored)
-        if shown == "json":
-            click.echo(json.dumps(rows, indent=2))
-            return
-        click.echo(ledger_text.format_ledger(rows, gaps, markdown=shown == "markdown"), nl=False)
-        return
-    models = ledger_text.model_rows(points)
-    if shown == "json":
-        click.echo(json.dumps(models, indent=2))
-        return
-    click.echo(ledger_text.format_models(models, markdown=shown == "markdown"), nl=False)
+    else:
+        click.echo(facts_text(facts, markdown=shown == "markdown"), nl=False)
 
 
 def _stop_on_term(signum: int, frame: Any) -> None:
@@ -287,76 +192,22 @@ def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry
     if dry_run:
         click.echo("\n".join(format_plan(plan) for plan in plans), nl=False)
         return
-    from runner.execute.driver import run_options
-    from runner.execute.run import run_plan
-    from runner.measure.nvml import gpu_info
-    from runner.server.engine import check_engine
-    from runner.server.preflight import check_hardware
-    from studyc.predictions import predict_run
-    from studyc.progress import LiveProgress
-    from studyc.settings import load_settings
+    from studyc.run_command import failed, prepare_run, run_study, run_summary
 
-    settings = load_settings()
-    gpu = gpu_info(settings.gpu_index)
-    gpu_name = gpu.get("name") if gpu else None
-    mismatches = check_hardware([(p.study_id, p.hardware) for p in plans], gpu_name, allow_hardware_mismatch)
-    for warning in mismatches:
-        click.echo(f"warning: {warning}", err=True)
-    engine = check_engine(settings.vllm_argv, cache_dir=settings.cache_path)
-    click.echo(f"engine: {' '.join(settings.vllm_argv)} ({engine.version}); GPU: {gpu_name or 'none'}", err=True)
-    options = run_options(settings, db, resume=resume, keep_going=keep_going, calibrate=not no_calibrate,
-                          gpus=gpus, ray=ray_address, predict=predict_run)
-    failed = False
+    setup = prepare_run(plans, db, resume=resume, keep_going=keep_going, calibrate=not no_calibrate, gpus=gpus,
+                        ray=ray_address, allow_hardware_mismatch=allow_hardware_mismatch, say=_say)
+    any_failed = False
     signal.signal(signal.SIGTERM, _stop_on_term)  # `timeout`, `kill`, a batch scheduler: stop as on Ctrl-C
-    for plan in plans:
-        allowed = tuple(f"hardware mismatch allowed (--allow-hardware-mismatch): {w}" for w in mismatches
-                        if w.startswith(f"{plan.study_id}: "))
-        loaded = loaded_studies[plans.index(plan)]
+    for loaded, plan in zip(loaded_studies, plans, strict=True):
         try:
-            report = run_plan(plan, replace(options, warnings=allowed, decide_more=decide_more(loaded)),
-                              LiveProgress(plan))
+            report = run_study(setup, loaded, plan)
         except KeyboardInterrupt:
             click.echo("interrupted: servers stopped, committed points kept (use --resume to continue)", err=True)
             sys.exit(130)
-        click.echo(
-            f"run {report.run_id} ({plan.study_id}): {report.points_done} point(s) measured, "
-            f"{report.points_skipped} skipped, wall {report.wall_s:.1f} s "
-            f"(measurement windows {report.window_s:.1f} s) -> {db}"
-        )
-        click.echo(f"  wall {report.wall_s:.1f} s over measurement windows {report.window_s:.1f} s"
-                   + (f" = {report.wall_s / report.window_s:.1f}x" if report.window_s else "")
-                   + f"; devices {','.join(report.devices) or '-'}, {report.slots} slot(s) at once")
-        if report.interference is not None:
-            found = report.interference
-            effect = "n/a" if found["effect"] is None else f"{found['effect']:.1%}"
-            limit = "n/a" if found["threshold"] is None else f"{found['threshold']:.1%}"
-            click.echo(f"  interference on {found['point']}: {effect} (noise threshold {limit}): {found['why']}")
-        if report.launches_not_needed:
-            click.echo(f"  budget launches not run: {len(report.launches_not_needed)}")
-        for label, items in (("failed", report.points_failed), ("servers failed", report.servers_failed),
-                             ("invalid (a check failed)", report.invalid), ("flagged", report.flagged)):
-            if items:
-                click.echo(f"  {label}: {', '.join(items)}")
-        failed = failed or bool(report.points_failed or report.servers_failed)
-    if failed:
+        click.echo(run_summary(plan, report, db), nl=False)
+        any_failed = any_failed or failed(report)
+    if any_failed:
         sys.exit(1)
-
-
-def decide_more(loaded: Any) -> Callable[[Any, str], tuple[str, ...]]:
-    """The sequential rule for `run_plan`: reads the run's stored points through the open store and asks
-    `report.scoring.undecided` which hypotheses are still open (the runner never imports the report)."""
-
-    def ask(store: Any, run_id: str) -> tuple[str, ...]:
-        from report.results import RunData
-        from report.scoring import undecided
-
-        run = store.run(run_id)
-        data = RunData(db=store.path, run=run, servers=tuple(store.servers(run_id)),
-                       points=tuple(store.points(run_id)), checks=tuple(store.checks(run_id)),
-                       telemetry=tuple(store.telemetry(run_id)))
-        return undecided(loaded, data)
-
-    return ask
 
 
 _DBS = click.option("--db", "dbs", multiple=True, type=click.Path(path_type=Path), default=[DEFAULT_DB],

@@ -27,15 +27,15 @@ def console_for(stream: Any) -> Console:
 
 
 def remaining_s(plan: Plan, done_points: set[str], started_servers: set[str], pace: float) -> float:
-    """Seconds left: the estimates of points not done and of servers not started, times the pace
+    """Seconds left: the estimates of points not done and of launches not started, times the pace
     (measured seconds per estimated second so far; 1.0 before anything finished)."""
     total = 0.0
-    for server in plan.servers:
-        left = [p for p in server.points if p.id not in done_points]
+    for launch in plan.launches:
+        left = [p for p in launch.points if p.id not in done_points]
         if not left:
             continue
-        if server.id not in started_servers:
-            total += server.estimated_start_s
+        if launch.id not in started_servers:
+            total += launch.estimated_start_s
         total += sum(p.estimated_s for p in left)
     return total * pace
 

@@ -206,11 +206,11 @@ def test_eta_counts_server_starts_still_ahead() -> None:
 
     plan = compile_study(load_study(QUICKSTART))
     points = sum(p.estimated_s for p in plan.points)
-    starts = sum(s.estimated_start_s for s in plan.servers)
+    starts = sum(s.estimated_start_s for s in plan.launches)
     assert remaining_s(plan, set(), set(), 1.0) == pytest.approx(points + starts)
-    first = plan.servers[0]
+    first = plan.launches[0]
     left = remaining_s(plan, {p.id for p in first.points}, {first.id}, 1.0)
-    assert left == pytest.approx(sum(p.estimated_s for p in plan.servers[1].points) + plan.servers[1].estimated_start_s)
+    assert left == pytest.approx(sum(p.estimated_s for p in plan.launches[1].points) + plan.launches[1].estimated_start_s)
     assert remaining_s(plan, set(), {first.id}, 2.0) == pytest.approx(2 * (points + starts - first.estimated_start_s))
 
 

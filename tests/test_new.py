@@ -72,7 +72,7 @@ def test_new_from_a_study_renames_it_and_re_aims_its_folders(tmp_path: Path) -> 
     assert loaded.study.arms["qwen3-0-6b"].model == os.path.relpath(ROOT / "models/qwen3-0.6b", out.parent)
     original = compile_study(load_study(ROOT / "studies/decode_roofline.toml"))
     copied = compile_study(loaded)
-    assert [s.argv[1:] for s in copied.servers] == [s.argv[1:] for s in original.servers]
+    assert [s.argv[1:] for s in copied.launches] == [s.argv[1:] for s in original.launches]
 
 
 def test_new_from_a_missing_file(tmp_path: Path) -> None:

@@ -98,7 +98,7 @@ def test_launches_outer_repeats_interleaved() -> None:
     assert ids[:3] == ["fp8-kv/bf16/L1/decode/c1/r1", "fp8-kv/bf16/L1/decode/c8/r1", "fp8-kv/bf16/L1/decode/c32/r1"]
     assert len(ids) == len(set(ids)) == 2 * 4 * 1
     # fingerprints differ between launches and arms but the prompts are the same seeded set
-    fps = {p.fingerprint for s in plan.servers for p in s.points}
+    fps = {p.fingerprint for s in plan.launches for p in s.points}
     assert len(fps) == 16 * 12
 
 
@@ -147,16 +147,16 @@ def _variant(tmp_path: Path, old: str, new: str) -> Path:
 
 def test_server_per_point_starts_a_fresh_server_for_every_point(tmp_path: Path) -> None:
     plan = compile_study(load_study(_variant(tmp_path, 'cache = "reset"', 'cache = "reset"\nserver = "per-point"')))
-    assert len(plan.servers) == len(plan.points) == 12
-    assert all(len(s.points) == 1 for s in plan.servers)
-    assert plan.servers[0].id == "quickstart/cold/short/c1/r1"
+    assert len(plan.launches) == len(plan.points) == 12
+    assert all(len(s.points) == 1 for s in plan.launches)
+    assert plan.launches[0].id == "quickstart/cold/short/c1/r1"
 
 
 def test_rate_ladder_compiles_open_loop_points(tmp_path: Path) -> None:
     path = _variant(tmp_path, "concurrency = [1, 4]", 'rate = [2.5, 10]\narrival = "gamma"\nburstiness = 0.5')
     path.write_text(path.read_text().replace("concurrency = 4", "rate = 10").replace("concurrency = 1", "rate = 2.5"))
     plan = compile_study(load_study(path))
-    point = plan.servers[0].points[1]
+    point = plan.launches[0].points[1]
     assert point.id == "quickstart/cold/short/rate10/r1"
     assert point.concurrency is None and point.rate_rps == 10.0 and point.arrival == "gamma"
 

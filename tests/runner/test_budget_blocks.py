@@ -130,7 +130,7 @@ def test_the_cli_rule_reads_the_stored_run_and_stops_a_fixed_design(tmp_path: Pa
     committed fixed-design runs have no budget, so nothing more runs."""
     import shutil
 
-    from studyc.cli import decide_more
+    from studyc.run_command import decide_more
 
     db = tmp_path / "h200.duckdb"
     shutil.copyfile(REPO / "results/h200.duckdb", db)

@@ -1,0 +1,107 @@
+"""`studyc plan` as data: a compiled study with the step-time model's predictions, the block planner's
+advice and the equivalent `vllm bench serve` commands, each when asked for, and their text.
+
+The command line prints what these functions return.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from compiler.bench_equivalent import DIFFERENCES, bench_command
+from compiler.load import LoadedStudy
+from compiler.plan import Plan
+from compiler.plan_compile import compile_study
+from compiler.plan_table import format_plan, markdown_plan
+from report.block_planner import PowerRow
+from report.ledger import PointPrediction
+
+
+@dataclass(frozen=True)
+class Advice:
+    """The block planner's advice from a database: per hypothesis, the blocks it likely needs."""
+
+    rows: list[PowerRow]
+    vllm_version: str | None
+    db: Path
+
+
+@dataclass(frozen=True)
+class PlanSummary:
+    """A compiled study (its plan carries the estimate) with what was asked for beside it."""
+
+    plan: Plan
+    predicted: dict[str, PointPrediction] | None = None  # point id -> the step-time model's prediction
+    advice: Advice | None = None
+    bench: dict[str, str] | None = None  # point id -> its `vllm bench serve` command
+
+
+def plan_study(loaded: LoadedStudy, *, db: Path | None = None, bench: bool = False, advise: bool = True,
+               say: Callable[[str], None] = lambda _: None) -> PlanSummary:
+    """Compile a study; with `db`, predict its points from the runs stored there and (`advise`) ask the
+    block planner how many blocks each hypothesis needs; with `bench`, each point's bench command."""
+    plan = compile_study(loaded)
+    predicted = advice = None
+    if db is not None:
+        from report.ledger import predict_points
+        from studyc.model_command import stored_points
+
+        predicted = predict_points(plan, stored_points(db, say))
+    commands = bench_commands(plan) if bench else None
+    if db is not None and advise:
+        from report.audit import audit_studies
+        from report.block_planner import power_plan
+
+        last = {s.hypothesis: s for s in audit_studies([loaded], [db]).scores if s.run_id is not None}
+        advice = Advice(*power_plan(plan, db, last), db)
+    return PlanSummary(plan, predicted, advice, commands)
+
+
+def bench_commands(plan: Plan) -> dict[str, str]:
+    """point id -> the `vllm bench serve` command offering that point's load."""
+    return {
+        point.id: bench_command(point, base_url="http://127.0.0.1:8000", model=launch.model_dir,
+                                served_name=launch.served_model_name)
+        for launch in plan.launches for point in launch.points
+    }
+
+
+def plan_json(summary: PlanSummary) -> str:
+    """The plan as JSON; each point also with `predicted` and `bench_equivalent` when they were asked for."""
+    if summary.predicted is None and summary.bench is None:
+        return summary.plan.to_json()
+    data = summary.plan.model_dump(mode="json")
+    for launch in data["launches"]:
+        for point in launch["points"]:
+            if summary.predicted is not None:
+                found = summary.predicted.get(point["id"])
+                point["predicted"] = found.values if found is not None else None
+            if summary.bench is not None:
+                point["bench_equivalent"] = summary.bench[point["id"]]
+    return json.dumps(data, indent=2)
+
+
+def plan_text(summary: PlanSummary, markdown: bool = False) -> str:
+    """The plan's table (or GitHub markdown), then the predictions, the advice and the bench commands."""
+    from report.ledger_text import prediction_table
+
+    if markdown:
+        text = markdown_plan(summary.plan) + "\n"
+        if summary.predicted is not None:
+            text += "\n" + prediction_table(summary.predicted, markdown=True)
+    else:
+        text = format_plan(summary.plan)
+        if summary.predicted is not None:
+            text += "\nstep-time model predictions:\n" + prediction_table(summary.predicted)
+    if summary.advice is not None:
+        from report.block_planner import format_power
+
+        text += "\n" + format_power(summary.advice.rows, summary.advice.vllm_version, summary.advice.db)
+    if summary.bench is not None:
+        text += "\nthe same load from `vllm bench serve` (start the server with the launch's argv first):\n"
+        text += "".join(f"{point_id}:\n  {command}\n" for point_id, command in summary.bench.items())
+        text += "what differs:\n" + "\n".join(f"- {line}" for line in DIFFERENCES) + "\n"
+    return text
