@@ -172,11 +172,10 @@ def design_note(data: RunData) -> str:
 def sequential_note(data: RunData) -> str:
     """For a run with a budget: the blocks it has measured of the budget's, and the confidence of the look its
     intervals are read at ("; blocks 5 of 12: a repeated interval, this look's at 99.9%")."""
-    from compiler.plan import Plan
     from report.intervals import layout
     from report.sequential import look_confidence
 
-    design = layout(Plan.from_stored(data.run.plan_json))
+    design = layout(data.plan)
     if design.budget_blocks is None:
         return ""
     blocks = len(design.blocks(data.points))

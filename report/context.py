@@ -162,7 +162,7 @@ def side_label(side: HypothesisSide) -> str:
 def build_context(loaded: LoadedStudy, data: RunData | None) -> StudyContext:
     """The study's context against one run (None: not run)."""
     study = loaded.study
-    plan = Plan.from_stored(data.run.plan_json) if data else None
+    plan = data.plan if data else None
     stored = {h.id: h for h in plan.hypotheses} if plan is not None else {}
     hypotheses: dict[str, HypothesisStep] = {}
     unresolved: dict[str, str] = {}

@@ -134,8 +134,7 @@ def store_points(store: Store, root: Path = REPO) -> list[StoredPoint]:
             if point.status != "ok" or failed[point.point_id] - WINDOW_CHECKS or point.point_id not in loads:
                 continue
             engine, shape, load = loads[point.point_id]
-            key = ModelKey(_gpu_label(run.gpu_name), str(run.vllm_version), shape.family, engine.enforce_eager,
-                           engine.kv_cache_dtype)
+            key = key_of(_gpu_label(run.gpu_name), str(run.vllm_version), shape, engine)
             s = whole_window(store.request_records(run.run_id, point.point_id), load.concurrency)
             measured = {"output_throughput": s.output_throughput, "tpot_s": s.tpot_mean_s,
                         "ttft_s": s.ttft_mean_s, "window_s": s.window_s,
@@ -181,6 +180,11 @@ class PointPrediction:
     values: dict[str, float | None]
     note: str = ""
 
+    @classmethod
+    def none(cls, note: str) -> PointPrediction:
+        """No prediction: every metric None, and why."""
+        return cls(dict.fromkeys(METRICS), note)
+
 
 def predict_points(
     plan: Plan, points: Sequence[StoredPoint], hardware: str | None = None, root: Path = REPO
@@ -195,7 +199,7 @@ def predict_points(
     loads = plan_loads(plan, root)
     if gpu is None or vllm is None:
         note = f"no calibrated run on {want} in the database"
-        return {pid: PointPrediction(dict.fromkeys(METRICS), note) for pid in loads}
+        return {pid: PointPrediction.none(note) for pid in loads}
     used = [p for p in on_gpu if p.key.vllm_version == vllm]
     fitted = fit_keys(p for p in used if any(p.key == key_of(gpu, vllm, s, e) for _, (e, s, _) in loads.items()))
     card = Card(statistics.median(p.card.bandwidth_Bps for p in used),
@@ -205,7 +209,7 @@ def predict_points(
         key = key_of(gpu, vllm, shape, engine)
         coef = fitted.get(key)
         if coef is None:
-            out[pid] = PointPrediction(dict.fromkeys(METRICS), f"no stored run measured {key.label()}")
+            out[pid] = PointPrediction.none(f"no stored run measured {key.label()}")
             continue
         pr = predict(shape, load, engine, card, coef)
         out[pid] = PointPrediction({"output_throughput": pr.output_throughput, "tpot_s": pr.tpot_s,

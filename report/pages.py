@@ -168,13 +168,11 @@ def _plan_shape(plan: Plan) -> dict[str, Any]:
     }
 
 
-def plan_differs(loaded: LoadedStudy, plan_json: str | None) -> str:
+def plan_differs(loaded: LoadedStudy, stored: Plan | None) -> str:
     """Why the study file no longer compiles to the plan its run stored ("" when it still does): edits
     to notes, comments or the question change the file's hash but not what was measured or claimed."""
-    from compiler.plan import Plan
     from compiler.plan_compile import compile_study
 
-    stored = Plan.from_stored(plan_json)
     if stored is None:
         return "its stored plan is unreadable"
     a, b = _plan_shape(stored), _plan_shape(compile_study(loaded))
@@ -196,7 +194,7 @@ def study_page(ctx: StudyContext, scores: Sequence[Score]) -> StudyPage:
     if data is None:
         warnings.append(f"{meta.id}: no run in the results database(s)")
     elif data.run.study_sha256 and data.run.study_sha256 != loaded.sha256:
-        differs = plan_differs(loaded, data.run.plan_json)
+        differs = plan_differs(loaded, data.plan)
         if differs:  # notes, comments, a question reworded: the plan the run carried out still stands
             warnings.append(f"{meta.id}: {loaded.path} changed since run {data.run_id}: {differs}")
 

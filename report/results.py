@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from pathlib import Path
 
+from compiler.plan import Plan
 from runner.store.records import CheckResult, PointRecord, RunRecord, ServerRecord, TelemetrySample
 from runner.store.store import Store
 from studyc.errors import StoreError
@@ -27,6 +29,11 @@ class RunData:
     points: tuple[PointRecord, ...]
     checks: tuple[CheckResult, ...]
     telemetry: tuple[TelemetrySample, ...]
+
+    @cached_property
+    def plan(self) -> Plan | None:
+        """The plan the run stored, read once for every reader of this run (None: none, or unreadable)."""
+        return Plan.from_stored(self.run.plan_json)
 
     @property
     def run_id(self) -> str:

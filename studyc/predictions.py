@@ -16,15 +16,13 @@ from runner.store.store import Store
 def predict_run(store: Store, plan: Plan, run: RunRecord, progress: Progress) -> dict[str, PointPrediction]:
     """The step-time model's prediction for every point, fitted from the other runs in this database on
     the host's GPU (this run's own points never fit it). Where it cannot predict, each point says why."""
-    points = [p for p in store_points(store) if p.run_id != run.run_id]
     if not run.gpu_name:
         note = "no GPU on this host (NVML found none): the step-time model is fitted per GPU"
-        return {p.id: PointPrediction(dict.fromkeys(("output_throughput", "tpot_s", "ttft_s")), note)
-                for p in plan.points}
+        return {p.id: PointPrediction.none(note) for p in plan.points}
+    points = [p for p in store_points(store) if p.run_id != run.run_id]
     progress.message(f"fitting the step-time model from {len({p.run_id for p in points})} run(s)")
     try:
         return predict_points(plan, points, hardware=run.gpu_name)
     except ValueError as exc:
         note = f"the step-time model could not be fitted: {exc}"
-        return {p.id: PointPrediction(dict.fromkeys(("output_throughput", "tpot_s", "ttft_s")), note)
-                for p in plan.points}
+        return {p.id: PointPrediction.none(note) for p in plan.points}

@@ -142,6 +142,7 @@ def test_one_workload_is_one_plot_and_every_dash_is_in_a_legend(tmp_path: Path) 
 def test_a_study_edited_since_its_run_is_flagged_only_when_its_plan_differs(tmp_path: Path) -> None:
     """Notes written after a run change the file's hash, not what was measured or claimed."""
     from compiler.load import load_study
+    from compiler.plan import Plan
     from report.pages import plan_differs
     from runner.store.store import Store
 
@@ -157,10 +158,10 @@ def test_a_study_edited_since_its_run_is_flagged_only_when_its_plan_differs(tmp_
     text = re.sub(r"budget = \{[^}]*\}", f"budget = {{ blocks = {budget['blocks']}, minutes = {budget['minutes']:g} }}", text)
     noted = tmp_path / "noted.toml"
     noted.write_text(text.replace('notes = "', 'notes = "Edited after the run. ', 1))
-    assert plan_differs(load_study(noted), run.plan_json) == ""
+    assert plan_differs(load_study(noted), Plan.from_stored(run.plan_json)) == ""
     wider = tmp_path / "wider.toml"
     wider.write_text(text.replace("tolerance = 0.03", "tolerance = 0.05"))
-    assert plan_differs(load_study(wider), run.plan_json) == "its plan differs (hypotheses)"
+    assert plan_differs(load_study(wider), Plan.from_stored(run.plan_json)) == "its plan differs (hypotheses)"
     fewer = tmp_path / "fewer.toml"
     fewer.write_text(text.replace("max_model_len = 4096", "max_model_len = 8192"))  # another server
-    assert "launches" in plan_differs(load_study(fewer), run.plan_json)
+    assert "launches" in plan_differs(load_study(fewer), Plan.from_stored(run.plan_json))
