@@ -123,6 +123,14 @@ class Score:
     reasons: tuple[Reason, ...] = ()
     point_ids: tuple[str, ...] = field(default=(), repr=False)
     interval: str = ""  # how the interval was computed (report.intervals)
+    confidence: float = 0.95  # the two-sided confidence the interval was read at (a sequential look's own)
+    look: tuple[int, int] | None = None  # (look, of looks) of a sequential run; None: a fixed design
+
+    @property
+    def interval_label(self) -> str:
+        """The level the interval was read at: "95% interval", "99.9% interval, look 10 of 12"."""
+        label = f"{fmt.percent_level(self.confidence)} interval"
+        return f"{label}, look {self.look[0]} of {self.look[1]}" if self.look else label
 
     @property
     def notes(self) -> tuple[str, ...]:

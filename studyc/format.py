@@ -149,3 +149,8 @@ def prediction(kind: str, *, unit: str, relation: str | None = None, value: floa
         tol = f"{100 * (tolerance if tolerance is not None else 0.05):g}%"
         text = f"{q(value)} ± {tol}" + (" (relative)" if unit == "%" else "")
     return f"{sides}: {text}" if sides else text
+
+
+def percent_level(confidence: float) -> str:
+    """A confidence level as the reader sees it: 0.95 -> "95%", 0.999 -> "99.9%", 0.9975 -> "99.75%"."""
+    return f"{100 * confidence:.4g}%"
