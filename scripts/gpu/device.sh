@@ -10,6 +10,7 @@
 #                                                # (databases gzipped in pieces: see snapshot)
 #   bash scripts/gpu/device.sh agree             # benchmarks/bench_agreement.py on the 8B shape
 #   bash scripts/gpu/device.sh disturb           # benchmarks/telemetry_disturbance.py on the 0.6B shape
+#   bash scripts/gpu/device.sh sleep             # benchmarks/sleep_swap.py, in the background (then `wait`)
 #
 # Wheels carried in .whl/ (scripts/offline_wheels.sh) are installed into /tmp/site. Results go to
 # /tmp/results (kept while the machine stays warm) and are copied to $OUT when it is set.
@@ -85,6 +86,18 @@ print(gpu_info(0)); print(calibrate(['python3']))" 2>&1 | tail -2
     python3 benchmarks/bench_agreement.py --model-dir models/qwen3-8b --engine "$STUDYC_VLLM" \
       --engine-arg=--max-model-len=4096 --levels 1,32 --requests 8,96 --input-len 128 --output-len 256 \
       --blocks "${BLOCKS:-3}" --json "$OUT/agreement.json" --log /tmp/results/agreement-server.log 2>&1 | grep -v '━' | tail -40
+    ;;
+  sleep)
+    # a woken server vs fresh starts, two KV arms swapped by sleep mode (issue: cheap launches); background
+    # like `start`, so `wait` brings the table back
+    rm -rf /tmp/repo-bg && mkdir -p /tmp/repo-bg
+    tar -C "$REPO" --exclude=./.vb --exclude=./.whl --exclude=./.git -cf - . | tar -C /tmp/repo-bg -xf -
+    setsid nohup bash -c "cd /tmp/repo-bg && python3 benchmarks/sleep_swap.py --engine '$STUDYC_VLLM' \
+      --model models/qwen3-8b --arm 'bf16=--kv-cache-dtype auto' --arm 'fp8=--kv-cache-dtype fp8' \
+      --launches ${LAUNCHES:-2} --cycles ${CYCLES:-3} --json /tmp/results/sleep_swap.json --logs /tmp/results/sleep-logs" \
+      >/tmp/results/background.log 2>&1 </dev/null &
+    echo $! >/tmp/results/background.pid
+    echo "sleep_swap started, pid $(cat /tmp/results/background.pid)"
     ;;
   disturb)
     # token gaps of measured vs unmeasured requests, with and without the /metrics poller and NVML
