@@ -189,7 +189,7 @@ def test_value_on_one_launch_every_field(tmp_path: Path) -> None:
         values=(101.0, 102.0, 103.0), n=3, measured=102.0, ci_low=102.0 - half, ci_high=102.0 + half,
         spread_low=101.0, spread_high=103.0, error=0.02, error_spec=0.02, off_band=0.0, off_band_spec=0.0,
         verdict="confirmed", verdict_spec="confirmed",
-        reasons=(Reason(Why.NOT_CALIBRATED), Reason(Why.SINGLE_LAUNCH)),
+        reasons=(Reason(Why.NOT_CALIBRATED), Reason(Why.ONE_LAUNCH)),
         point_ids=(pid("a", 1, "r1"), pid("a", 1, "r2"), pid("a", 1, "r3")),
         interval="t on 3 repeats of one launch, df 2",
     ))
@@ -384,7 +384,7 @@ def test_point_status_and_failed_checks(tmp_path: Path) -> None:
     assert status.measured == 100.0  # the statistics stay for the page, the verdict does not
     assert marked.reasons == (Reason(Why.NOT_CALIBRATED), Reason(Why.FAILED_CHECK, point=pid("a", 4, "r1")))
     assert marked.notes[-1] == f"{pid('a', 4, 'r1')}: failed check (marked invalid)"
-    assert check.reasons == (Reason(Why.NOT_CALIBRATED), Reason(Why.SINGLE_LAUNCH),
+    assert check.reasons == (Reason(Why.NOT_CALIBRATED), Reason(Why.ONE_LAUNCH),
                              Reason(Why.FAILED_CHECK, point=pid("b", 1, "r1"), checks=("errors", "littles_law")))
     assert check.checks == ("cache_cold", "errors", "littles_law")
     assert check.flags == (f"warning cache_cold on {pid('b', 1, 'r2')}",)  # reset points: a cold cache warns
@@ -459,7 +459,7 @@ def test_ratio_of_selectors_on_one_launch_pairs_repeats(tmp_path: Path) -> None:
     assert s.values == pytest.approx((3.0, 3.2)) and s.measured == pytest.approx(want.mean)
     assert (s.ci_low, s.ci_high) == pytest.approx((want.ci_low, want.ci_high))
     assert s.targets == ("a/w/4", "a/w/1") and s.unit == "ratio" and s.ratio
-    assert s.reasons == (Reason(Why.NOT_CALIBRATED), Reason(Why.SINGLE_LAUNCH))
+    assert s.reasons == (Reason(Why.NOT_CALIBRATED), Reason(Why.ONE_LAUNCH))
     assert s.verdict == "confirmed" and s.error is None and s.off_band == 0.0
 
 
