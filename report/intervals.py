@@ -4,7 +4,7 @@ A point's metric is measured on several launches (server instances), each with a
 repeats of one launch share everything a launch fixes (placement, compile, allocator state), so the
 unit of replication is the launch: the estimate is the mean of launch means with a t interval on the
 launch means (df = launches - 1). With one launch the interval falls back to the repeats and says
-that launch-to-launch variation is not in it.
+that launch-to-launch variation is not in it (`Interval.one_launch`: scoring decides nothing on it).
 
 A ratio of two sides is paired only where the design pairs them: the two sides' launches of the same
 block (or, on one shared launch, the same repeat cycle). Otherwise it is a ratio of means, unpaired:
@@ -127,7 +127,8 @@ class Obs:
 
 @dataclass(frozen=True)
 class Interval:
-    """The estimate of a point's metric or of a ratio, with its 95% interval and how it was made."""
+    """The estimate of a point's metric or of a ratio, with its interval (at the multiplier it was given: 95%
+    for a fixed design, a sequential look's own) and how it was made."""
 
     n: int  # units the interval rests on: launches, blocks, repeats (one launch), or values
     mean: float

@@ -10,7 +10,10 @@ spec sheet (how far the vendor number would have misled).
 Intervals are computed at the level that really varies (report.intervals): launches between, repeats
 within; a ratio is paired only where the design pairs its sides (same block), else a ratio of means;
 both on the log scale, so a ratio's interval is never negative. A run with a sequential budget is read
-with the stopping rule's repeated confidence interval at the block it stopped (report.sequential).
+with the stopping rule's repeated confidence interval at the look of the blocks the interval uses
+(report.sequential), and the score says which (`Score.interval_label`). An interval without launch-to-launch
+variation (one launch per arm, or a single value) decides nothing: at most "inconclusive (one launch)",
+with what would decide it (report.deciding).
 """
 
 from __future__ import annotations
