@@ -245,7 +245,9 @@ def undecided(loaded: LoadedStudy, data: RunData) -> tuple[str, ...]:
     """The runner's hook after each block of a run with `[design] budget`: the ids of the hypotheses
     still inconclusive (their repeated confidence interval straddles a band edge) while the budget's
     blocks are not spent; none for a fixed design or a spent budget. The next block need measure only
-    what they rest on. Scoring reads the budget from the run's plan, so its intervals are this rule's."""
+    what they rest on. A one-launch row is inconclusive too and stays on the list: under a budget every block
+    holds a launch of each arm its undecided hypotheses rest on (compiler.plan_compile), so blocks add the
+    launches that can decide it, and the budget bounds them. Scoring reads the budget from the run's plan, so its intervals are this rule's."""
     ctx = build_context(loaded, data)  # reads the stored plan once, for the layout and the scores
     design = ctx.layout
     if design.budget_blocks is None:
