@@ -213,7 +213,8 @@ def test_study_page_shows_the_note_escaped(tmp_path: Path) -> None:
     assert '<h2 id="seed">Against the seed</h2>' in page
     assert "0 of 5 seed claims held on the CPU (no GPU)" in page
     assert '<span class="verdict v-inconclusive">could not tell (inconclusive: one launch per arm)</span>' in page
-    assert '<span class="verdict v-inconclusive">inconclusive (one launch)</span>' in page  # the table's cell
+    assert ('<span class="verdict v-inconclusive">inconclusive</span><br><span class="note">(one launch)</span>'
+            in page)  # the table's cell
     assert "<b>always</b>" not in page and "&lt;b&gt;always&lt;/b&gt;" in page  # autoescaped
     assert page.index('id="seed"') < page.index('id="hypotheses"')
     plain = write_study(tmp_path, SOURCED.replace("source = ", "# source = "), study_id="plain")
