@@ -58,6 +58,10 @@ def json_row(s: Score) -> dict[str, Any]:
     out["reasons"] = [asdict(r) | {"why": r.why.value, "checks": list(r.checks), "text": r.text} for r in s.reasons]
     out["notes"] = list(s.notes)
     out["prediction"] = score_text.prediction(s)
+    out["look"] = list(s.look) if s.look else None
+    out["interval_label"] = s.interval_label
+    out["verdict_label"] = s.verdict_label
+    out["verdict_spec_label"] = s.verdict_spec_label
     return out
 
 
@@ -86,7 +90,8 @@ def print_table(result: Audit) -> None:
         if show_spec:
             table.add_column("on spec sheet", justify="right")
         table.add_column("measured", justify="right")
-        table.add_column("95% CI", justify="right")
+        table.add_column("interval", justify="right")
+        table.add_column("read at", justify="right")
         table.add_column("n", justify="right")
         table.add_column("off band", justify="right")
         table.add_column("verdict", no_wrap=True)
@@ -95,9 +100,10 @@ def print_table(result: Audit) -> None:
             cells = [s.hypothesis, s.metric, score_text.prediction(s)]
             if show_spec:
                 cells.append(score_text.prediction(s, spec=True, sides=False) if spec_differs(s) else "")
-            cells += [score_text.mean(s), score_text.interval(s), str(s.n), score_text.off_band(s)]
+            cells += [score_text.mean(s), score_text.interval(s), score_text.read_at(s), str(s.n),
+                      score_text.off_band(s)]
             # Text cells: study text is never read as rich markup.
-            table.add_row(*(Text(c) for c in cells), Text(s.verdict, style=VERDICT_STYLE[s.verdict]),
+            table.add_row(*(Text(c) for c in cells), Text(s.verdict_label, style=VERDICT_STYLE[s.verdict]),
                           Text(", ".join(s.checks)))
         console.print(table, highlight=False)
     uncalibrated = sorted({s.study_id for s in result.scores if s.has(Why.NOT_CALIBRATED)})
@@ -131,7 +137,7 @@ def markdown_rows(result: Audit) -> list[tuple[str, ...]]:
     source = {(loaded.study.study.id, h.id): h.source.strip()
               for loaded in result.studies for h in loaded.study.hypothesis}
     return [(s.study_id, s.claim, source.get((s.study_id, s.hypothesis)) or "-", score_text.prediction(s),
-             score_text.measured(s), str(s.n), s.verdict) for s in result.scores]
+             score_text.measured(s), str(s.n), s.verdict_label) for s in result.scores]
 
 
 def markdown_table(result: Audit) -> str:
@@ -148,10 +154,13 @@ def markdown_table(result: Audit) -> str:
             continue
         engine = f", vLLM {data.run.vllm_version}" if data.run.vllm_version else ""
         runs.append(f"`{sid}` run {data.run_id} ({gpu_name(data.run)}{engine}; {design_note(data)})")
-    lines += ["", md_cell("Measured: the mean with its 95% interval, between launches where an arm ran on "
-                             "several (n counts them), else between the repeats of its one launch (n counts "
-                             "those; launch-to-launch variation not included); a ratio's interval is on the log "
-                             "scale, never negative. Runs: " + "; ".join(runs) + ".")]
+    lines += ["", md_cell("Measured: the mean with its interval at the level it was read at (95% for a fixed "
+                             "design; a run under a sequential budget reads each hypothesis at the look of the "
+                             "blocks it uses, \"look 10 of 12\", at that look's own level), between launches "
+                             "where an arm ran on several (n counts them), else between the repeats of its one "
+                             "launch (n counts those): such a row leaves out launch-to-launch variation and is at "
+                             "most \"inconclusive (one launch)\", as is a single value. A ratio's interval is on "
+                             "the log scale, never negative. Runs: " + "; ".join(runs) + ".")]
     return "\n".join(lines)
 
 

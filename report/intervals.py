@@ -4,7 +4,7 @@ A point's metric is measured on several launches (server instances), each with a
 repeats of one launch share everything a launch fixes (placement, compile, allocator state), so the
 unit of replication is the launch: the estimate is the mean of launch means with a t interval on the
 launch means (df = launches - 1). With one launch the interval falls back to the repeats and says
-that launch-to-launch variation is not in it.
+that launch-to-launch variation is not in it (`Interval.one_launch`: scoring decides nothing on it).
 
 A ratio of two sides is paired only where the design pairs them: the two sides' launches of the same
 block (or, on one shared launch, the same repeat cycle). Otherwise it is a ratio of means, unpaired:
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 from typing import TYPE_CHECKING, Any
 
@@ -127,7 +127,8 @@ class Obs:
 
 @dataclass(frozen=True)
 class Interval:
-    """The estimate of a point's metric or of a ratio, with its 95% interval and how it was made."""
+    """The estimate of a point's metric or of a ratio, with its interval (at the multiplier it was given: 95%
+    for a fixed design, a sequential look's own) and how it was made."""
 
     n: int  # units the interval rests on: launches, blocks, repeats (one launch), or values
     mean: float
@@ -144,6 +145,12 @@ class Interval:
     excluded: tuple[tuple[str, str], ...] = ()  # (id, why) of non-exchangeable observations left out
     unpaired: int = 0  # launches (or repeats) without a partner where the design pairs
     zero_denominator: int = 0  # pairs left out for a zero denominator
+    blocks: tuple[int, ...] = ()  # the design blocks it used: the paired blocks of a paired ratio, else its values'
+
+    @property
+    def one_launch(self) -> bool:
+        """Launch-to-launch variation is not in it: one launch per side (or both on one), or a single value."""
+        return self.single_launch or self.n < 2
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -193,6 +200,11 @@ def _side_mean(obs: Sequence[Obs]) -> _Mean:
                  len(values) > 1)
 
 
+def _blocks(*sides: Sequence[Obs]) -> tuple[int, ...]:
+    """The known design blocks of some observations, sorted."""
+    return tuple(sorted({o.block for side in sides for o in side if o.block is not None}))
+
+
 def split(obs: Sequence[Obs]) -> tuple[list[Obs], tuple[tuple[str, str], ...]]:
     """(exchangeable observations, (id, why) of those left out)."""
     kept = [o for o in obs if o.exchangeable]
@@ -211,7 +223,7 @@ def mean_interval(obs: Sequence[Obs], critical: Critical = fixed_critical) -> In
     what = {"launches": f"t on {m.n} launch means, df {m.n - 1}",
             "repeats": f"t on {m.n} repeats of one launch, df {m.n - 1}", "value": "one value"}[m.level]
     return Interval(m.n, m.mean, m.mean - half, m.mean + half, min(m.units), max(m.units), m.units, m.level,
-                    what, m.df or None, m.single_launch, False, excluded)
+                    what, m.df or None, m.single_launch, False, excluded, blocks=_blocks(kept))
 
 
 def ratio_interval(top: Sequence[Obs], bottom: Sequence[Obs], critical: Critical = fixed_critical) -> Interval:
@@ -224,18 +236,21 @@ def ratio_interval(top: Sequence[Obs], bottom: Sequence[Obs], critical: Critical
     positive = min(o.value for o in (*kept_top, *kept_bottom)) > 0
     paired = _paired(kept_top, kept_bottom, positive)
     if paired is not None:
-        d, unpaired, zeros, level, single = paired
+        d, unpaired, zeros, level, single, blocks = paired
         if len(d) >= 2:
-            return _from_pairs(d, unpaired, zeros, level, single, positive, excluded, critical)
-    return _unpaired(kept_top, kept_bottom, positive, excluded, critical)
+            return replace(_from_pairs(d, unpaired, zeros, level, single, positive, excluded, critical),
+                           blocks=blocks)
+    return replace(_unpaired(kept_top, kept_bottom, positive, excluded, critical),
+                   blocks=_blocks(kept_top, kept_bottom))
 
 
 def _paired(
     top: Sequence[Obs], bottom: Sequence[Obs], positive: bool
-) -> tuple[list[float], int, int, str, bool] | None:
+) -> tuple[list[float], int, int, str, bool, tuple[int, ...]] | None:
     """Per-pair ratios (log ratios when positive) where the design pairs: both sides on one shared launch
     (pair repeat with repeat: they run in the same cycle), or launches of the same known block (pair
-    launch mean with launch mean). None when nothing is paired by design."""
+    launch mean with launch mean); with the blocks the pairs come from. None when nothing is paired by
+    design."""
     lt, lb = _by_launch(top), _by_launch(bottom)
 
     def ratio(a: float, b: float) -> float | None:
@@ -249,7 +264,7 @@ def _paired(
         keys = sorted(set(at) & set(ab))
         pairs = [ratio(at[k], ab[k]) for k in keys]
         d = [x for x in pairs if x is not None]
-        return d, len(set(at) ^ set(ab)), len(pairs) - len(d), "repeats", True
+        return d, len(set(at) ^ set(ab)), len(pairs) - len(d), "repeats", True, _blocks(top, bottom)
     bt = _block_means(lt)
     bb = _block_means(lb)
     if bt is None or bb is None:
@@ -257,10 +272,11 @@ def _paired(
     shared = sorted(set(bt) & set(bb))
     if not shared:
         return None
-    pairs = [ratio(bt[k], bb[k]) for k in shared]
-    d = [x for x in pairs if x is not None]
+    by_block = {k: ratio(bt[k], bb[k]) for k in shared}
+    d = [x for x in by_block.values() if x is not None]
     unpaired = len(set(bt) ^ set(bb))
-    return d, unpaired, len(pairs) - len(d), "blocks", False
+    used = tuple(k for k, x in by_block.items() if x is not None)
+    return d, unpaired, len(by_block) - len(d), "blocks", False, used
 
 
 def _block_means(launches: dict[str, list[Obs]]) -> dict[int, float] | None:

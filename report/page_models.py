@@ -70,6 +70,7 @@ class SpecCell:
     prediction: str
     off_band: str
     verdict: str
+    verdict_label: str  # the verdict as shown: "inconclusive (one launch)"
 
 
 @dataclass(frozen=True)
@@ -84,9 +85,11 @@ class HypothesisRow:
     measured: str
     spread: str
     interval: str
+    read_at: str  # the level the interval was read at: "99.9% interval, look 10 of 12"
     n: int
     off_band: str
     verdict: str
+    verdict_label: str
     spec: SpecCell | None
     checks: str
     flags: tuple[str, ...]
@@ -188,9 +191,11 @@ class AuditRow:
     prediction: str
     measured: str
     interval: str
+    read_at: str
     n: int
     off_band: str
     verdict: str
+    verdict_label: str
     spec: SpecCell | None
     checks: str
 

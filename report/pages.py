@@ -113,8 +113,9 @@ def audit_page(studies: Sequence[LoadedStudy], runs: dict[str, RunData], scores:
             rows.append(AuditRow(
                 study=sid, study_href=f"{study_href(sid)}#h-{s.hypothesis}", hypothesis=s.hypothesis,
                 claim=s.claim, metric=s.metric, where=_where(s), prediction=score_text.prediction(s, sides=False),
-                measured=score_text.mean(s), interval=score_text.interval(s), n=s.n, off_band=score_text.off_band(s),
-                verdict=s.verdict, spec=_spec_cell(s), checks=", ".join(s.checks),
+                measured=score_text.mean(s), interval=score_text.interval(s), read_at=score_text.read_at(s), n=s.n,
+                off_band=score_text.off_band(s), verdict=s.verdict, verdict_label=s.verdict_label, spec=_spec_cell(s),
+                checks=", ".join(s.checks),
             ))
             point = _scatter_row(s)
             if point is not None:
@@ -125,7 +126,8 @@ def audit_page(studies: Sequence[LoadedStudy], runs: dict[str, RunData], scores:
     if points:
         chart = Chart("audit", "Measured ÷ predicted", "Every prediction on one unit-free axis: the measured mean "
                       "divided by the predicted value (log scale), so ratios, seconds and fractions compare. "
-                      "Dots: the mean, colored by verdict; thin rules: its 95% interval; wide bars: the "
+                      "Dots: the mean, colored by verdict; thin rules: its interval (at the level the audit "
+                      "table gives it); wide bars: the "
                       "tolerance band or range (open to the edge for a relation); dashed: measured = predicted.",
                       charts.spec(charts.audit_chart(points)))
     return AuditPage(root="", title="Audit: every prediction", built=built_text(list(runs.values())),
@@ -153,7 +155,8 @@ def _spec_cell(s: Score) -> SpecCell | None:
     """The spec-sheet score, only where it differs from the measured-ceiling one."""
     if not spec_differs(s):
         return None
-    return SpecCell(score_text.prediction(s, spec=True, sides=False), score_text.off_band(s, spec=True), s.verdict_spec)
+    return SpecCell(score_text.prediction(s, spec=True, sides=False), score_text.off_band(s, spec=True), s.verdict_spec,
+                    s.verdict_spec_label)
 
 
 # -- study page ----------------------------------------------------------------------------------------
@@ -228,7 +231,8 @@ def _hypothesis_row(study: Study, s: Score) -> HypothesisRow:
     return HypothesisRow(
         anchor=f"h-{s.hypothesis}", id=s.hypothesis, claim=s.claim, source=hyp.source, metric=s.metric,
         where=_where(s), prediction=score_text.prediction(s, sides=False), measured=score_text.mean(s),
-        spread=score_text.spread(s), interval=score_text.interval(s), n=s.n, off_band=score_text.off_band(s), verdict=s.verdict,
+        spread=score_text.spread(s), interval=score_text.interval(s), read_at=score_text.read_at(s), n=s.n,
+        off_band=score_text.off_band(s), verdict=s.verdict, verdict_label=s.verdict_label,
         spec=_spec_cell(s), checks=", ".join(s.checks), flags=s.flags,
         notes=tuple(r.text for r in s.reasons if r.why is not Why.NOT_CALIBRATED),  # said once, above the table
     )

@@ -25,12 +25,12 @@ class Why(StrEnum):
     FAILED_CHECK = "failed check"  # a point failed a fail-level check
     SERVER_FAILED = "server failed"  # a server the metric is read from failed
     UNPAIRED = "unpaired repeats"  # launches (or repeats) without a partner in their block
-    SINGLE_LAUNCH = "single launch"  # the interval rests on one launch's repeats
+    ONE_LAUNCH = "one launch"  # no launch-to-launch variation in the interval (one launch per arm, one value)
     NOT_EXCHANGEABLE = "not exchangeable"  # a point the plan marks as differing by construction: left out
     ZERO_DENOMINATOR = "zero denominator"  # repeats whose ratio has a zero denominator
     NOT_POSITIVE = "ratio not positive"  # a ratio <= 0: summarized on the linear scale
-    STRADDLES = "straddles edge"  # the 95% interval contains a band edge: inconclusive
-    EARLY_LOOK = "early look"  # measured in fewer blocks than the run: its interval is read at its own last look
+    STRADDLES = "straddles edge"  # the interval (at its look's level) contains a band edge: inconclusive
+    EARLY_LOOK = "early look"  # uses fewer blocks than the run: its interval is read at the look of those blocks
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,8 @@ class Reason:
     unit: str = ""  # display unit of `edge`
     count: int = 0  # how many repeats (UNPAIRED, ZERO_DENOMINATOR)
     detail: str = ""  # free text from below (an exception, a status, an error)
+    label: str = ""  # the level the interval was read at (Score.interval_label): STRADDLES
+    decide: str = ""  # what would decide it (report.deciding): STRADDLES, ONE_LAUNCH
 
     @property
     def text(self) -> str:
@@ -57,7 +59,8 @@ class Reason:
             return f"{self.point}: server failed ({self.detail or 'no detail'})"
         if w is Why.STRADDLES:
             edge = fmt.quantity(self.edge, self.unit, measured=False)
-            return f"the 95% interval straddles the band edge {edge}: more repeats could decide"
+            return (f"the {self.label or '95% interval'} straddles the band edge {edge}: what would decide it: "
+                    f"{self.decide or 'more launches per arm'}")
         if w is Why.NOT_CALIBRATED:
             return "run not calibrated: predicted against the spec sheet"
         if w is Why.NO_POINTS:
@@ -67,8 +70,10 @@ class Reason:
         if w is Why.UNPAIRED:
             return (f"{self.count} launch(es) or repeat(s) without a partner in their block were left out of "
                     "the paired interval")
-        if w is Why.SINGLE_LAUNCH:
-            return "single launch: launch-to-launch variation not included"
+        if w is Why.ONE_LAUNCH:
+            alone = f" ({self.detail})" if self.detail else ""
+            return (f"inconclusive (one launch): launch-to-launch variation is not in it{alone}; what would "
+                    f"decide it: {self.decide or 'at least 2 launches per arm'}")
         if w is Why.NOT_EXCHANGEABLE:
             return f"{self.point}: left out of the interval, not exchangeable ({self.detail})"
         if w is Why.ZERO_DENOMINATOR:
@@ -76,8 +81,9 @@ class Reason:
         if w is Why.NOT_POSITIVE:
             return "a ratio is not positive: its interval is on the linear scale"
         if w is Why.EARLY_LOOK:
-            return (f"measured in {self.count} of the run's blocks (a decided hypothesis is not measured "
-                    f"again): its interval is read at that look, at {self.detail}")
+            return (f"its interval uses {self.count} of the run's blocks (a decided hypothesis is not measured "
+                    f"again; a block without both sides of a pair is left out of it): read at that look, the "
+                    f"{self.detail}")
         return f"{w.value}: {self.detail}"
 
     @property
@@ -124,13 +130,22 @@ class Score:
     point_ids: tuple[str, ...] = field(default=(), repr=False)
     interval: str = ""  # how the interval was computed (report.intervals)
     confidence: float = 0.95  # the two-sided confidence the interval was read at (a sequential look's own)
-    look: tuple[int, int] | None = None  # (look, of looks) of a sequential run; None: a fixed design
+    look: tuple[int, int] | None = None  # (blocks it used, the budget's blocks) of a sequential run; None: fixed
 
     @property
     def interval_label(self) -> str:
         """The level the interval was read at: "95% interval", "99.9% interval, look 10 of 12"."""
-        label = f"{fmt.percent_level(self.confidence)} interval"
-        return f"{label}, look {self.look[0]} of {self.look[1]}" if self.look else label
+        return interval_label(self.confidence, self.look)
+
+    @property
+    def verdict_label(self) -> str:
+        """The verdict as shown: "inconclusive (one launch)" where no launch variation could decide it."""
+        return label_of(self.verdict, self.has(Why.ONE_LAUNCH))
+
+    @property
+    def verdict_spec_label(self) -> str:
+        """The spec-sheet verdict as shown (`verdict_label`)."""
+        return label_of(self.verdict_spec, self.has(Why.ONE_LAUNCH))
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -145,6 +160,17 @@ class Score:
         """The unit its numbers are shown in: x, %, ms or the metric's own (studyc.format)."""
         metric = METRICS.get(self.metric)
         return fmt.display_unit(metric.unit if metric else self.unit, ratio=self.ratio)
+
+
+def interval_label(confidence: float, look: tuple[int, int] | None) -> str:
+    """"95% interval" (a fixed design), "99.9% interval, look 10 of 12" (after block 10 of a budget of 12)."""
+    label = f"{fmt.percent_level(confidence)} interval"
+    return f"{label}, look {look[0]} of {look[1]}" if look else label
+
+
+def label_of(verdict: Verdict, one_launch: bool) -> str:
+    """A verdict as shown: an inconclusive one resting on one launch says so."""
+    return "inconclusive (one launch)" if one_launch and verdict == "inconclusive" else verdict
 
 
 def verdict_counts(scores: Sequence[Score]) -> dict[str, int]:

@@ -38,10 +38,23 @@ def mean(score: Score) -> str:
 
 
 def interval(score: Score) -> str:
-    """The 95% interval of the mean, as precise as the mean: "187.5–191.0 tok/s"; "-" for one value."""
+    """The interval of the mean (at the level `read_at` says), as precise as the mean: "187.5–191.0 tok/s";
+    "-" for one value."""
     if score.measured is None or score.n < 2:
         return "-"
     return fmt.span(score.ci_low, score.ci_high, score.display_unit, ref=score.measured)
+
+
+def read_at(score: Score) -> str:
+    """The level its interval was read at: "95% interval", "99.9% interval, look 10 of 12"; "-" for none."""
+    return "-" if score.measured is None or score.n < 2 else score.interval_label
+
+
+def labelled(score: Score) -> str:
+    """The interval with its level: "95% interval 187.5–191.0 tok/s", "99.9% interval 0.969–0.979x, look 10
+    of 12"."""
+    text = f"{fmt.percent_level(score.confidence)} interval {interval(score)}"
+    return text + (f", look {score.look[0]} of {score.look[1]}" if score.look else "")
 
 
 def spread(score: Score) -> str:
@@ -65,15 +78,15 @@ def off_band(score: Score, *, spec: bool = False) -> str:
 
 
 def measured(score: Score, *, spread: bool = False, n: bool = False) -> str:
-    """The measured mean with its 95% interval, and when asked the min-max spread over repeats and n:
-    "189.3 tok/s (95% CI 187.5–191.0 tok/s)"; one value has no interval and says so."""
+    """The measured mean with its interval at the level it was read at, and when asked the min-max spread over
+    repeats and n: "189.3 tok/s (95% interval 187.5–191.0 tok/s)"; one value has no interval and says so."""
     if score.measured is None:
         return "not measured"
     unit = score.display_unit
     if score.n < 2:
         parts = ["a single value"]
     else:
-        parts = [f"95% CI {interval(score)}"]
+        parts = [labelled(score)]
         if spread:
             parts.append(f"spread {fmt.span(score.spread_low, score.spread_high, unit, ref=score.measured)}")
     if n:

@@ -10,7 +10,10 @@ spec sheet (how far the vendor number would have misled).
 Intervals are computed at the level that really varies (report.intervals): launches between, repeats
 within; a ratio is paired only where the design pairs its sides (same block), else a ratio of means;
 both on the log scale, so a ratio's interval is never negative. A run with a sequential budget is read
-with the stopping rule's repeated confidence interval at the block it stopped (report.sequential).
+with the stopping rule's repeated confidence interval at the look of the blocks the interval uses
+(report.sequential), and the score says which (`Score.interval_label`). An interval without launch-to-launch
+variation (one launch per arm, or a single value) decides nothing: at most "inconclusive (one launch)",
+with what would decide it (report.deciding).
 """
 
 from __future__ import annotations
@@ -23,12 +26,13 @@ from compiler.load import LoadedStudy
 from compiler.metrics import METRICS
 from compiler.modelconfig import ModelError
 from compiler.study import Hypothesis
+from report import deciding
 from report.context import StudyContext, build_context, side_label
-from report.intervals import Interval, Layout, mean_interval, ratio_interval
+from report.intervals import Critical, Interval, Layout, fixed_critical, mean_interval, ratio_interval
 from report.prediction import Resolved, resolve_prediction
 from report.results import RunData
-from report.score_model import Reason, Score, Why
-from report.sequential import look_confidence, look_critical
+from report.score_model import Reason, Score, Why, interval_label
+from report.sequential import look_alpha, look_critical
 from report.sides import MeasuredSide, point_side, server_side
 from report.verdict import Verdict, judge, straddled
 from runner.store.records import CheckResult
@@ -45,6 +49,11 @@ class Stats:
     high: float  # spread: max over repeats
     ci_low: float
     ci_high: float
+    interval: Interval
+    critical: Critical  # the multiplier it was read with
+    confidence: float  # two-sided, of its look
+    look: tuple[int, int] | None  # (blocks it uses, the budget's blocks); None: a fixed design
+    design: Layout
 
 
 def off_band(band_low: float | None, band_high: float | None, mean: float) -> float | None:
@@ -127,7 +136,7 @@ def _score(ctx: StudyContext, hyp: Hypothesis, failed: dict[str, list[CheckResul
         notes.append(Reason(Why.NOT_MEASURED, detail=hyp.metric))
     else:
         verdict = _verdict(hyp, cal, stats, notes, unit)
-        verdict_spec = _verdict(hyp, spec, stats, [], unit)
+        verdict_spec = _verdict(hyp, spec, stats, None, unit)
 
     def rel_error(r: Resolved | None) -> float | None:
         if stats is None or r is None or r.predicted is None or r.predicted == 0 or hyp.predict.kind != "value":
@@ -154,27 +163,28 @@ def _score(ctx: StudyContext, hyp: Hypothesis, failed: dict[str, list[CheckResul
         run_id=data.run_id if data else None, calibrated=ctx.calibrated, checks=tuple(checks),
         flags=tuple(flags), reasons=tuple(notes),
         point_ids=tuple(p for s in side_list for p in s.point_ids), interval=method,
+        confidence=stats.confidence if stats else 0.95, look=stats.look if stats else None,
     )
+
+
+def _interval(side_list: list[MeasuredSide], critical: Critical) -> Interval:
+    if len(side_list) == 1:
+        return mean_interval(side_list[0].values, critical)
+    return ratio_interval(side_list[0].values, side_list[1].values, critical)
 
 
 def _estimate(side_list: list[MeasuredSide], notes: list[Reason], design: Layout,
               run_blocks: int) -> tuple[list[float], Stats | None, str]:
     """(unit values, statistics, method): the interval at the level that varies (report.intervals), read at
-    the look of the hypothesis's last block when the plan had a sequential budget (report.sequential): a
-    hypothesis decided before the run's last block is read at the look that decided it, and says so."""
+    the look of the blocks it uses when the plan had a sequential budget (report.sequential): a paired
+    ratio's paired blocks, else the blocks its values come from. A hypothesis decided before the run's last
+    block is read at the look that decided it, and says so."""
     if not side_list or any(not s.values for s in side_list):
         return [], None, ""
-    blocks = len({o.block for s in side_list for o in s.values})
-    critical = look_critical(blocks, design.budget_blocks, design.first_look)
-    if design.budget_blocks is not None and blocks < run_blocks:
-        notes.append(Reason(Why.EARLY_LOOK, count=blocks,
-                            detail=look_confidence(blocks, design.budget_blocks, design.first_look)))
-    est: Interval
     try:
-        if len(side_list) == 1:
-            est = mean_interval(side_list[0].values, critical)
-        else:
-            est = ratio_interval(side_list[0].values, side_list[1].values, critical)
+        blocks = len(_interval(side_list, fixed_critical).blocks)  # which blocks it uses, not the level
+        critical = look_critical(blocks, design.budget_blocks, design.first_look)
+        est = _interval(side_list, critical)
     except ZeroDivisionError:
         notes.append(Reason(Why.ZERO_DENOMINATOR, count=len(side_list[1].values)))
         return [], None, ""
@@ -182,8 +192,10 @@ def _estimate(side_list: list[MeasuredSide], notes: list[Reason], design: Layout
         notes.extend(Reason(Why.NOT_EXCHANGEABLE, point=o.id, detail=o.why) for s in side_list for o in s.values
                      if not o.exchangeable)
         return [], None, ""
-    if est.single_launch:
-        notes.append(Reason(Why.SINGLE_LAUNCH))
+    confidence = 1.0 - look_alpha(blocks, design.budget_blocks, design.first_look)
+    look = (blocks, design.budget_blocks) if design.budget_blocks is not None else None
+    if look is not None and blocks < run_blocks:
+        notes.append(Reason(Why.EARLY_LOOK, count=blocks, detail=interval_label(confidence, look)))
     notes.extend(Reason(Why.NOT_EXCHANGEABLE, point=i, detail=why) for i, why in est.excluded)
     if est.unpaired:
         notes.append(Reason(Why.UNPAIRED, count=est.unpaired))
@@ -191,19 +203,41 @@ def _estimate(side_list: list[MeasuredSide], notes: list[Reason], design: Layout
         notes.append(Reason(Why.ZERO_DENOMINATOR, count=est.zero_denominator))
     if len(side_list) == 2 and not est.log_scale:
         notes.append(Reason(Why.NOT_POSITIVE))
-    stats = Stats(est.n, est.mean, est.spread_low, est.spread_high, est.ci_low, est.ci_high)
+    stats = Stats(est.n, est.mean, est.spread_low, est.spread_high, est.ci_low, est.ci_high, est, critical,
+                  confidence, look, design)
     return list(est.units), stats, est.method
 
 
-def _verdict(hyp: Hypothesis, resolved: Resolved | None, stats: Stats, notes: list[Reason], unit: str) -> Verdict:
+def _verdict(hyp: Hypothesis, resolved: Resolved | None, stats: Stats, notes: list[Reason] | None,
+             unit: str) -> Verdict:
+    """The verdict of the interval against the prediction, at most inconclusive where the interval has no
+    launch-to-launch variation in it (one launch per arm, or one value); `notes` (None: the spec sheet's
+    verdict, which adds none) get the reasons."""
     if resolved is None:
-        notes.append(Reason(Why.PREDICTION, detail="could not be evaluated: no verdict"))
+        if notes is not None:
+            notes.append(Reason(Why.PREDICTION, detail="could not be evaluated: no verdict"))
         return "inconclusive"
     p = hyp.predict
     verdict = judge(p.kind, p.relation, resolved.band_low, resolved.band_high, stats.ci_low, stats.ci_high)
+    est, design = stats.interval, stats.design
+    if notes is None:
+        return "inconclusive" if est.one_launch else verdict
+    label = interval_label(stats.confidence, stats.look)
+    edges = [e for e in ((resolved.band_low if p.relation in (">", ">=") else resolved.band_high,)
+                         if p.kind == "relation" else (resolved.band_low, resolved.band_high)) if e is not None]
+    crossed = straddled(p.kind, p.relation, resolved.band_low, resolved.band_high, stats.ci_low, stats.ci_high)
+    if est.one_launch:
+        edge_text = " and ".join(fmt.quantity(e, unit, measured=False) for e in crossed) or "an edge"
+        alone = f"would read {verdict}" if verdict != "inconclusive" else f"straddles {edge_text}"
+        head = (f"its {label} rests on the repeats of one launch per arm and {alone}" if est.n >= 2
+                else f"a single value, no interval; alone it {alone}")
+        notes.append(Reason(Why.ONE_LAUNCH, detail=head,
+                            decide=deciding.one_launch(est, stats.critical, edges, design.budget_blocks)))
+        return "inconclusive"
     if verdict == "inconclusive":
-        notes.extend(Reason(Why.STRADDLES, edge=e, unit=unit) for e in
-                     straddled(p.kind, p.relation, resolved.band_low, resolved.band_high, stats.ci_low, stats.ci_high))
+        decide = deciding.straddling(est, stats.critical, list(crossed) or edges, design.budget_blocks,
+                                     design.first_look, len(est.blocks))
+        notes.extend(Reason(Why.STRADDLES, edge=e, unit=unit, label=label, decide=decide) for e in crossed)
     return verdict
 
 
@@ -211,7 +245,9 @@ def undecided(loaded: LoadedStudy, data: RunData) -> tuple[str, ...]:
     """The runner's hook after each block of a run with `[design] budget`: the ids of the hypotheses
     still inconclusive (their repeated confidence interval straddles a band edge) while the budget's
     blocks are not spent; none for a fixed design or a spent budget. The next block need measure only
-    what they rest on. Scoring reads the budget from the run's plan, so its intervals are this rule's."""
+    what they rest on. A one-launch row is inconclusive too and stays on the list: under a budget every block
+    holds a launch of each arm its undecided hypotheses rest on (compiler.plan_compile), so blocks add the
+    launches that can decide it, and the budget bounds them. Scoring reads the budget from the run's plan, so its intervals are this rule's."""
     ctx = build_context(loaded, data)  # reads the stored plan once, for the layout and the scores
     design = ctx.layout
     if design.budget_blocks is None:

@@ -30,6 +30,7 @@ HELD: dict[str, str] = {
     "confirmed": "held",
     "refuted": "did not hold",
     "inconclusive": "could not tell (inconclusive)",
+    "inconclusive (one launch)": "could not tell (inconclusive: one launch per arm)",
     "invalid": "not trustworthy (invalid)",
     "not run": "not run",
 }
@@ -46,12 +47,13 @@ class Fraction:
     fraction: float
     ci_low: float | None
     ci_high: float | None
+    level: str = "95% interval"  # the level its interval was read at (Score.interval_label)
 
     @property
     def text(self) -> str:
         ci = ""
         if self.ci_low is not None and self.ci_high is not None and self.ci_low != self.ci_high:
-            ci = f" (95% CI {fmt.span(self.ci_low, self.ci_high, '%')})"
+            ci = f" ({self.level}: {fmt.span(self.ci_low, self.ci_high, '%')})"
         bandwidth = f"{self.bandwidth_Bps / 1e9:,.0f} GB/s"
         at = f"the measured {bandwidth}" if self.ceiling == "calibrated" else f"the {self.card} sheet's {bandwidth}"
         roof = fmt.quantity(self.roofline_tok_s, "tok/s")
@@ -67,11 +69,11 @@ class SeedLine:
     claim: str
     seed: str  # the seed's own figure or words, quoted
     gpu: str  # "NVIDIA H200", "CPU", "" (no run)
-    measured: str  # "189.3 tok/s (95% CI 187.5–191.0 tok/s; spread 188.6–190.0 tok/s; n = 3)"
+    measured: str  # "189.3 tok/s (95% interval 187.5–191.0 tok/s; spread 188.6–190.0 tok/s; n = 3)"
     fractions: tuple[Fraction, ...]
     prediction: str  # our prediction of it, in display units
     verdict: Verdict
-    held: str  # HELD[verdict]
+    held: str  # HELD[its verdict label]
     reason: str  # why invalid / not run, when it is
 
     @property
@@ -160,7 +162,7 @@ def _line(ctx: StudyContext, hyp: Hypothesis, s: Score, gpu: str) -> SeedLine:
     return SeedLine(
         hypothesis=s.hypothesis, anchor=f"h-{s.hypothesis}", claim=s.claim, seed=hyp.source.strip(), gpu=gpu,
         measured=measured, fractions=roofline_fractions(ctx, hyp, s), prediction=score_text.prediction(s),
-        verdict=s.verdict, held=HELD[s.verdict], reason=_reason(s, ctx.run),
+        verdict=s.verdict, held=HELD[s.verdict_label], reason=_reason(s, ctx.run),
     )
 
 
@@ -206,7 +208,7 @@ def roofline_fractions(ctx: StudyContext, hyp: Hypothesis, s: Score) -> tuple[Fr
         assert s.measured is not None
         return Fraction(label, spec.name, hw.bandwidth_Bps, tok_s, s.measured / tok_s,
                         None if s.ci_low is None else s.ci_low / tok_s,
-                        None if s.ci_high is None else s.ci_high / tok_s)
+                        None if s.ci_high is None else s.ci_high / tok_s, s.interval_label)
 
     cards = ([("calibrated", cal)] if calibrated else []) + [("spec-sheet", spec)]
     return tuple(f for label, hw in cards if (f := fraction(label, hw)) is not None)

@@ -52,8 +52,8 @@ output_len = 32
 concurrency = [1, 4]                # closed loop: requests in flight, one point per level
 requests = 16                       # more than the highest concurrency: a steady state, not one wave
 warmup = 2
-repeats = 3                         # interleaved; the verdict uses the 95% interval over repeats
-launches = 1                        # server instances per arm; on a GPU, 3-5 put launch-to-launch variation in the interval
+repeats = 3                         # interleaved inside each launch
+launches = 1                        # server instances per arm: one decides nothing ("inconclusive (one launch)"); 3-5 on a GPU
 cache = "reset"                     # prefix cache reset (and verified) before every point
 
 [[hypothesis]]

@@ -164,7 +164,7 @@ def test_scoring_uses_launch_blocks_from_the_stored_plan(tmp_path: Path) -> None
     scores = {s.hypothesis: s for s in score_study(load_study(path), latest_runs([db])["toy"])}
     same = scores["same"]
     assert same.interval.startswith("paired: t on 3 block log-ratios") and same.n == 3
-    assert not same.has(Why.SINGLE_LAUNCH)
+    assert not same.has(Why.ONE_LAUNCH)
     assert same.has(Why.NOT_EXCHANGEABLE)  # arm b keeps its cache: its first c1 point of each launch is cold
     assert same.measured == pytest.approx(1.002)  # b keeps only its warm repeat 2 (x1.002) over a's mean
 

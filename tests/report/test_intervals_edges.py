@@ -157,7 +157,7 @@ def test_mean_of_launch_means_every_field() -> None:
     half = t_quantile(0.975, 2) * sd / math.sqrt(3)
     assert_interval(mean_interval(data), Interval(
         3, m, m - half, m + half, 11.0, 30.0, tuple(means), "launches", "t on 3 launch means, df 2", 2.0, False,
-        False, (("cold", "cold"),)))
+        False, (("cold", "cold"),), blocks=(1, 2)))  # the unknown block is no block
 
 
 def test_mean_with_a_custom_critical_value() -> None:
@@ -171,13 +171,13 @@ def test_mean_of_repeats_on_one_launch_every_field() -> None:
     half = t_quantile(0.975, 2) * 2.0 / math.sqrt(3)
     assert_interval(mean_interval(data), Interval(
         3, 4.0, 4.0 - half, 4.0 + half, 2.0, 6.0, (6.0, 2.0, 4.0), "repeats", "t on 3 repeats of one launch, df 2",
-        2.0, True))
+        2.0, True, blocks=(1,)))
 
 
 def test_one_value_every_field() -> None:
     data = [Obs("r1", 5.0, "L", 1), Obs("r2", 9.0, "L", 1, 2, False, "cold")]
     assert_interval(mean_interval(data), Interval(1, 5.0, 5.0, 5.0, 5.0, 5.0, (5.0,), "value", "one value", None, False,
-                                                  False, (("r2", "cold"),)))
+                                                  False, (("r2", "cold"),), blocks=(1,)))
     assert mean_interval(data, lambda df: 1 / df).ci_high == 5.0  # no critical value is asked for df 0
 
 
@@ -202,7 +202,7 @@ def test_paired_blocks_every_field() -> None:
     half = t_quantile(0.975, 1) * abs(d[1] - d[0]) / 2
     assert_interval(ratio_interval(top, bottom), Interval(
         2, math.exp(m), math.exp(m - half), math.exp(m + half), 2.5, 3.0, (2.5, 3.0), "blocks",
-        "paired: t on 2 block log-ratios, df 1", 1.0, False, True, (("tc", "cold"),), 2, 0))
+        "paired: t on 2 block log-ratios, df 1", 1.0, False, True, (("tc", "cold"),), 2, 0, (1, 2)))  # paired only
 
 
 def test_paired_blocks_with_a_zero_are_linear() -> None:
@@ -214,7 +214,7 @@ def test_paired_blocks_with_a_zero_are_linear() -> None:
     half = t_quantile(0.975, 2) * sd / math.sqrt(3)
     assert_interval(ratio_interval(top, bottom), Interval(
         3, m, m - half, m + half, 0.0, 3.0, (2.0, 3.0, 0.0), "blocks",
-        "paired: t on 3 block ratios (linear: a value is not positive), df 2", 2.0, False, False, (), 0, 1))
+        "paired: t on 3 block ratios (linear: a value is not positive), df 2", 2.0, False, False, (), 0, 1, (1, 2, 4)))
 
 
 def test_one_shared_launch_pairs_repeats_every_field() -> None:
@@ -226,7 +226,7 @@ def test_one_shared_launch_pairs_repeats_every_field() -> None:
     half = t_quantile(0.975, 2) * sd / math.sqrt(3)
     assert_interval(ratio_interval(top, bottom), Interval(
         3, math.exp(m), math.exp(m - half), math.exp(m + half), 2.0, 4.0, (2.0, 3.0, 4.0), "repeats",
-        "paired on one launch: t on 3 repeat log-ratios, df 2", 2.0, True, True, (), 2, 0))
+        "paired on one launch: t on 3 repeat log-ratios, df 2", 2.0, True, True, (), 2, 0, (1,)))
 
 
 def test_one_shared_launch_with_a_zero_repeat() -> None:
@@ -236,7 +236,7 @@ def test_one_shared_launch_with_a_zero_repeat() -> None:
     half = t_quantile(0.975, 1) * 0.5
     assert_interval(got, Interval(2, 2.5, 2.5 - half, 2.5 + half, 2.0, 3.0, (2.0, 3.0), "repeats",
                                   "paired on one launch: t on 2 repeat ratios (linear: a value is not positive), df 1",
-                                  1.0, True, False, (), 0, 1))
+                                  1.0, True, False, (), 0, 1, (1,)))
 
 
 def test_one_pair_is_not_enough_and_falls_back_to_a_ratio_of_means() -> None:
@@ -269,7 +269,8 @@ def test_unpaired_log_ratio_every_field() -> None:
     c = math.log(12.0 / 5.0)
     assert_interval(ratio_interval(top, bottom), Interval(
         3, 2.4, math.exp(c - half), math.exp(c + half), 10.0 / 6.0, 14.0 / 4.0, (), "repeats",
-        f"unpaired ratio of means: delta method on the log scale, Welch df {df:.1f} (3 vs 3 repeats)", df, True, True))
+        f"unpaired ratio of means: delta method on the log scale, Welch df {df:.1f} (3 vs 3 repeats)", df, True, True,
+        blocks=(1, 2, 3, 5)))
 
 
 def test_unpaired_launches_on_both_sides() -> None:
@@ -282,7 +283,8 @@ def test_unpaired_launches_on_both_sides() -> None:
 
 def test_unpaired_with_one_value_each_every_field() -> None:
     assert_interval(ratio_interval([Obs("t", 3.0, "T", 1)], [Obs("b", 2.0, "B", 2)]), Interval(
-        1, 1.5, 1.5, 1.5, 1.5, 1.5, (1.5,), "value", "one value on each side: no interval", None, False, True))
+        1, 1.5, 1.5, 1.5, 1.5, 1.5, (1.5,), "value", "one value on each side: no interval", None, False, True,
+        blocks=(1, 2)))
 
 
 def test_unpaired_one_value_against_repeats_has_no_spread_on_one_side() -> None:
@@ -307,14 +309,14 @@ def test_unpaired_linear_every_field() -> None:
     assert_interval(ratio_interval(top, bottom), Interval(
         2, r, r - half, r + half, -2.0 / 3.0, 4.0, (), "launches",
         f"unpaired ratio of means: delta method, linear (a value is not positive), Welch df {df:.1f}", df, False,
-        False))
+        False, blocks=(1, 2, 3, 4)))
 
 
 def test_unpaired_linear_one_value_each() -> None:
     got = ratio_interval([Obs("t", -3.0, "T", 1)], [Obs("b", 2.0, "B", 2)])
     assert_interval(got, Interval(1, -1.5, -1.5, -1.5, -1.5, -1.5, (-1.5,), "value",
                                   "unpaired ratio of means: delta method, linear (a value is not positive), Welch df 0.0",
-                                  None, False, False))
+                                  None, False, False, blocks=(1, 2)))
 
 
 def test_unpaired_zero_denominators() -> None:
@@ -458,3 +460,35 @@ def test_unpaired_linear_with_one_degree_of_freedom() -> None:
 def test_two_repeats_of_one_launch_are_repeats_not_a_value() -> None:
     got = mean_interval([Obs("r1", 1.0, "L", 1, 1), Obs("r2", 3.0, "L", 1, 2)])
     assert (got.level, got.method, got.single_launch, got.df) == ("repeats", "t on 2 repeats of one launch, df 1", True, 1.0)
+
+
+# ---- launch variation and the blocks an interval uses ------------------------------------------------
+
+
+def test_one_launch_is_one_launch_per_side_or_one_value_and_two_launches_are_not() -> None:
+    """`one_launch`: no launch-to-launch variation in the interval. One launch per side (repeats), both sides
+    on one shared launch, or a single value (n 1) are; two launches per side (n 2) are not."""
+    one = mean_interval([Obs(f"r{r}", v, "L", 1, r) for r, v in ((1, 2.0), (2, 3.0))])
+    two = mean_interval([Obs("a", 2.0, "L1", 1), Obs("b", 3.0, "L2", 2)])
+    value = mean_interval([Obs("a", 2.0, "L1", 1)])
+    assert (one.one_launch, two.one_launch, value.one_launch) == (True, False, True)
+    assert (one.n, two.n, value.n) == (2, 2, 1)
+    shared = ratio_interval([Obs(f"t{r}", 2.0 + r, "L", 1, r) for r in (1, 2)],
+                            [Obs(f"b{r}", 1.0 + r, "L", 1, r) for r in (1, 2)])
+    assert shared.level == "repeats" and shared.one_launch
+    paired = ratio_interval([Obs(f"t{k}", 2.0 + k, f"T{k}", k) for k in (1, 2)],
+                            [Obs(f"b{k}", 1.0 + k, f"B{k}", k) for k in (1, 2)])
+    assert paired.level == "blocks" and not paired.one_launch
+    one_side = ratio_interval([Obs(f"t{k}", 2.0 + k, f"T{k}", k) for k in (1, 2)],
+                              [Obs(f"b{r}", 1.0 + r, "B", 3, r) for r in (1, 2)])
+    assert one_side.single_launch and one_side.one_launch  # unpaired: one side on one launch
+
+
+def test_a_paired_ratio_uses_only_its_paired_blocks() -> None:
+    """One side in blocks 1-5, the other in 1, 2 and 4: the pairs use blocks 3 of 5, and `blocks` says which;
+    a mean uses every block its values come from."""
+    top = [Obs(f"t{k}", 2.0 + 0.1 * k, f"T{k}", k) for k in (1, 2, 3, 4, 5)]
+    bottom = [Obs(f"b{k}", 1.0 + 0.01 * k, f"B{k}", k) for k in (1, 2, 4)]
+    got = ratio_interval(top, bottom)
+    assert got.level == "blocks" and got.blocks == (1, 2, 4) and got.n == 3 and got.unpaired == 2
+    assert mean_interval(top).blocks == (1, 2, 3, 4, 5)

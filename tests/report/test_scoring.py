@@ -72,6 +72,12 @@ def _points() -> list[P]:
     return pts
 
 
+def alone(s: Score) -> str:
+    """What a one-launch row's interval would say on its own (the ONE_LAUNCH reason's detail)."""
+    assert s.verdict == "inconclusive" and s.verdict_label == "inconclusive (one launch)"
+    return next(r.detail for r in s.reasons if r.why is Why.ONE_LAUNCH)
+
+
 @pytest.fixture()
 def scored(tmp_path: Path) -> dict[str, Score]:
     study = load_study(write_study(tmp_path, HYPOTHESES))
@@ -81,9 +87,12 @@ def scored(tmp_path: Path) -> dict[str, Score]:
     return {s.hypothesis: s for s in score_study(study, runs["toy"])}
 
 
-def test_confirmed_when_interval_inside_band(scored: dict[str, Score]) -> None:
+def test_inside_the_band_on_one_launch_is_at_most_inconclusive(scored: dict[str, Score]) -> None:
+    """Every arm here ran on one launch: an interval inside the band would confirm, but without launch
+    variation it is "inconclusive (one launch)", and says what it would read."""
     s = scored["tight"]
-    assert s.verdict == "confirmed"
+    assert alone(s) == "its 95% interval rests on the repeats of one launch per arm and would read confirmed"
+    assert "what would decide it: at least 3 launches per arm (from its repeats" in s.notes[-1] and s.notes[-1].startswith("inconclusive (one launch): ")
     assert s.n == 3 and s.measured == pytest.approx(100.0)
     assert (s.spread_low, s.spread_high) == (99.0, 101.0)
     half = t_quantile(0.975, 2) * 1.0 / math.sqrt(3)
@@ -93,9 +102,10 @@ def test_confirmed_when_interval_inside_band(scored: dict[str, Score]) -> None:
     assert s.predicted_spec == 100.0  # a plain number needs no hardware
 
 
-def test_refuted_when_interval_outside_band(scored: dict[str, Score]) -> None:
+def test_outside_the_band_on_one_launch_is_at_most_inconclusive(scored: dict[str, Score]) -> None:
     s = scored["far"]
-    assert s.verdict == "refuted"
+    assert alone(s).endswith("would read refuted")
+    assert s.verdict_spec == "inconclusive" and s.verdict_spec_label == "inconclusive (one launch)"
     assert s.error == pytest.approx(-0.6)
 
 
@@ -112,7 +122,7 @@ def test_noise_straddling_the_band_is_inconclusive_and_kept_cache_is_flagged(sco
 def test_ratio_of_matching_repeats_relation(scored: dict[str, Score]) -> None:
     s = scored["batching"]
     assert s.values == pytest.approx((390 / 99, 400 / 100, 410 / 101))
-    assert s.verdict == "confirmed"
+    assert alone(s).endswith("would read confirmed")  # both sides on one shared launch
     assert s.targets == ("a/w/4", "a/w/1")
 
 
@@ -127,7 +137,7 @@ def test_server_metric_reads_the_servers_table(scored: dict[str, Score]) -> None
     s = scored["capacity"]
     assert s.values == (1.5,) and s.n == 1
     assert (s.ci_low, s.ci_high) == (1.5, 1.5)  # one value: the interval is the value
-    assert s.verdict == "refuted"
+    assert alone(s) == "a single value, no interval; alone it would read refuted"
 
 
 def test_server_metric_reads_a_resumed_launchs_latest_server(tmp_path: Path) -> None:
@@ -144,7 +154,7 @@ def test_server_metric_reads_a_resumed_launchs_latest_server(tmp_path: Path) -> 
         "c": {"server_id": "toy/c~2", "arm": "c", "started_at": later, "kv_capacity_tokens": 9},  # not planned
     })
     s = {x.hypothesis: x for x in score_study(study, latest_runs([db])["toy"])}["capacity"]
-    assert s.values == (1.04,) and s.verdict == "confirmed"
+    assert s.values == (1.04,) and alone(s).endswith("would read confirmed")
 
 
 def test_not_run_without_a_run_or_without_points(tmp_path: Path) -> None:
@@ -152,7 +162,7 @@ def test_not_run_without_a_run_or_without_points(tmp_path: Path) -> None:
     assert {s.verdict for s in score_study(study, None)} == {"not run"}
     db = make_db(tmp_path / "r.duckdb", [P("a", 1, 0, {"output_throughput": 100.0})])
     by_id = {s.hypothesis: s for s in score_study(study, latest_runs([db])["toy"])}
-    assert by_id["tight"].verdict == "confirmed" and by_id["tight"].n == 1
+    assert alone(by_id["tight"]).endswith("would read confirmed") and by_id["tight"].n == 1
     assert by_id["far"].verdict == "not run"
     assert by_id["batching"].verdict == "not run"
 
@@ -246,7 +256,7 @@ predict = { relation = "<", value = 0.01 }
     study = load_study(write_study(tmp_path, hyp))
     db = make_db(tmp_path / "r.duckdb", [P("a", 1, r, {"prefix_hit_rate": 0.0}) for r in range(2)])
     s = score_study(study, latest_runs([db])["toy"])[0]
-    assert s.verdict == "confirmed" and s.off_band == 0.0 and s.error is None
+    assert alone(s).endswith("would read confirmed") and s.off_band == 0.0 and s.error is None
 
 
 def test_reasons_are_structured(scored: dict[str, Score]) -> None:
@@ -255,9 +265,9 @@ def test_reasons_are_structured(scored: dict[str, Score]) -> None:
     assert [(r.point, r.checks) for r in failed] == [("toy/b/w/c4/r1", ("littles_law",))]
     assert all(r.invalidates for r in failed)
     noisy = scored["noisy"]
-    straddles = [r for r in noisy.reasons if r.why is Why.STRADDLES]
-    assert [r.edge for r in straddles] == pytest.approx([95.0, 105.0])
-    assert "straddles the band edge 95 tok/s" in straddles[0].text
+    assert alone(noisy) == ("its 95% interval rests on the repeats of one launch per arm and straddles 95 tok/s "
+                            "and 105 tok/s")
+    assert not noisy.has(Why.STRADDLES)  # one launch: the one-launch note says what would decide it
     assert not any(r.why is Why.STRADDLES for r in scored["tight"].reasons)
     assert scored["tight"].has(Why.NOT_CALIBRATED)
 
@@ -281,5 +291,10 @@ def test_audit_json_carries_structured_reasons(scored: dict[str, Score]) -> None
     row = json.loads(json.dumps(json_row(scored["broken"])))
     failed = [r for r in row["reasons"] if r["why"] == "failed check"]
     assert failed == [{"why": "failed check", "point": "toy/b/w/c4/r1", "checks": ["littles_law"], "edge": None,
-                       "unit": "", "count": 0, "detail": "", "text": "toy/b/w/c4/r1: failed check littles_law"}]
+                       "unit": "", "count": 0, "detail": "", "label": "", "decide": "",
+                       "text": "toy/b/w/c4/r1: failed check littles_law"}]
     assert row["prediction"] == "< 1,000 ms" and row["off_band"] == 0.0 and row["verdict"] == "invalid"
+    assert (row["verdict_label"], row["interval_label"], row["confidence"], row["look"]) == (
+        "invalid", "95% interval", 0.95, None)
+    one = json.loads(json.dumps(json_row(scored["tight"])))
+    assert (one["verdict"], one["verdict_label"]) == ("inconclusive", "inconclusive (one launch)")

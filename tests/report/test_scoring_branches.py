@@ -169,13 +169,18 @@ def base(**kw: Any) -> dict[str, Any]:
         study_id="toy", metric=TPUT, unit="tok/s", kind="value", relation=None, tolerance=0.05, ratio=False,
         band_low_spec=None, band_high_spec=None, values=(), n=0, measured=None, ci_low=None, ci_high=None,
         spread_low=None, spread_high=None, error=None, error_spec=None, off_band=None, off_band_spec=None,
-        run_id=RUN, calibrated=False, checks=(), flags=(), reasons=(), point_ids=(), interval="",
+        run_id=RUN, calibrated=False, checks=(), flags=(), reasons=(), point_ids=(), interval="", confidence=0.95,
+        look=None,
     )
     out.update(kw)
     return out
 
 
 # ---- value: one launch of three repeats --------------------------------------------------------------
+
+
+ONE_CONFIRMED = Reason(Why.ONE_LAUNCH, detail="its 95% interval rests on the repeats of one launch per arm and would read confirmed",
+                       decide="at least 2 launches per arm (from its repeats' spread; launches vary at least as much)")
 
 
 def test_value_on_one_launch_every_field(tmp_path: Path) -> None:
@@ -188,11 +193,16 @@ def test_value_on_one_launch_every_field(tmp_path: Path) -> None:
         band_low=95.0, band_high=105.0, band_low_spec=95.0, band_high_spec=105.0,
         values=(101.0, 102.0, 103.0), n=3, measured=102.0, ci_low=102.0 - half, ci_high=102.0 + half,
         spread_low=101.0, spread_high=103.0, error=0.02, error_spec=0.02, off_band=0.0, off_band_spec=0.0,
-        verdict="confirmed", verdict_spec="confirmed",
-        reasons=(Reason(Why.NOT_CALIBRATED), Reason(Why.SINGLE_LAUNCH)),
+        verdict="inconclusive", verdict_spec="inconclusive",  # inside the band, but on one launch
+        reasons=(Reason(Why.NOT_CALIBRATED), dataclasses.replace(ONE_CONFIRMED, decide=ONE_CONFIRMED.decide.replace(
+            "at least 2", "at least 3"))),
         point_ids=(pid("a", 1, "r1"), pid("a", 1, "r2"), pid("a", 1, "r3")),
         interval="t on 3 repeats of one launch, df 2",
     ))
+    assert (s.verdict_label, s.verdict_spec_label) == ("inconclusive (one launch)",) * 2
+    assert s.notes[-1] == ("inconclusive (one launch): launch-to-launch variation is not in it (its 95% interval "
+                           "rests on the repeats of one launch per arm and would read confirmed); what would decide "
+                           "it: at least 3 launches per arm (from its repeats' spread; launches vary at least as much)")
 
 
 def test_no_run_is_not_run_without_any_reason(tmp_path: Path) -> None:
@@ -256,10 +266,12 @@ def test_relation_at_a_sequential_look_with_kept_cache_and_warnings(tmp_path: Pa
                f"warning littles_law on {pid('b', 4, 'L1r2')}"),
         reasons=(Reason(Why.NOT_CALIBRATED), Reason(Why.NOT_EXCHANGEABLE, point=pid("b", 4, "L1r1"), detail=cold),
                  Reason(Why.NOT_EXCHANGEABLE, point=pid("b", 4, "L2r1"), detail=cold),
-                 Reason(Why.STRADDLES, edge=100.0, unit="tok/s")),
+                 Reason(Why.STRADDLES, edge=100.0, unit="tok/s", label="99% interval, look 2 of 4",
+                        decide="more blocks than the budget's 4 at this spread (a new run with a larger budget)")),
         point_ids=tuple(pid("b", 4, f"{lid}r{r}") for r in (1, 2, 3) for lid in ("L1", "L2")),  # by repeat
-        interval="t on 2 launch means, df 1",
+        interval="t on 2 launch means, df 1", confidence=0.99, look=(2, 4),
     ))
+    assert s.interval_label == "99% interval, look 2 of 4"
 
 
 def test_a_fixed_design_reads_the_plain_t_interval(tmp_path: Path) -> None:
@@ -269,8 +281,12 @@ def test_a_fixed_design_reads_the_plain_t_interval(tmp_path: Path) -> None:
     s = scores(loaded, run(pts, plan=plan))["v"]
     half = t_quantile(0.975, 1) * 2.0
     assert (s.ci_low, s.ci_high) == pytest.approx((102.0 - half, 102.0 + half))
-    assert s.verdict == "inconclusive" and s.reasons == (Reason(Why.NOT_CALIBRATED),
-                                                         Reason(Why.STRADDLES, edge=90.0, unit="tok/s"))
+    assert s.verdict == "inconclusive" and s.reasons == (
+        Reason(Why.NOT_CALIBRATED), Reason(Why.STRADDLES, edge=90.0, unit="tok/s", label="95% interval",
+                                           decide="about 3 launches per arm at this spread"))
+    assert (s.interval_label, s.look, s.verdict_label) == ("95% interval", None, "inconclusive")  # no look
+    assert s.notes[-1] == ("the 95% interval straddles the band edge 90 tok/s: what would decide it: about 3 "
+                           "launches per arm at this spread")
 
 
 def test_relation_below_a_threshold_straddled(tmp_path: Path) -> None:
@@ -278,7 +294,10 @@ def test_relation_below_a_threshold_straddled(tmp_path: Path) -> None:
     pts = [point("a", 1, f"r{r}", v, metric="ttft_p50_s", repeat=r) for r, v in ((1, 0.1), (2, 0.3))]
     s = scores(loaded, run(pts))["lt"]
     assert s.verdict == "inconclusive" and (s.band_low, s.band_high) == (None, 0.2)
-    assert s.reasons[-1] == Reason(Why.STRADDLES, edge=0.2, unit="ms")
+    assert s.reasons[-1] == Reason(  # one launch: the one-launch note names the edge it straddles
+        Why.ONE_LAUNCH, detail="its 95% interval rests on the repeats of one launch per arm and straddles 200 ms",
+        decide="more than 100 launches per arm at its repeats' spread (the mean sits at an edge)")
+    assert not s.has(Why.STRADDLES) and s.verdict_label == "inconclusive (one launch)"
     assert s.unit == "s" and s.off_band == 0.0
 
 
@@ -300,11 +319,13 @@ def test_server_metric_ratio_of_arms_paired_by_block(tmp_path: Path) -> None:
         band_low_spec=1.0, band_high_spec=2.0, values=(1.5, 1.6), n=2, measured=math.exp(mean),
         ci_low=math.exp(mean - half), ci_high=math.exp(mean + half), spread_low=1.5, spread_high=1.6,
         off_band=0.0, off_band_spec=0.0, verdict="inconclusive", verdict_spec="inconclusive", calibrated=True,
-        reasons=(Reason(Why.STRADDLES, edge=2.0, unit="x"),),
+        reasons=(Reason(Why.STRADDLES, edge=2.0, unit="x", label="95% interval",
+                        decide="about 3 launches per arm at this spread"),),
         point_ids=("toy/b/1", "toy/b/2", "toy/a/1", "toy/a/2"),
         interval="paired: t on 2 block log-ratios, df 1",
     ))
-    assert s.notes == ("the 95% interval straddles the band edge 2x: more repeats could decide",)
+    assert s.notes == ("the 95% interval straddles the band edge 2x: what would decide it: about 3 launches per "
+                       "arm at this spread",)
 
 
 def test_a_start_that_compiled_is_left_out_of_a_server_metric(tmp_path: Path) -> None:
@@ -334,8 +355,10 @@ def test_server_metric_without_a_plan_one_launch_per_server(tmp_path: Path) -> N
     assert s.values == (900.0, 1100.0) and s.point_ids == ("toy/a/1", "toy/a/2")
     assert (s.ci_low, s.ci_high) == pytest.approx((1000.0 - half, 1000.0 + half))
     assert s.interval == "t on 2 launch means, df 1" and s.unit == "tokens"
-    assert s.reasons == (Reason(Why.NOT_CALIBRATED), Reason(Why.STRADDLES, edge=800.0, unit="tokens"),
-                         Reason(Why.STRADDLES, edge=1200.0, unit="tokens"))
+    decide = "about 5 launches per arm at this spread"
+    assert s.reasons == (Reason(Why.NOT_CALIBRATED),
+                         Reason(Why.STRADDLES, edge=800.0, unit="tokens", label="95% interval", decide=decide),
+                         Reason(Why.STRADDLES, edge=1200.0, unit="tokens", label="95% interval", decide=decide))
 
 
 def test_failed_servers_make_the_score_invalid(tmp_path: Path) -> None:
@@ -384,7 +407,7 @@ def test_point_status_and_failed_checks(tmp_path: Path) -> None:
     assert status.measured == 100.0  # the statistics stay for the page, the verdict does not
     assert marked.reasons == (Reason(Why.NOT_CALIBRATED), Reason(Why.FAILED_CHECK, point=pid("a", 4, "r1")))
     assert marked.notes[-1] == f"{pid('a', 4, 'r1')}: failed check (marked invalid)"
-    assert check.reasons == (Reason(Why.NOT_CALIBRATED), Reason(Why.SINGLE_LAUNCH),
+    assert check.reasons == (Reason(Why.NOT_CALIBRATED),  # invalid: no one-launch note, no verdict to cap
                              Reason(Why.FAILED_CHECK, point=pid("b", 1, "r1"), checks=("errors", "littles_law")))
     assert check.checks == ("cache_cold", "errors", "littles_law")
     assert check.flags == (f"warning cache_cold on {pid('b', 1, 'r2')}",)  # reset points: a cold cache warns
@@ -439,7 +462,10 @@ def test_unpaired_blocks_zero_pairs_and_a_linear_ratio(tmp_path: Path) -> None:
     assert (s.ci_low, s.ci_high) == pytest.approx((1.75 - half, 1.75 + half))
     assert s.reasons == (Reason(Why.NOT_CALIBRATED), Reason(Why.UNPAIRED, count=1),
                          Reason(Why.ZERO_DENOMINATOR, count=1), Reason(Why.NOT_POSITIVE),
-                         Reason(Why.STRADDLES, edge=0.5, unit="x"), Reason(Why.STRADDLES, edge=2.0, unit="x"))
+                         Reason(Why.STRADDLES, edge=0.5, unit="x", label="95% interval",
+                                decide="about 12 launches per arm at this spread"),
+                         Reason(Why.STRADDLES, edge=2.0, unit="x", label="95% interval",
+                                decide="about 12 launches per arm at this spread"))
     assert s.interval == "paired: t on 2 block ratios (linear: a value is not positive), df 1"
     assert s.notes[1:4] == ("1 launch(es) or repeat(s) without a partner in their block were left out of the "
                             "paired interval", "1 repeat(s) with a zero denominator were left out",
@@ -459,8 +485,8 @@ def test_ratio_of_selectors_on_one_launch_pairs_repeats(tmp_path: Path) -> None:
     assert s.values == pytest.approx((3.0, 3.2)) and s.measured == pytest.approx(want.mean)
     assert (s.ci_low, s.ci_high) == pytest.approx((want.ci_low, want.ci_high))
     assert s.targets == ("a/w/4", "a/w/1") and s.unit == "ratio" and s.ratio
-    assert s.reasons == (Reason(Why.NOT_CALIBRATED), Reason(Why.SINGLE_LAUNCH))
-    assert s.verdict == "confirmed" and s.error is None and s.off_band == 0.0
+    assert s.reasons == (Reason(Why.NOT_CALIBRATED), ONE_CONFIRMED)  # both sides on one shared launch
+    assert s.verdict == "inconclusive" and s.error is None and s.off_band == 0.0
 
 
 # ---- predictions: errors, hardware, calibration, model folders --------------------------------------
@@ -509,7 +535,9 @@ def test_unknown_hardware_is_not_calibrated_and_expressions_fail(tmp_path: Path)
     # a number needs no hardware
     plain = with_hypothesis(loaded, predict=loaded.study.hypothesis[0].predict.model_copy(update={"value": 100.0}))
     s = scores(plain, run([point("a", 1, "r1", 100.0)]))["hw"]
-    assert (s.predicted, s.verdict, s.calibrated) == (100.0, "confirmed", False)
+    assert (s.predicted, s.verdict, s.calibrated) == (100.0, "inconclusive", False)
+    assert s.reasons[-1] == Reason(Why.ONE_LAUNCH, detail="a single value, no interval; alone it would read confirmed",
+                                   decide="at least 2 launches per arm, for an interval between launches")
 
 
 def test_calibrated_flops_against_the_spec_sheet(tmp_path: Path) -> None:
@@ -521,8 +549,10 @@ def test_calibrated_flops_against_the_spec_sheet(tmp_path: Path) -> None:
         band_low=190.0, band_high=210.0, band_low_spec=95.0, band_high_spec=105.0, values=(150.0,), n=1,
         measured=150.0, ci_low=150.0, ci_high=150.0, spread_low=150.0, spread_high=150.0, error=-0.25,
         error_spec=0.5, off_band=(150.0 - 190.0) / 190.0, off_band_spec=(150.0 - 105.0) / 105.0,
-        verdict="refuted", verdict_spec="refuted", calibrated=True, point_ids=(pid("a", 1, "r1"),),
-        interval="one value",
+        verdict="inconclusive", verdict_spec="inconclusive", calibrated=True, point_ids=(pid("a", 1, "r1"),),
+        interval="one value",  # a single value never refutes
+        reasons=(Reason(Why.ONE_LAUNCH, detail="a single value, no interval; alone it would read refuted",
+                        decide="at least 2 launches per arm, for an interval between launches"),),
     ))
 
 
@@ -538,7 +568,8 @@ def test_relative_error_of_small_and_negative_predictions(tmp_path: Path, value:
         assert s.off_band == pytest.approx((2.5 - value * 0.95) / abs(value * 0.95))
     else:
         assert s.off_band == (None if off is None else pytest.approx(off))
-    assert s.verdict == "refuted"
+    assert s.verdict == "inconclusive" and s.reasons[-1].detail == (
+        "a single value, no interval; alone it would read refuted")
 
 
 def test_an_arm_model_and_kv_dtype_feed_its_expressions(tmp_path: Path) -> None:
@@ -657,9 +688,12 @@ def test_a_hypothesis_measured_in_fewer_blocks_than_the_run_says_the_look_it_is_
             "design": {"launches": {"a": 3}, "budget": {"blocks": 4}}}
     got = scores(loaded, run(pts, plan=plan))
     early = [r for r in got["c1"].reasons if r.why is Why.EARLY_LOOK]
-    assert early == [Reason(Why.EARLY_LOOK, count=3, detail="99%")]
-    assert early[0].text == ("measured in 3 of the run's blocks (a decided hypothesis is not measured again): its "
-                             "interval is read at that look, at 99%")
+    assert early == [Reason(Why.EARLY_LOOK, count=3, detail="99% interval, look 3 of 4")]
+    assert early[0].text == ("its interval uses 3 of the run's blocks (a decided hypothesis is not measured again; a "
+                             "block without both sides of a pair is left out of it): read at that look, the 99% "
+                             "interval, look 3 of 4")
+    assert (got["c1"].look, got["c1"].interval_label) == ((3, 4), "99% interval, look 3 of 4")  # the first look
+    assert (got["c4"].look, got["c4"].interval_label) == ((4, 4), "96% interval, look 4 of 4")  # the last
     half = t_quantile(1 - 0.01 / 2, 2) * 2.0 / math.sqrt(3)
     assert (got["c1"].ci_low, got["c1"].ci_high) == pytest.approx((102.0 - half, 102.0 + half))
     assert not [r for r in got["c4"].reasons if r.why is Why.EARLY_LOOK]

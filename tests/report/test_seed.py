@@ -91,19 +91,20 @@ def test_each_verdict_in_plain_words(tmp_path: Path) -> None:
     by_id = {line.hypothesis: line for line in note.lines}
     assert list(by_id) == ["tight", "far", "noisy", "broken", "power"]  # file order; `quiet` has no source
     assert {h: line.verdict for h, line in by_id.items()} == {
-        "tight": "confirmed", "far": "refuted", "noisy": "inconclusive", "broken": "invalid", "power": "not run"}
-    want = {"tight": "held", "far": "did not hold", "noisy": "could not tell (inconclusive)",
-            "broken": "not trustworthy (invalid)", "power": "not run"}
+        "tight": "inconclusive", "far": "inconclusive", "noisy": "inconclusive", "broken": "invalid",
+        "power": "not run"}  # every arm ran on one launch: nothing is confirmed or refuted
+    one = "could not tell (inconclusive: one launch per arm)"
+    want = {"tight": one, "far": one, "noisy": one, "broken": "not trustworthy (invalid)", "power": "not run"}
     assert {h: line.held for h, line in by_id.items()} == want
     assert HELD == {"confirmed": "held", "refuted": "did not hold", "inconclusive": "could not tell (inconclusive)",
-                    "invalid": "not trustworthy (invalid)", "not run": "not run"}
+                    "inconclusive (one launch)": one, "invalid": "not trustworthy (invalid)", "not run": "not run"}
 
     tight = by_id["tight"].text
     assert tight.startswith("tight: the seed said “100 tok/s at batch 1 (seed GPU)”. On the NVIDIA H200: ")
-    assert "100.0 tok/s (95% CI 97.5–102.5 tok/s; spread 99.0–101.0 tok/s; n = 3)" in tight
-    assert tight.endswith("Against our prediction (100 tok/s ± 5%): held.")
-    assert by_id["far"].text.endswith("Against our prediction (1,000 tok/s ± 5%): did not hold.")
-    assert "(95% CI 70.2–129.8 tok/s; spread 88.0–112.0 tok/s; n = 3)" in by_id["noisy"].text
+    assert "100.0 tok/s (95% interval 97.5–102.5 tok/s; spread 99.0–101.0 tok/s; n = 3)" in tight
+    assert tight.endswith(f"Against our prediction (100 tok/s ± 5%): {one}.")
+    assert by_id["far"].text.endswith(f"Against our prediction (1,000 tok/s ± 5%): {one}.")
+    assert "(95% interval 70.2–129.8 tok/s; spread 88.0–112.0 tok/s; n = 3)" in by_id["noisy"].text
     broken = by_id["broken"]
     assert "200.0 ms" in broken.got and broken.prediction == "< 1,000 ms"
     assert broken.reason == "1 of its points failed the littles_law check"
@@ -113,8 +114,8 @@ def test_each_verdict_in_plain_words(tmp_path: Path) -> None:
     assert power.text.endswith("Against our prediction (> 1 W): not run (not measured in this run).")
 
     assert note.gpu == "NVIDIA H200"
-    assert note.summary == ("1 of 5 seed claims held on the NVIDIA H200; 1 did not hold; for 1 we could not tell "
-                            "(inconclusive); 1 was not trustworthy (invalid: a point failed a check); 1 was not run.")
+    assert note.summary == ("0 of 5 seed claims held on the NVIDIA H200; for 3 we could not tell (inconclusive); 1 was "
+                            "not trustworthy (invalid: a point failed a check); 1 was not run.")
 
 
 def test_summary_wording() -> None:
@@ -195,7 +196,7 @@ def test_fraction_of_the_batch1_roofline(tmp_path: Path, calibrated: bool) -> No
         assert f.fraction == pytest.approx(100.0 / tok_s)  # the measured mean over the ceiling
         score = next(s for s in scores if s.hypothesis == "roof")
         assert (f.ci_low, f.ci_high) == pytest.approx((score.ci_low / tok_s, score.ci_high / tok_s))
-        assert f"{100 * f.fraction:.1f}% (95% CI " in by_id["roof"].text
+        assert f"{100 * f.fraction:.1f}% (95% interval: " in by_id["roof"].text
     # the prediction resolves the same roofline: the fraction is 0.5 x measured / predicted
     score = next(s for s in scores if s.hypothesis == "roof")
     assert fractions[0].fraction == pytest.approx(0.5 * score.measured / score.predicted)
@@ -210,8 +211,10 @@ def test_study_page_shows_the_note_escaped(tmp_path: Path) -> None:
     build_site([db], tmp_path / "site", study_paths=[study])
     page = (tmp_path / "site/studies/toy/index.html").read_text(encoding="utf-8")
     assert '<h2 id="seed">Against the seed</h2>' in page
-    assert "1 of 5 seed claims held on the CPU (no GPU)" in page
-    assert '<span class="verdict v-inconclusive">could not tell (inconclusive)</span>' in page
+    assert "0 of 5 seed claims held on the CPU (no GPU)" in page
+    assert '<span class="verdict v-inconclusive">could not tell (inconclusive: one launch per arm)</span>' in page
+    assert ('<span class="verdict v-inconclusive">inconclusive</span><br><span class="note">(one launch)</span>'
+            in page)  # the table's cell
     assert "<b>always</b>" not in page and "&lt;b&gt;always&lt;/b&gt;" in page  # autoescaped
     assert page.index('id="seed"') < page.index('id="hypotheses"')
     plain = write_study(tmp_path, SOURCED.replace("source = ", "# source = "), study_id="plain")
@@ -233,13 +236,14 @@ def test_audit_markdown_prints_a_row_per_hypothesis(tmp_path: Path) -> None:
     cells = {r.split(" | ")[1]: r for r in rows}
     assert cells["c1 throughput is 100 tok/s"] == (
         "| toy | c1 throughput is 100 tok/s | 100 tok/s at batch 1 (seed GPU) | 100 tok/s ± 5% | "
-        "100.0 tok/s (95% CI 97.5–102.5 tok/s) | 3 | confirmed |")
+        "100.0 tok/s (95% interval 97.5–102.5 tok/s) | 3 | inconclusive (one launch) |")
     broken = cells["ttft at b/c4 under 1 s"]
     assert "TTFT \\| under a second &lt;b>always&lt;/b>" in broken and "< 1,000 ms" in broken
     assert broken.endswith("| 3 | invalid |")
     assert cells["power is measured"].endswith("| > 1 W | not measured | 0 | not run |")
-    assert "| a/w/4 ÷ a/w/1: > 2x | 4.000x (95% CI" not in cells["c4 gives more than twice c1"]
-    assert "| 4 ÷ 1: > 2x | 3.999x (95% CI 3.853–4.151x) | 3 | confirmed |" in cells["c4 gives more than twice c1"]
+    assert "| a/w/4 ÷ a/w/1: > 2x | 4.000x (95% interval" not in cells["c4 gives more than twice c1"]
+    assert ("| 4 ÷ 1: > 2x | 3.999x (95% interval 3.853–4.151x) | 3 | inconclusive (one launch) |"
+            in cells["c4 gives more than twice c1"])
     assert "| - |" in cells["c4 gives more than twice c1"]  # no source quoted
     assert "`toy` run run-1 (CPU (no GPU), vLLM 0.0-test; 1 launch per arm x 3 repeats)" in result.output
 
