@@ -112,6 +112,7 @@ def _score(ctx: StudyContext, hyp: Hypothesis, failed: dict[str, list[CheckResul
             flagged.setdefault(what, []).extend(ids)
     flags = [f"{what} on {', '.join(sorted(ids))}" for what, ids in sorted(flagged.items())]
     invalid = [i for s in side_list for i in s.invalid]
+    notes.extend(r for s in side_list for r in s.missing(hyp.metric))  # points without the metric: how many, why
 
     verdict: Verdict
     verdict_spec: Verdict

@@ -23,6 +23,7 @@ from report.prediction import Resolved, resolve_prediction
 from report.results import RunData
 from report.score_model import Reason, Score, Why
 from report.scoring import score_study
+from report.sides import NOT_FINITE, NOT_RECORDED, SERVER_NOT_RECORDED, WITHHELD
 from runner.store.records import CheckResult, PointRecord, PointSummary, RunRecord, ServerRecord
 from tests.report.helpers import TINY_MODEL, plan_json
 
@@ -170,6 +171,7 @@ def base(**kw: Any) -> dict[str, Any]:
         band_low_spec=None, band_high_spec=None, values=(), n=0, measured=None, ci_low=None, ci_high=None,
         spread_low=None, spread_high=None, error=None, error_spec=None, off_band=None, off_band_spec=None,
         run_id=RUN, calibrated=False, checks=(), flags=(), reasons=(), point_ids=(), interval="",
+        confidence=0.95, look=None,
     )
     out.update(kw)
     return out
@@ -224,10 +226,45 @@ def test_points_without_the_metric_are_not_measured(tmp_path: Path) -> None:
         hypothesis="v", claim="claim v", targets=("a/w/1",), predicted=100.0, predicted_spec=100.0,
         band_low=95.0, band_high=105.0, band_low_spec=95.0, band_high_spec=105.0,
         verdict="not run", verdict_spec="not run",
-        reasons=(Reason(Why.NOT_CALIBRATED), Reason(Why.NOT_MEASURED, detail=TPUT)),
+        reasons=(Reason(Why.NOT_CALIBRATED),
+                 Reason(Why.MISSING_VALUES, count=2,
+                        detail=f"{TPUT} {NOT_FINITE} ({pid('a', 1, 'r2')}, {pid('a', 1, 'r3')})"),
+                 Reason(Why.MISSING_VALUES, count=1, detail=f"{TPUT} {NOT_RECORDED} ({pid('a', 1, 'r1')})"),
+                 Reason(Why.NOT_MEASURED, detail=TPUT)),
         point_ids=(pid("a", 1, "r1"), pid("a", 1, "r2"), pid("a", 1, "r3")),
     ))
     assert s.notes[-1] == f"metric {TPUT} was not measured on these points"
+    assert s.notes[1] == f"2 point(s) left out, without the metric: {TPUT} not a finite number ({pid('a', 1, 'r2')}, " \
+        f"{pid('a', 1, 'r3')})"
+
+
+def test_withheld_itl_percentiles_are_counted_with_their_cause(tmp_path: Path) -> None:
+    """The failing case: two of three points had their ITL p95 withheld by itl_trusted; the score says
+    how many and why, and rests on the one point left. A point that failed itl_trusted only as
+    unverified withholds nothing, so a missing value there is 'not recorded'."""
+    loaded = study(tmp_path, hyp("itl", "itl_p95_s", "{ arm = \"a\", concurrency = 1 }", "{ value = 0.01 }"))
+    pts = [point("a", 1, "r1", 0.01, metric="itl_p95_s"), point("a", 1, "r2", None, repeat=2),
+           point("a", 1, "r3", None, repeat=3)]
+    bunched = [failed(pid("a", 1, "r2"), "itl_trusted", "warn"), failed(pid("a", 1, "r3"), "itl_trusted", "warn")]
+    s = scores(loaded, run(pts, checks=bunched))["itl"]
+    want = Reason(Why.MISSING_VALUES, count=2,
+                  detail=f"itl_p95_s {WITHHELD} ({pid('a', 1, 'r2')}, {pid('a', 1, 'r3')})")
+    assert s.reasons == (Reason(Why.NOT_CALIBRATED), want) and s.n == 1
+    assert s.flags == (f"warning itl_trusted on {pid('a', 1, 'r2')}, {pid('a', 1, 'r3')}",)
+    unverified = [CheckResult(pid("a", 1, "r2"), "itl_trusted", False, "warn", None, 0.25, "d", "unverified")]
+    s = scores(loaded, run(pts[:2], checks=unverified))["itl"]
+    assert s.reasons[1] == Reason(Why.MISSING_VALUES, count=1, detail=f"itl_p95_s {NOT_RECORDED} ({pid('a', 1, 'r2')})")
+    # a metric itl_trusted does not withhold is not 'withheld' on a point that failed it
+    tpot = with_hypothesis(loaded, metric="tpot_p95_s")
+    s = scores(tpot, run([point("a", 1, "r1", 0.01, metric="tpot_p95_s"), pts[1]], checks=bunched[:1]))["itl"]
+    assert s.reasons[1].detail == f"tpot_p95_s {NOT_RECORDED} ({pid('a', 1, 'r2')})"
+
+
+def test_every_point_with_the_metric_reports_nothing_missing(tmp_path: Path) -> None:
+    """The clean case: no point lacks the metric, so no reason is added."""
+    loaded = study(tmp_path, hyp("itl", "itl_p95_s", "{ arm = \"a\", concurrency = 1 }", "{ value = 0.01 }"))
+    s = scores(loaded, run([point("a", 1, "r1", 0.01, metric="itl_p95_s")]))["itl"]
+    assert not s.has(Why.MISSING_VALUES) and s.n == 1
 
 
 # ---- relation >= on two launches, read at a sequential look ------------------------------------------
@@ -357,7 +394,9 @@ def test_server_metric_missing_is_not_measured(tmp_path: Path) -> None:
     loaded = study(tmp_path, hyp("kv", "kv_capacity_tokens", "{ arm = \"a\" }", "{ value = 1000.0 }"))
     s = scores(loaded, run(servers=[server("toy/a/1", "a", None)]))["kv"]
     assert s.verdict == "not run" and s.interval == "" and s.n == 0
-    assert s.reasons == (Reason(Why.NOT_CALIBRATED), Reason(Why.NOT_MEASURED, detail="kv_capacity_tokens"))
+    assert s.reasons == (Reason(Why.NOT_CALIBRATED),
+                         Reason(Why.MISSING_VALUES, count=1, detail=f"kv_capacity_tokens {SERVER_NOT_RECORDED} (toy/a/1)"),
+                         Reason(Why.NOT_MEASURED, detail="kv_capacity_tokens"))
 
 
 # ---- points that did not finish, failed checks, warnings ---------------------------------------------
