@@ -196,10 +196,13 @@ def _estimate(side_list: list[MeasuredSide], notes: list[Reason], design: Layout
     return list(est.units), stats, est.method
 
 
+UNEVALUABLE = "could not be evaluated: invalid, and left out of the blocks a sequential budget adds"
+
+
 def _verdict(hyp: Hypothesis, resolved: Resolved | None, stats: Stats, notes: list[Reason], unit: str) -> Verdict:
-    if resolved is None:
-        notes.append(Reason(Why.PREDICTION, detail="could not be evaluated: no verdict"))
-        return "inconclusive"
+    if resolved is None:  # invalid, not inconclusive: no block the budget adds could decide it
+        notes.append(Reason(Why.PREDICTION, detail=UNEVALUABLE))
+        return "invalid"
     p = hyp.predict
     verdict = judge(p.kind, p.relation, resolved.band_low, resolved.band_high, stats.ci_low, stats.ci_high)
     if verdict == "inconclusive":

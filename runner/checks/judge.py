@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from compiler.plan import PointStep
 from compiler.study import Checks
@@ -135,7 +136,8 @@ def judge(
         client_stall_max_s=client_stall_s,
     )
     if fidelity.status == "fail":  # bunched gaps: ITL percentiles would describe the client
-        summary = replace(summary, **dict.fromkeys(WITHHELD_METRICS))
+        withheld: dict[str, Any] = dict.fromkeys(WITHHELD_METRICS)
+        summary = replace(summary, **withheld)
     phase = steady_phase(measured, step.concurrency) if step.concurrency and not burst else None
     steady = steady_requests(measured, phase) if phase is not None else measured
     evidence = checks_mod.Evidence(

@@ -22,7 +22,7 @@ from report.intervals import Obs, fixed_critical, ratio_interval, t_quantile
 from report.prediction import Resolved, resolve_prediction
 from report.results import RunData
 from report.score_model import Reason, Score, Why
-from report.scoring import score_study
+from report.scoring import UNEVALUABLE, score_study
 from report.sides import NOT_FINITE, NOT_RECORDED, SERVER_NOT_RECORDED, WITHHELD
 from runner.store.records import CheckResult, PointRecord, PointSummary, RunRecord, ServerRecord
 from tests.report.helpers import TINY_MODEL, plan_json
@@ -521,7 +521,9 @@ def test_a_selector_error_and_a_model_without_a_folder(tmp_path: Path) -> None:
     assert s.notes[0] == "selector: selector matches 2 points; narrow it by concurrency (1, 4)"
 
 
-def test_a_model_that_no_longer_loads_leaves_no_verdict(tmp_path: Path) -> None:
+def test_a_model_that_no_longer_loads_makes_the_score_invalid(tmp_path: Path) -> None:
+    """A prediction that validated but no longer evaluates (its model's config broke since) is invalid,
+    with why: not inconclusive, which would keep a sequential budget adding blocks for it."""
     loaded = study(tmp_path, hyp("roof", TPUT, "{ arm = \"a\", concurrency = 1 }", "{ value = \"model.params / 1e3\" }"))
     (tmp_path / "m" / "base" / "config.json").write_text("{ not json")
     with pytest.raises(ModelError) as exc:
@@ -530,9 +532,9 @@ def test_a_model_that_no_longer_loads_leaves_no_verdict(tmp_path: Path) -> None:
     assert_score(s, **base(
         hypothesis="roof", claim="claim roof", targets=("a/w/1",), predicted=None, predicted_spec=None,
         band_low=None, band_high=None, values=(100.0,), n=1, measured=100.0, ci_low=100.0, ci_high=100.0,
-        spread_low=100.0, spread_high=100.0, verdict="inconclusive", verdict_spec="inconclusive",
+        spread_low=100.0, spread_high=100.0, verdict="invalid", verdict_spec="invalid",
         reasons=(Reason(Why.NOT_CALIBRATED), Reason(Why.PREDICTION, detail=str(exc.value)),
-                 Reason(Why.PREDICTION, detail="could not be evaluated: no verdict")),
+                 Reason(Why.PREDICTION, detail=UNEVALUABLE)),
         point_ids=(pid("a", 1, "r1"),), interval="one value",
     ))
 
@@ -542,9 +544,9 @@ def test_unknown_hardware_is_not_calibrated_and_expressions_fail(tmp_path: Path)
     meta = loaded.study.study.model_copy(update={"hardware": "nope"})
     loaded = dataclasses.replace(loaded, study=loaded.study.model_copy(update={"study": meta}))
     s = scores(loaded, run([point("a", 1, "r1", 100.0)], calibrated=True, bandwidth=1e9, flops=1e12))["hw"]
-    assert not s.calibrated and s.predicted is None and s.verdict == "inconclusive"
+    assert not s.calibrated and s.predicted is None and s.verdict == "invalid"
     assert s.reasons == (Reason(Why.NOT_CALIBRATED), Reason(Why.PREDICTION, detail="unknown hardware 'nope'"),
-                         Reason(Why.PREDICTION, detail="could not be evaluated: no verdict"))
+                         Reason(Why.PREDICTION, detail=UNEVALUABLE))
     # a number needs no hardware
     plain = with_hypothesis(loaded, predict=loaded.study.hypothesis[0].predict.model_copy(update={"value": 100.0}))
     s = scores(plain, run([point("a", 1, "r1", 100.0)]))["hw"]
