@@ -127,6 +127,7 @@ class Item:
     server: float | None
     bound: str  # "exact" or one of LatencyBound's descriptions
     message: str
+    beyond_bound: bool = False  # passed beyond its bound: the server's output path, which the message says
 
 
 @dataclass(frozen=True)
@@ -149,8 +150,10 @@ class Reconciliation:
         bad = [i for i in self.items if i.status != "pass"]
         if not self.items:
             return "nothing to reconcile: no server counters. Fix: scrape /metrics at the window's edges, " + RERUN
-        head = (f"server counters agree with the client's records ({len(self.items)} comparisons)" if not bad
-                else "; ".join(f"{i.name}: {i.message}" for i in bad))
+        parts = [] if bad else [f"server counters agree with the client's records ({len(self.items)} comparisons)"]
+        # a pass beyond the bound (the server's output path) is said, never hidden behind "agree"
+        parts += [f"{i.name}: {i.message}" for i in bad + [i for i in self.items if i.beyond_bound]]
+        head = "; ".join(parts)
         if self.frontend_delay_s is None:
             return head
         return (f"{head}; front-end and transport delay before the engine saw the request: "
@@ -242,7 +245,7 @@ def _first_to_end(e2e: tuple[float, float | None], ttft: tuple[float | None, flo
         return Item(name, "pass", client, server, text_bound, text)
     if client_share(diff, stall_s) <= hi:
         where = "its first tokens" if diff < 0 else "the ends of its requests"
-        return Item(name, "pass", client, server, text_bound, _servers(text, stall_s, where))
+        return Item(name, "pass", client, server, text_bound, _servers(text, stall_s, where), beyond_bound=True)
     stall = _stall(stall_s)
     why = ("the client saw requests end later after their first token than the server made them: the client "
            "lagged while streaming (starved of CPU, a GC pause), so its e2e, TPOT and ITL are inflated"
@@ -398,7 +401,7 @@ def _decode(done: Sequence[RequestRecord], before: Snapshot, after: Snapshot,
         return
     if client_share(excess, stall_s) <= hi:  # the counts are exact here: no other client's tokens either
         where = "its first tokens" if excess < 0 else "its last tokens"
-        yield Item("decode", "pass", client, server, text_bound, _servers(text, stall_s, where))
+        yield Item("decode", "pass", client, server, text_bound, _servers(text, stall_s, where), beyond_bound=True)
         return
     why = ("the client's first-to-last token span is longer than the server's: the client lagged while streaming "
            "(starved of CPU, a GC pause)" if excess > 0 else

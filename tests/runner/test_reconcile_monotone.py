@@ -213,3 +213,17 @@ def test_client_share() -> None:
     assert client_share(0.05, 0.01) == 0.01
     assert client_share(-0.005, 0.01) == 0.005
     assert client_share(0.01, 0.01) == 0.01
+
+
+def test_a_pass_beyond_the_bound_is_said_in_the_message() -> None:
+    """The stored check detail is the reconciliation's message: a pass the stall explains names the item
+    and the server's output path there; a pass within the bound does not."""
+    name, make = LATENCIES["client decode shorter"]
+    beyond = make(0.5, 1 / 1024)
+    assert beyond.status == "pass" and beyond.item(name).beyond_bound
+    assert beyond.message.startswith("server counters agree with the client's records (10 comparisons); decode: ")
+    assert "server's output path" in beyond.message
+    within = make(HI, None)
+    assert not within.item(name).beyond_bound and "output path" not in within.message
+    failed = make(0.5, None)
+    assert failed.message.startswith("decode: ") and not failed.item(name).beyond_bound
