@@ -215,7 +215,8 @@ class Checks(Strict):
         default=0.01, ge=0, le=1, description="Highest prefix-cache hit rate a `reset` point may show."
     )
     warmup_tolerance: float = Field(
-        default=0.10, gt=0, le=1, description="Allowed relative gap of first- vs second-half throughput."
+        default=0.10, gt=0, le=1,
+        description="Allowed excess of the slower half's time per output token over the faster half's, either way.",
     )
     client_ceiling_fraction: float = Field(
         default=0.5, gt=0, le=1, description="Flag points whose chunk rate exceeds this share of the client ceiling."

@@ -1,5 +1,6 @@
 """Cross-reference checks a schema cannot express: names that must exist, selectors that must
-match exactly one point, expressions over known names, model folders that must load.
+match exactly one point, expressions over known names, model folders that must load, predictions
+that must evaluate (compiler.predict_resolve).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from compiler.hardware import HARDWARE, HardwareError, get_hardware
 from compiler.metrics import METRICS
 from compiler.modelconfig import ModelError, load_model
 from compiler.predict_env import env_names
+from compiler.predict_resolve import check_predictions
 from compiler.select import merge, resolve
 from compiler.study import Study, Where
 
@@ -30,6 +32,7 @@ def cross_check(study: Study, directory: Path) -> list[Finding]:
         *_check_engine_keys(study),
         *_check_design(study),
         *_check_hypotheses(study),
+        *check_predictions(study, directory),
     ]
 
 

@@ -10,7 +10,6 @@ are stable); the context says so (`plan_source`).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Literal
 
@@ -21,6 +20,7 @@ from compiler.modelconfig import ModelError, load_model
 from compiler.modelmath import ModelShape
 from compiler.plan import HypothesisSide, HypothesisStep, Plan
 from compiler.plan_resolve import hypothesis_side, hypothesis_step
+from compiler.predict_resolve import model_folder, serving_dtypes
 from compiler.select import Target, sides
 from compiler.study import Hypothesis, Study
 from report.intervals import Layout, layout
@@ -76,21 +76,7 @@ class StudyContext:
 
 def model_dir(loaded: LoadedStudy, arm: str) -> str | None:
     """The folder of the model an arm serves: arm.model overrides study.model.path."""
-    study = loaded.study
-    rel = study.arms[arm].model if arm in study.arms else None
-    rel = rel or study.model.path
-    return os.path.normpath(os.path.join(loaded.directory, rel)) if rel else None
-
-
-def serving_dtypes(study: Study, arm: str, shape: ModelShape) -> tuple[str, str]:
-    """(weight dtype, KV dtype) the arm's server runs with; `auto` weights follow the checkpoint,
-    served in 16-bit when it is fp32 (vLLM's default)."""
-    dtype = study.model.dtype
-    if dtype == "auto":
-        dtype = "bf16" if shape.dtype == "fp32" else shape.dtype
-    options = {**study.engine, **(study.arms[arm].args if arm in study.arms else {})}
-    kv = str(options.get("kv_cache_dtype", options.get("kv-cache-dtype", "auto")))
-    return dtype, kv
+    return model_folder(loaded.study, loaded.directory, arm)
 
 
 def hardware_pair(study: Study, run: RunRecord | None) -> tuple[Hardware | None, Hardware | None, bool]:

@@ -21,6 +21,7 @@ class Why(StrEnum):
     NOT_CALIBRATED = "not calibrated"  # the run measured no ceilings: predicted against the spec sheet
     NO_POINTS = "no points"  # the run has no point for the selector
     NOT_MEASURED = "not measured"  # the points lack the metric
+    MISSING_VALUES = "missing values"  # some points lack the metric: how many, and why
     POINT_STATUS = "point status"  # a point did not finish
     FAILED_CHECK = "failed check"  # a point failed a fail-level check
     SERVER_FAILED = "server failed"  # a server the metric is read from failed
@@ -43,7 +44,7 @@ class Reason:
     checks: tuple[str, ...] = ()  # failed fail-level checks (FAILED_CHECK)
     edge: float | None = None  # the band edge (STRADDLES), in the metric's unit
     unit: str = ""  # display unit of `edge`
-    count: int = 0  # how many repeats (UNPAIRED, ZERO_DENOMINATOR)
+    count: int = 0  # how many repeats (UNPAIRED, ZERO_DENOMINATOR) or points (MISSING_VALUES)
     detail: str = ""  # free text from below (an exception, a status, an error)
     label: str = ""  # the level the interval was read at (Score.interval_label): STRADDLES
     decide: str = ""  # what would decide it (report.deciding): STRADDLES, ONE_LAUNCH
@@ -67,6 +68,8 @@ class Reason:
             return "no measured points for this selector in the run"
         if w is Why.NOT_MEASURED:
             return f"metric {self.detail} was not measured on these points"
+        if w is Why.MISSING_VALUES:
+            return f"{self.count} point(s) left out, without the metric: {self.detail}"
         if w is Why.UNPAIRED:
             return (f"{self.count} launch(es) or repeat(s) without a partner in their block were left out of "
                     "the paired interval")

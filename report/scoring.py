@@ -121,6 +121,7 @@ def _score(ctx: StudyContext, hyp: Hypothesis, failed: dict[str, list[CheckResul
             flagged.setdefault(what, []).extend(ids)
     flags = [f"{what} on {', '.join(sorted(ids))}" for what, ids in sorted(flagged.items())]
     invalid = [i for s in side_list for i in s.invalid]
+    notes.extend(r for s in side_list for r in s.missing(hyp.metric))  # points without the metric: how many, why
 
     verdict: Verdict
     verdict_spec: Verdict
@@ -208,15 +209,19 @@ def _estimate(side_list: list[MeasuredSide], notes: list[Reason], design: Layout
     return list(est.units), stats, est.method
 
 
+UNEVALUABLE = "could not be evaluated: invalid, and left out of the blocks a sequential budget adds"
+
+
 def _verdict(hyp: Hypothesis, resolved: Resolved | None, stats: Stats, notes: list[Reason] | None,
              unit: str) -> Verdict:
     """The verdict of the interval against the prediction, at most inconclusive where the interval has no
     launch-to-launch variation in it (one launch per arm, or one value); `notes` (None: the spec sheet's
-    verdict, which adds none) get the reasons."""
+    verdict, which adds none) get the reasons. A prediction that cannot be evaluated is invalid, not
+    inconclusive: no block the budget adds could decide it."""
     if resolved is None:
         if notes is not None:
-            notes.append(Reason(Why.PREDICTION, detail="could not be evaluated: no verdict"))
-        return "inconclusive"
+            notes.append(Reason(Why.PREDICTION, detail=UNEVALUABLE))
+        return "invalid"
     p = hyp.predict
     verdict = judge(p.kind, p.relation, resolved.band_low, resolved.band_high, stats.ci_low, stats.ci_high)
     est, design = stats.interval, stats.design

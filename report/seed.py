@@ -171,6 +171,8 @@ def _reason(s: Score, run: RunRecord | None) -> str:
         bad = [r for r in s.reasons if r.invalidates]
         failed = sorted({c for r in bad if r.why is Why.FAILED_CHECK for c in r.checks})
         what = f"the {', '.join(failed)} check" if failed else "a check or did not finish"
+        if not bad and s.has(Why.PREDICTION):
+            return "its prediction could not be evaluated"
         return f"{len(bad)} of its points failed {what}" if bad else "a point it rests on failed a check"
     if s.verdict == "not run":
         if run is None:

@@ -1,5 +1,6 @@
 """The measured sides of a hypothesis: exactly the plan's point ids (server ids for a server metric) read
-from a run, with their observations, failed checks, flags and what makes them invalid.
+from a run, with their observations, failed checks, flags, what makes them invalid, and which of them
+lack the metric and why (never dropped silently).
 """
 
 from __future__ import annotations
@@ -11,7 +12,13 @@ from dataclasses import dataclass, field
 from report.intervals import Layout, Obs
 from report.results import RunData
 from report.score_model import Reason, Why
+from runner.checks.fidelity import WITHHELD_METRICS
 from runner.store.records import CheckResult, PointRecord, ServerRecord, base_server_id
+
+WITHHELD = "withheld: the client's token gaps came bunched (itl_trusted failed), so its ITL percentiles would describe the client"
+NOT_FINITE = "not a finite number"
+NOT_RECORDED = "not recorded on the point (no completed request, or no GPU telemetry for a GPU metric)"
+SERVER_NOT_RECORDED = "not reported by the server"
 
 
 @dataclass
@@ -24,6 +31,12 @@ class MeasuredSide:
     invalid: list[Reason] = field(default_factory=list)
     checks: set[str] = field(default_factory=set)
     flags: dict[str, list[str]] = field(default_factory=dict)  # what is flagged -> point ids
+    lacking: dict[str, list[str]] = field(default_factory=dict)  # why the metric is missing -> point ids
+
+    def missing(self, metric: str) -> list[Reason]:
+        """One reason per cause: how many of the side's points lack the metric, which, and why."""
+        return [Reason(Why.MISSING_VALUES, count=len(ids), detail=f"{metric} {why} ({', '.join(ids)})")
+                for why, ids in sorted(self.lacking.items())]
 
 
 def point_side(data: RunData, ids: Sequence[str], metric: str, failed_checks: dict[str, list[CheckResult]],
@@ -54,7 +67,17 @@ def point_side(data: RunData, ids: Sequence[str], metric: str, failed_checks: di
         if value is not None and math.isfinite(value):
             at = design.point(row.point_id, row.server_id, row.repeat)
             side.values.append(Obs(row.point_id, value, at.launch, at.block, at.repeat, at.exchangeable, at.why))
+        elif row.status == "ok":  # a point that did not finish is already named in `invalid`
+            side.lacking.setdefault(_why_missing(metric, value, fails), []).append(row.point_id)
     return side
+
+
+def _why_missing(metric: str, value: float | None, fails: list[CheckResult]) -> str:
+    if value is not None:
+        return NOT_FINITE
+    if metric in WITHHELD_METRICS and any(c.name == "itl_trusted" and c.status == "fail" for c in fails):
+        return WITHHELD
+    return NOT_RECORDED
 
 
 # A start that compiled its graphs is not exchangeable, for a server metric, with the starts of the same run
@@ -88,6 +111,9 @@ def server_side(data: RunData, ids: Sequence[str], metric: str, design: Layout) 
             cold = warm_seen and server.compile_cache == "cold"
             side.values.append(Obs(server.server_id, float(value), at.launch, at.block, at.repeat,
                                    not cold, COLD_COMPILE if cold else ""))
+        elif server.status != "failed":  # a failed server is already named in `invalid`
+            side.lacking.setdefault(NOT_FINITE if value is not None else SERVER_NOT_RECORDED, []).append(
+                server.server_id)
     return side
 
 

@@ -194,20 +194,37 @@ def errors(point: PointStep, summary: PointSummary) -> CheckResult:
     return CheckResult(point.id, "errors", ok, "fail", float(failed), 0.0, detail)
 
 
+def halves_slowdown(halves_gap: float) -> float:
+    """The slower half's time per output token over the faster half's, signed by which half was slower
+    (+ the first, - the second): `halves_gap` is (first - second) / second, so where the second half was
+    slower its excess over the first is -gap / (1 + gap). Either way judged against the same tolerance."""
+    return halves_gap if halves_gap >= 0 else halves_gap / (1 + halves_gap)
+
+
 def warmup_sufficient(point: PointStep, halves_gap: float | None, tolerance: float) -> CheckResult | None:
-    """TPOT of the first half of the steady requests against the second half. Not for a burst."""
+    """TPOT of the first half of the steady requests against the second half, both ways: a slow first
+    half is a server still warming up, a slow second half one that slowed during the window. Not for a
+    burst."""
     if is_burst(point):
         return None
-    status = _judged(halves_gap, within(halves_gap, tolerance))
-    detail = (f"time per output token: the first half of the steady requests was {_pct(halves_gap)} slower than "
-              f"the second (tolerance {_pct(tolerance)})")
-    if status == "fail":
+    slowdown = None if halves_gap is None else halves_slowdown(halves_gap)
+    status = _judged(slowdown, slowdown is not None and abs(slowdown) <= tolerance)
+    first, second = ("first", "second") if slowdown is None or slowdown >= 0 else ("second", "first")
+    detail = (f"time per output token: the {first} half of the steady requests was "
+              f"{_pct(None if slowdown is None else abs(slowdown))} slower than the {second} "
+              f"(tolerance {_pct(tolerance)} either way)")
+    if status == "fail" and first == "first":
         detail += ("; the server was still warming up (compiling, filling caches) or the machine got busier "
                    "early in the window. Fix: more warmup requests (load.warmup), run fewer jobs on the machine "
                    "at once; then re-run the point")
+    elif status == "fail":
+        detail += ("; the server slowed during the window (clocks throttled, the KV cache filled and it "
+                   "preempted, or the machine got busier late in the window). Fix: check the GPU's clocks and "
+                   "temperature in the point's telemetry, run fewer jobs on the machine at once; then re-run "
+                   "the point")
     elif status == "unverified":
         detail += "; cannot verify: too few steady requests to split in halves. Fix: more requests"
-    return _result(point, "warmup_sufficient", status, "warn", halves_gap, tolerance, detail)
+    return _result(point, "warmup_sufficient", status, "warn", slowdown, tolerance, detail)
 
 
 def client_headroom(

@@ -34,6 +34,8 @@ BUNCHED_FRACTION_OF_STEP = 0.05
 # where a gap absorbs at most the one or two reads bunched before it. A clean 2-core client (0.5%)
 # stays far under it; a starved one (66-86%) is far over it. H200 data (0.4%) never comes near it.
 MAX_BUNCHED_SHARE = 0.25
+# What a failing fidelity check withholds from the point's summary (TPOT and throughput stand).
+WITHHELD_METRICS = ("itl_p50_s", "itl_p90_s", "itl_p95_s", "itl_p99_s")
 
 
 @dataclass(frozen=True)

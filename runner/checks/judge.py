@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from compiler.plan import PointStep
 from compiler.study import Checks
 from runner.checks import checks as checks_mod
 from runner.checks.cache import CacheState
-from runner.checks.fidelity import check_fidelity
+from runner.checks.fidelity import WITHHELD_METRICS, check_fidelity
 from runner.checks.reconcile import E2E, reconcile, server_step_s
 from runner.checks.stats import (
     GpuStats,
@@ -135,7 +136,8 @@ def judge(
         client_stall_max_s=client_stall_s,
     )
     if fidelity.status == "fail":  # bunched gaps: ITL percentiles would describe the client
-        summary = replace(summary, itl_p50_s=None, itl_p90_s=None, itl_p95_s=None, itl_p99_s=None)
+        withheld: dict[str, Any] = dict.fromkeys(WITHHELD_METRICS)
+        summary = replace(summary, **withheld)
     phase = steady_phase(measured, step.concurrency) if step.concurrency and not burst else None
     steady = steady_requests(measured, phase) if phase is not None else measured
     evidence = checks_mod.Evidence(

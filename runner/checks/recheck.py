@@ -55,7 +55,7 @@ def recheck(db: Path) -> RecheckReport:
                 report.points += 1
                 if old != new:
                     report.changed += 1
-                    report.details.append(f"{point.point_id}: {sorted(old - new)} -> {sorted(new - old)}")
+                    report.details.append(f"{run.run_id} {point.point_id}: {sorted(old - new)} -> {sorted(new - old)}")
                 store.replace_judgement(
                     replace(point, summary=judged.summary, valid=judged.valid, flagged=judged.flagged,
                             verdict=judged.reason),

@@ -135,3 +135,32 @@ def test_burst_true_silences_the_single_wave_warning(tmp_path: Path) -> None:
 def test_steady_state_load_has_no_warning() -> None:
     loaded, _ = check_file(ROOT / "studies/quickstart.toml")
     assert loaded is not None and loaded.warnings == ()
+
+
+# ---- predictions must evaluate (compiler.predict_resolve) -----------------------------------------------
+
+HIT_RATE = 'predict = { relation = "<", value = 0.01 }'
+
+
+def test_a_prediction_that_evaluates_is_not_reported(tmp_path: Path) -> None:
+    roof = 'predict = { relation = "<", value = "roofline.decode_tokens_per_s(batch=1, context=64)" }'
+    assert _messages(_variant(tmp_path, (HIT_RATE, roof))) == []
+
+
+def test_a_prediction_on_a_model_served_by_name_cannot_be_evaluated(tmp_path: Path) -> None:
+    """No local folder: scoring would have no config to evaluate the expression with; a number needs none."""
+    path = _variant(tmp_path, (f'path = "{ROOT / "models/tiny-qwen3"}"\n', ""),
+                    (HIT_RATE, 'predict = { relation = "<", value = "model.params" }'))
+    assert [m for m in _messages(path) if ".predict." in m] == [
+        "hypothesis[1].predict.value: the prediction cannot be evaluated on the spec sheet (cpu): arm 'cold' names "
+        "no local model folder: expressions need a config.json"]
+
+
+def test_unknown_hardware_reports_the_card_once_and_still_checks_numbers(tmp_path: Path) -> None:
+    path = _variant(tmp_path, ('hardware = "cpu"', 'hardware = "cpuu"'),
+                    (HIT_RATE, 'predict = { relation = "<", value = "hw.bandwidth" }'),
+                    ("predict = { value = 0.75, tolerance = 0.05 }", "predict = { value = inf, tolerance = 0.05 }"))
+    messages = _messages(path)
+    assert sum("cannot be evaluated" in m for m in messages) == 1, messages
+    assert any(m.endswith("cannot be evaluated on the spec sheet (cpuu): inf is not a finite number") for m in messages)
+    assert any(m.startswith("study.hardware: unknown hardware 'cpuu'") for m in messages)

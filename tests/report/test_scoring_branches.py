@@ -22,7 +22,8 @@ from report.intervals import Obs, fixed_critical, ratio_interval, t_quantile
 from report.prediction import Resolved, resolve_prediction
 from report.results import RunData
 from report.score_model import Reason, Score, Why
-from report.scoring import score_study
+from report.scoring import UNEVALUABLE, score_study
+from report.sides import NOT_FINITE, NOT_RECORDED, SERVER_NOT_RECORDED, WITHHELD
 from runner.store.records import CheckResult, PointRecord, PointSummary, RunRecord, ServerRecord
 from tests.report.helpers import TINY_MODEL, plan_json
 
@@ -234,10 +235,45 @@ def test_points_without_the_metric_are_not_measured(tmp_path: Path) -> None:
         hypothesis="v", claim="claim v", targets=("a/w/1",), predicted=100.0, predicted_spec=100.0,
         band_low=95.0, band_high=105.0, band_low_spec=95.0, band_high_spec=105.0,
         verdict="not run", verdict_spec="not run",
-        reasons=(Reason(Why.NOT_CALIBRATED), Reason(Why.NOT_MEASURED, detail=TPUT)),
+        reasons=(Reason(Why.NOT_CALIBRATED),
+                 Reason(Why.MISSING_VALUES, count=2,
+                        detail=f"{TPUT} {NOT_FINITE} ({pid('a', 1, 'r2')}, {pid('a', 1, 'r3')})"),
+                 Reason(Why.MISSING_VALUES, count=1, detail=f"{TPUT} {NOT_RECORDED} ({pid('a', 1, 'r1')})"),
+                 Reason(Why.NOT_MEASURED, detail=TPUT)),
         point_ids=(pid("a", 1, "r1"), pid("a", 1, "r2"), pid("a", 1, "r3")),
     ))
     assert s.notes[-1] == f"metric {TPUT} was not measured on these points"
+    assert s.notes[1] == f"2 point(s) left out, without the metric: {TPUT} not a finite number ({pid('a', 1, 'r2')}, " \
+        f"{pid('a', 1, 'r3')})"
+
+
+def test_withheld_itl_percentiles_are_counted_with_their_cause(tmp_path: Path) -> None:
+    """The failing case: two of three points had their ITL p95 withheld by itl_trusted; the score says
+    how many and why, and rests on the one point left. A point that failed itl_trusted only as
+    unverified withholds nothing, so a missing value there is 'not recorded'."""
+    loaded = study(tmp_path, hyp("itl", "itl_p95_s", "{ arm = \"a\", concurrency = 1 }", "{ value = 0.01 }"))
+    pts = [point("a", 1, "r1", 0.01, metric="itl_p95_s"), point("a", 1, "r2", None, repeat=2),
+           point("a", 1, "r3", None, repeat=3)]
+    bunched = [failed(pid("a", 1, "r2"), "itl_trusted", "warn"), failed(pid("a", 1, "r3"), "itl_trusted", "warn")]
+    s = scores(loaded, run(pts, checks=bunched))["itl"]
+    want = Reason(Why.MISSING_VALUES, count=2,
+                  detail=f"itl_p95_s {WITHHELD} ({pid('a', 1, 'r2')}, {pid('a', 1, 'r3')})")
+    assert s.reasons == (Reason(Why.NOT_CALIBRATED), want) and s.n == 1
+    assert s.flags == (f"warning itl_trusted on {pid('a', 1, 'r2')}, {pid('a', 1, 'r3')}",)
+    unverified = [CheckResult(pid("a", 1, "r2"), "itl_trusted", False, "warn", None, 0.25, "d", "unverified")]
+    s = scores(loaded, run(pts[:2], checks=unverified))["itl"]
+    assert s.reasons[1] == Reason(Why.MISSING_VALUES, count=1, detail=f"itl_p95_s {NOT_RECORDED} ({pid('a', 1, 'r2')})")
+    # a metric itl_trusted does not withhold is not 'withheld' on a point that failed it
+    tpot = with_hypothesis(loaded, metric="tpot_p95_s")
+    s = scores(tpot, run([point("a", 1, "r1", 0.01, metric="tpot_p95_s"), pts[1]], checks=bunched[:1]))["itl"]
+    assert s.reasons[1].detail == f"tpot_p95_s {NOT_RECORDED} ({pid('a', 1, 'r2')})"
+
+
+def test_every_point_with_the_metric_reports_nothing_missing(tmp_path: Path) -> None:
+    """The clean case: no point lacks the metric, so no reason is added."""
+    loaded = study(tmp_path, hyp("itl", "itl_p95_s", "{ arm = \"a\", concurrency = 1 }", "{ value = 0.01 }"))
+    s = scores(loaded, run([point("a", 1, "r1", 0.01, metric="itl_p95_s")]))["itl"]
+    assert not s.has(Why.MISSING_VALUES) and s.n == 1
 
 
 # ---- relation >= on two launches, read at a sequential look ------------------------------------------
@@ -380,7 +416,9 @@ def test_server_metric_missing_is_not_measured(tmp_path: Path) -> None:
     loaded = study(tmp_path, hyp("kv", "kv_capacity_tokens", "{ arm = \"a\" }", "{ value = 1000.0 }"))
     s = scores(loaded, run(servers=[server("toy/a/1", "a", None)]))["kv"]
     assert s.verdict == "not run" and s.interval == "" and s.n == 0
-    assert s.reasons == (Reason(Why.NOT_CALIBRATED), Reason(Why.NOT_MEASURED, detail="kv_capacity_tokens"))
+    assert s.reasons == (Reason(Why.NOT_CALIBRATED),
+                         Reason(Why.MISSING_VALUES, count=1, detail=f"kv_capacity_tokens {SERVER_NOT_RECORDED} (toy/a/1)"),
+                         Reason(Why.NOT_MEASURED, detail="kv_capacity_tokens"))
 
 
 # ---- points that did not finish, failed checks, warnings ---------------------------------------------
@@ -508,7 +546,9 @@ def test_a_selector_error_and_a_model_without_a_folder(tmp_path: Path) -> None:
     assert s.notes[0] == "selector: selector matches 2 points; narrow it by concurrency (1, 4)"
 
 
-def test_a_model_that_no_longer_loads_leaves_no_verdict(tmp_path: Path) -> None:
+def test_a_model_that_no_longer_loads_makes_the_score_invalid(tmp_path: Path) -> None:
+    """A prediction that validated but no longer evaluates (its model's config broke since) is invalid,
+    with why: not inconclusive, which would keep a sequential budget adding blocks for it."""
     loaded = study(tmp_path, hyp("roof", TPUT, "{ arm = \"a\", concurrency = 1 }", "{ value = \"model.params / 1e3\" }"))
     (tmp_path / "m" / "base" / "config.json").write_text("{ not json")
     with pytest.raises(ModelError) as exc:
@@ -517,9 +557,9 @@ def test_a_model_that_no_longer_loads_leaves_no_verdict(tmp_path: Path) -> None:
     assert_score(s, **base(
         hypothesis="roof", claim="claim roof", targets=("a/w/1",), predicted=None, predicted_spec=None,
         band_low=None, band_high=None, values=(100.0,), n=1, measured=100.0, ci_low=100.0, ci_high=100.0,
-        spread_low=100.0, spread_high=100.0, verdict="inconclusive", verdict_spec="inconclusive",
+        spread_low=100.0, spread_high=100.0, verdict="invalid", verdict_spec="invalid",
         reasons=(Reason(Why.NOT_CALIBRATED), Reason(Why.PREDICTION, detail=str(exc.value)),
-                 Reason(Why.PREDICTION, detail="could not be evaluated: no verdict")),
+                 Reason(Why.PREDICTION, detail=UNEVALUABLE)),
         point_ids=(pid("a", 1, "r1"),), interval="one value",
     ))
 
@@ -529,9 +569,9 @@ def test_unknown_hardware_is_not_calibrated_and_expressions_fail(tmp_path: Path)
     meta = loaded.study.study.model_copy(update={"hardware": "nope"})
     loaded = dataclasses.replace(loaded, study=loaded.study.model_copy(update={"study": meta}))
     s = scores(loaded, run([point("a", 1, "r1", 100.0)], calibrated=True, bandwidth=1e9, flops=1e12))["hw"]
-    assert not s.calibrated and s.predicted is None and s.verdict == "inconclusive"
+    assert not s.calibrated and s.predicted is None and s.verdict == "invalid"
     assert s.reasons == (Reason(Why.NOT_CALIBRATED), Reason(Why.PREDICTION, detail="unknown hardware 'nope'"),
-                         Reason(Why.PREDICTION, detail="could not be evaluated: no verdict"))
+                         Reason(Why.PREDICTION, detail=UNEVALUABLE))
     # a number needs no hardware
     plain = with_hypothesis(loaded, predict=loaded.study.hypothesis[0].predict.model_copy(update={"value": 100.0}))
     s = scores(plain, run([point("a", 1, "r1", 100.0)]))["hw"]

@@ -13,7 +13,7 @@ import pytest
 
 from report.intervals import Obs, fixed_critical, ratio_interval
 from report.results import RunData
-from report.scoring import undecided
+from report.scoring import score_study, undecided
 from report.sequential import look_alpha, look_critical, looks
 from report.verdict import judge
 from tests.report.test_scoring_branches import hyp, launch, pid, point, run, study
@@ -153,3 +153,23 @@ def test_a_budget_raised_after_a_look_spends_the_error_rate_twice() -> None:
     alone = _false_refuted(7, tuple(range(3, 8)), naive=False, seed=12)
     assert alone <= NOMINAL + TOL
     assert extended > NOMINAL + TOL and extended > alone + 2 * TOL, (extended, alone)
+
+
+def test_a_prediction_that_cannot_be_evaluated_adds_no_blocks(tmp_path: Path) -> None:
+    """A prediction that validated but no longer evaluates (its model's config broke since the run began)
+    is invalid, not undecided: the budget adds no block for it. The same hypothesis evaluating is
+    undecided (the failing case's clean twin)."""
+    near = "{ arm = \"a\", concurrency = 1 }"
+    loaded = study(tmp_path, hyp("near", "output_throughput", near, "{ value = \"model.params / model.params * 100\" }"))
+    values = {1: 100.0, 2: 110.0, 3: 105.0}  # straddles the edge 105
+
+    def data() -> RunData:
+        pts = [point("a", 1, f"L{b}", values[b]) for b in values]
+        plan = {"launches": [launch(f"L{b}", b, [(pid("a", 1, f"L{b}"), 1, "")]) for b in values],
+                "design": {"launches": {"a": 2}, "budget": {"blocks": 4}}}
+        return run(pts, plan=plan)
+
+    assert undecided(loaded, data()) == ("near",)
+    (tmp_path / "m" / "base" / "config.json").write_text("{ not json")
+    assert undecided(loaded, data()) == ()
+    assert score_study(loaded, data())[0].verdict == "invalid"

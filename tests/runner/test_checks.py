@@ -135,8 +135,23 @@ def test_warmup_sufficient_edges() -> None:
     assert at is not None and at.passed and at.severity == "warn"
     above = checks.warmup_sufficient(p, ABOVE, TOL)
     assert above is not None and above.status == "fail"
-    faster = checks.warmup_sufficient(p, -0.5, TOL)  # a faster first half is no warmup problem
-    assert faster is not None and faster.passed
+    # the other way: a second half slower than the first (the server slowed during the window)
+    slowed = checks.warmup_sufficient(p, -0.5, TOL)  # the second half twice as slow: 100% slower
+    assert slowed is not None and slowed.status == "fail" and slowed.value == -1.0
+    assert "the second half of the steady requests was 100.00% slower than the first" in slowed.detail
+    assert "slowed during the window" in slowed.detail and "warming up" not in slowed.detail
+    on_edge = checks.warmup_sufficient(p, -0.5, 1.0)  # the second half's excess is exactly the tolerance
+    assert on_edge is not None and on_edge.passed
+    beyond = checks.warmup_sufficient(p, -0.5 - 1e-9, 1.0)
+    assert beyond is not None and beyond.status == "fail"
+    # judged as the slower half's excess over the faster one: a gap of -0.22 is the second half 28% slower
+    skewed = checks.warmup_sufficient(p, -0.22, TOL)
+    assert skewed is not None and skewed.status == "fail" and skewed.value == pytest.approx(-0.22 / 0.78)
+    clean = checks.warmup_sufficient(p, -0.1, TOL)  # 11% slower second half, within 25%
+    assert clean is not None and clean.passed and clean.value == pytest.approx(-0.1 / 0.9)
+    assert checks.halves_slowdown(0.0) == 0.0 and checks.halves_slowdown(0.3) == 0.3
+    even = checks.warmup_sufficient(p, 0.0, TOL)
+    assert even is not None and even.passed and "the first half of the steady requests was 0.00%" in even.detail
     missing = checks.warmup_sufficient(p, None, TOL)
     assert missing is not None and missing.status == "unverified"
     assert checks.warmup_sufficient(step(requests=4, burst=True), 1.5, TOL) is None  # a burst: not judged
@@ -262,6 +277,7 @@ def test_every_failed_or_unverified_check_names_its_cause_and_fix() -> None:
         (checks.errors(step(requests=8), PointSummary(requests_ok=7, requests_failed=1)),
          ("refused, dropped or timed out", "Fix:", "request_timeout_s")),
         (checks.warmup_sufficient(p, 0.5, TOL), ("still warming up", "Fix: more warmup requests (load.warmup)")),
+        (checks.warmup_sufficient(p, -0.5, TOL), ("slowed during the window", "Fix: check the GPU's clocks")),
         (checks.warmup_sufficient(p, None, TOL), ("cannot verify", "Fix: more requests")),
         (checks.client_headroom(p, PointSummary(chunk_throughput=900.0), 1000.0, 0.5),
          ("near its own limit", "STUDYC_CLIENT_CPUS", "fewer jobs")),

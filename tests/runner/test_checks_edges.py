@@ -138,7 +138,12 @@ def test_errors_results() -> None:
 def test_warmup_sufficient_results() -> None:
     measured = "time per output token: the first half of the steady requests was"
     same(checks.warmup_sufficient(P, 0.1, 0.2), CheckResult(
-        PID, "warmup_sufficient", True, "warn", 0.1, 0.2, f"{measured} 10.00% slower than the second", "pass"))
+        PID, "warmup_sufficient", True, "warn", 0.1, 0.2,
+        f"{measured} 10.00% slower than the second (tolerance 20.00% either way)", "pass"))
+    same(checks.warmup_sufficient(P, -0.2, 0.2), CheckResult(
+        PID, "warmup_sufficient", False, "warn", -0.25, 0.2,
+        "time per output token: the second half of the steady requests was 25.00% slower than the first "
+        "(tolerance 20.00% either way); the server slowed during the window", "fail"))
     same(checks.warmup_sufficient(P, None, 0.2), CheckResult(
         PID, "warmup_sufficient", False, "warn", None, 0.2, f"{measured} n/a slower than the second",
         "unverified"))

@@ -76,7 +76,7 @@ def test_recheck_changes_the_verdict_of_a_stricter_check(tmp_path: Path) -> None
     with Store(db, read_only=True) as s:
         assert s.points("run-1")[0].valid
     report = recheck(db)
-    assert report.changed == 1 and pid in report.details[0] and "cache_cold" in report.details[0]
+    assert report.changed == 1 and report.details[0].startswith(f"run-1 {pid}: ") and "cache_cold" in report.details[0]
     with Store(db, read_only=True) as s:
         point = s.points("run-1")[0]
         cold = next(c for c in s.checks("run-1") if c.name == "cache_cold")
