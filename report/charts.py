@@ -8,7 +8,6 @@ a chart converts for display (ms, GB/s), which it says in its axis title.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -206,54 +205,3 @@ def timeseries_chart(rows: Sequence[Row], title: str) -> alt.FacetChart:
                  alt.Tooltip("value:Q", format=",.3g")],
     ).properties(width=WIDTH, height=110)
     return base.facet(row=alt.Row("quantity:N", title=title)).resolve_scale(y="independent")
-
-
-def audit_chart(rows: Sequence[Row]) -> alt.LayerChart:
-    """Every prediction on one unit-free axis, measured ÷ predicted (log scale), one row per hypothesis:
-    the band (tolerance, range, or a relation's open side) as a wide translucent bar, the 95% interval as
-    a thin rule, the mean as a dot colored by verdict, and a dashed line at 1 (measured = predicted).
-    Rows: label, claim, verdict, unit, predicted, measured, ci_low, ci_high, band_low, band_high (in the
-    metric's unit; None for an open end), all positive where present."""
-    def rel(v: float | None, predicted: float) -> float | None:
-        return None if v is None else v / predicted
-
-    scaled = [{"label": r["label"], "claim": r["claim"], "verdict": r["verdict"], "unit": r["unit"],
-               "predicted": r["predicted"], "measured": r["measured"],
-               "m": r["measured"] / r["predicted"], "ci_low": rel(r["ci_low"], r["predicted"]),
-               "ci_high": rel(r["ci_high"], r["predicted"]), "band_low": rel(r["band_low"], r["predicted"]),
-               "band_high": rel(r["band_high"], r["predicted"])} for r in rows]
-    values = [v for r in scaled for v in (r["m"], r["ci_low"], r["ci_high"], r["band_low"], r["band_high"])
-              if v is not None and v > 0]
-    low, high = min(values + [1.0]) / 1.5, max(values + [1.0]) * 1.5
-    low, high = 10 ** math.floor(math.log10(low)), 10 ** math.ceil(math.log10(high))
-
-    def clip(v: float | None, open_end: float) -> float:
-        return open_end if v is None or v <= 0 else min(max(v, low), high)
-
-    scaled = [r | {"ci_low": clip(r["ci_low"], r["m"]), "ci_high": clip(r["ci_high"], r["m"]),
-                   "band_low": clip(r["band_low"], low), "band_high": clip(r["band_high"], high)} for r in scaled]
-    order = [r["label"] for r in scaled]
-    x_scale = alt.Scale(type="log", domain=[low, high])
-    y = alt.Y("label:N", title=None, sort=order, axis=alt.Axis(labelLimit=320))
-    color = alt.Color("verdict:N", scale=_verdict_scale(), title="verdict", legend=alt.Legend(symbolOpacity=1))
-    base = alt.Chart(_data(scaled))
-    one = alt.Chart(_data([{"one": 1.0, "what": "measured = predicted"}])).mark_rule(color="#777777").encode(
-        x=alt.X("one:Q", scale=x_scale), strokeDash=_dash_legend("measured = predicted"))
-    band = base.mark_bar(height=12, opacity=0.25).encode(
-        x=alt.X("band_low:Q", scale=x_scale, title="measured ÷ predicted (log scale)"), x2="band_high:Q", y=y,
-        color=color)
-    ci = base.mark_rule(strokeWidth=1.5).encode(
-        x=alt.X("ci_low:Q", scale=x_scale), x2="ci_high:Q", y=y,
-        color=color)
-    dots = base.mark_circle(size=70, opacity=0.95).encode(
-        x=alt.X("m:Q", scale=x_scale), y=y, color=color,
-        tooltip=[alt.Tooltip("label:N", title="hypothesis"), alt.Tooltip("claim:N"), alt.Tooltip("verdict:N"),
-                 alt.Tooltip("predicted:Q", format=".4g"), alt.Tooltip("measured:Q", format=".4g"),
-                 alt.Tooltip("unit:N"), alt.Tooltip("m:Q", format=".3f", title="measured ÷ predicted")])
-    chart = alt.layer(band, ci, one, dots)
-    assert isinstance(chart, alt.LayerChart)
-    return chart.properties(width=WIDTH + 80, height=max(120, 18 * len(scaled)))
-
-
-def _verdict_scale() -> alt.Scale:
-    return alt.Scale(domain=list(VERDICT_COLORS), range=list(VERDICT_COLORS.values()))

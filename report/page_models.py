@@ -170,6 +170,7 @@ class StudyPage:
     calibration: tuple[CalibrationRow, ...]
     hypotheses: tuple[HypothesisRow, ...]
     show_spec: bool  # some hypothesis scores differently against the spec sheet
+    forest: Chart | None  # the forest plot of its hypotheses
     charts: tuple[Chart, ...]
     chart_notes: tuple[str, ...]
     problems: tuple[CheckRow, ...]
@@ -208,5 +209,4 @@ class AuditPage:
     rows: tuple[AuditRow, ...]
     show_spec: bool
     totals: tuple[VerdictCount, ...]
-    chart: Chart | None
-    left_out: tuple[str, ...]
+    chart: Chart | None  # the forest plot of every hypothesis

@@ -14,7 +14,7 @@ from compiler.hardware import Hardware
 from compiler.load import LoadedStudy
 from compiler.modelmath import ModelShape, describe
 from compiler.study import Study
-from report import charts, score_text
+from report import charts, forest, score_text
 from report.audit import spec_differs
 from report.context import StudyContext
 from report.page_models import (
@@ -106,7 +106,7 @@ def index_page(studies: Sequence[LoadedStudy], runs: dict[str, RunData], scores:
 
 
 def audit_page(studies: Sequence[LoadedStudy], runs: dict[str, RunData], scores: dict[str, list[Score]]) -> AuditPage:
-    rows, points, left_out = [], [], []
+    rows, labelled = [], []
     for loaded in sorted(studies, key=lambda s: s.study.study.id):
         sid = loaded.study.study.id
         for s in scores[sid]:
@@ -117,32 +117,19 @@ def audit_page(studies: Sequence[LoadedStudy], runs: dict[str, RunData], scores:
                 off_band=score_text.off_band(s), verdict=s.verdict, verdict_label=s.verdict_label, spec=_spec_cell(s),
                 checks=", ".join(s.checks),
             ))
-            point = _scatter_row(s)
-            if point is not None:
-                points.append(point)
-            elif s.measured is not None:
-                left_out.append(f"{sid}/{s.hypothesis}: not positive, cannot sit on log axes")
-    chart = None
-    if points:
-        chart = Chart("audit", "Measured ÷ predicted", "Every prediction on one unit-free axis: the measured mean "
-                      "divided by the predicted value (log scale), so ratios, seconds and fractions compare. "
-                      "Dots: the mean, colored by verdict; thin rules: its interval (at the level the audit "
-                      "table gives it); wide bars: the "
-                      "tolerance band or range (open to the edge for a relation); dashed: measured = predicted.",
-                      charts.spec(charts.audit_chart(points)))
+            labelled.append((f"{sid}/{s.hypothesis}", s))
     return AuditPage(root="", title="Audit: every prediction", built=built_text(list(runs.values())),
                      rows=tuple(rows), show_spec=any(r.spec is not None for r in rows),
-                     totals=counts_of([s for v in scores.values() for s in v]), chart=chart, left_out=tuple(left_out))
+                     totals=counts_of([s for v in scores.values() for s in v]), chart=forest_figure(labelled))
 
 
-def _scatter_row(s: Score) -> dict[str, Any] | None:
-    if s.predicted is None or s.measured is None or s.predicted <= 0 or s.measured <= 0:
+def forest_figure(labelled: Sequence[tuple[str, Score]]) -> Chart | None:
+    """The forest plot of (label, score) pairs (report.forest); None when there is no hypothesis."""
+    if not labelled:
         return None
-    return {
-        "label": f"{s.study_id}/{s.hypothesis}", "claim": s.claim, "verdict": s.verdict, "unit": s.display_unit,
-        "predicted": s.predicted, "measured": s.measured, "ci_low": s.ci_low, "ci_high": s.ci_high,
-        "band_low": s.band_low, "band_high": s.band_high,
-    }
+    rows = [forest.forest_row(s, label) for label, s in labelled]
+    return Chart("forest", "Predicted and measured, hypothesis by hypothesis", forest.forest_caption(rows),
+                 charts.spec(forest.forest_chart(rows)))
 
 
 def _where(s: Score) -> str:
@@ -218,7 +205,7 @@ def study_page(ctx: StudyContext, scores: Sequence[Score]) -> StudyPage:
                                                         for k, v in sorted(study.engine.items())),
         arms=_arms(study), workloads=_workloads(study), load=_load(study), provenance=_provenance(loaded, data),
         calibration=_calibration(ctx), hypotheses=hyps, show_spec=any(h.spec is not None for h in hyps),
-        charts=tuple(chart_list),
+        forest=forest_figure([(s.hypothesis, s) for s in scores]), charts=tuple(chart_list),
         chart_notes=tuple(chart_notes), problems=tuple(problems), checks_total=checks_total,
         checks_passed=checks_passed, points_total=len(data.points) if data else 0,
         downloads=tuple(Link(f"data/{t}.{f}", f"{t}.{f}") for t, f in DOWNLOADS) if data else (),

@@ -34,6 +34,26 @@ CHARTS_JS = """(() => Array.from(document.querySelectorAll('div.chart')).map(el 
 })))()"""
 
 
+# The forest plot as drawn: per row (in order), the screen extent of its shaded band, its interval bar and its
+# estimate dot (null where the row has none), and the text of an empty row.
+FOREST_JS = r"""(() => {
+  const svg = document.querySelector("#chart-forest svg");
+  if (!svg) return null;
+  const box = sel => {
+    const e = svg.querySelector(sel);
+    if (!e) return null;
+    const r = e.getBoundingClientRect();
+    return {left: r.left, right: r.right, width: r.width};
+  };
+  const groups = Array.from(svg.querySelectorAll("g.role-scope")).filter(g => /concat_\d+_group/.test(g.className.baseVal));
+  return groups.map((g, i) => ({
+    band: box(`.band_${i}_marks path`), interval: box(`.interval_${i}_marks line`),
+    estimate: box(`.estimate_${i}_marks path`),
+    empty: (svg.querySelector(`.empty_${i}_marks text`) || {textContent: null}).textContent,
+  }));
+})()"""
+
+
 # Layout of a page at the current viewport, as a performance engineer reads it: where the verdict cells
 # are, which tables are wider than the block that holds them, and how numbers sit under their headers.
 # A number cell is a table.list cell whose text is one quantity ("1,024", "0.978x", "98.4%",
@@ -114,6 +134,7 @@ class PageReport:
     charts: list[dict[str, Any]] = field(default_factory=list)
     title: str = ""
     text: str = ""
+    probe: Any = None  # what the `probe` script passed to `load` returned, after the charts drew
 
 
 class Cdp:
@@ -184,7 +205,7 @@ class Browser:
     def __init__(self, port: int) -> None:
         self.port = port
 
-    async def _load(self, url: str, timeout: float, chart_timeout: float) -> PageReport:
+    async def _load(self, url: str, timeout: float, chart_timeout: float, probe: str | None) -> PageReport:
         async with aiohttp.ClientSession() as http:
             async with http.put(f"http://127.0.0.1:{self.port}/json/new?about:blank") as resp:
                 target = await resp.json(content_type=None)
@@ -207,6 +228,7 @@ class Browser:
                     await cdp.evaluate("1")
                     report.title = await cdp.evaluate("document.title") or ""
                     report.text = await cdp.evaluate("document.body.innerText") or ""
+                    report.probe = await cdp.evaluate(probe) if probe else None
                     _problems(cdp.events, report)
                     return report
             finally:
@@ -248,10 +270,12 @@ class Browser:
         as a PNG there."""
         return asyncio.run(self._layout(path.resolve().as_uri(), width, height, screenshot))
 
-    def load(self, path: Path, timeout: float = 60.0, chart_timeout: float | None = None) -> PageReport:
+    def load(self, path: Path, timeout: float = 60.0, chart_timeout: float | None = None,
+             probe: str | None = None) -> PageReport:
         """Open a file; wait up to `timeout` for its load event, then up to `chart_timeout` (default the
-        same) for every chart to report drawn."""
-        return asyncio.run(self._load(path.resolve().as_uri(), timeout, timeout if chart_timeout is None else chart_timeout))
+        same) for every chart to report drawn; then run the `probe` script, if any (PageReport.probe)."""
+        return asyncio.run(self._load(path.resolve().as_uri(), timeout,
+                                      timeout if chart_timeout is None else chart_timeout, probe))
 
 
 @contextmanager

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from report.site import build_site, default_studies
 from studyc.cli import main
 from tests.fixtures_run import QUICKSTART
-from tests.report.browser import chromium, chromium_missing, layout_problems
+from tests.report.browser import FOREST_JS, chromium, chromium_missing, layout_problems
 
 EVIL = '<script>alert(1)</script>'
 
@@ -190,7 +190,7 @@ def test_study_text_is_escaped(evil_site: Path) -> None:
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in study.read_text(encoding="utf-8")
     assert EVIL in " ".join(parse(study).text)  # shown as text
     audit = (evil_site / "audit.html").read_text(encoding="utf-8")
-    spec = json.loads(re.search(r'<script type="application/json" id="spec-audit">(.*?)</script>', audit, re.DOTALL)[1])
+    spec = json.loads(re.search(r'<script type="application/json" id="spec-forest">(.*?)</script>', audit, re.DOTALL)[1])
     assert EVIL in json.dumps(spec)  # the tooltip's claim survives as data, not markup
     why = chromium_missing()
     if why:
@@ -332,6 +332,29 @@ def test_layout_checks_fail_on_the_old_layout(tmp_path: Path) -> None:
     assert any(p.startswith("header 'Input tokens' over number '1,024'") for p in problems), problems
     assert any(p.startswith("header 'Output tokens' over number '0.978x'") for p in problems), problems
     assert "number '12.5 ms' in table.list is aligned start" in problems, problems
+
+
+@pytest.mark.chromium
+def test_forest_plot_draws_every_hypothesis_and_fp8_kv_c1_outside_its_band(h200_site: Path) -> None:
+    """The audit page and the fp8-kv page draw the forest plot without a console error, one row per
+    hypothesis; fp8-kv's c1 (0.974x) sits visibly left of its 0.98x-1.02x band, c8 (0.991x) inside it."""
+    why = chromium_missing()
+    if why:
+        pytest.skip(why)
+    audit_rows = (h200_site / "audit.html").read_text().count('<td class="verdict-col">')
+    with chromium() as browser:
+        audit = browser.load(h200_site / "audit.html", probe=FOREST_JS)
+        fp8 = browser.load(h200_site / "studies/fp8-kv/index.html", probe=FOREST_JS)
+    for report in (audit, fp8):
+        assert report.errors == [], report.errors
+        forest = report.charts[0]
+        assert (forest["id"], forest["drawn"], forest["svg"]) == ("chart-forest", "true", True)
+    assert audit_rows >= 20 and len(audit.probe) == audit_rows
+    assert all(r["estimate"] or r["empty"] == "not run" for r in audit.probe)
+    c1, c8 = fp8.probe[0], fp8.probe[1]
+    assert c1["band"]["left"] - c1["estimate"]["right"] > 30, c1
+    assert c1["band"]["left"] - c1["interval"]["right"] > 4, c1
+    assert c8["band"]["left"] < c8["interval"]["left"] and c8["interval"]["right"] < c8["band"]["right"], c8
 
 
 def test_study_page_shows_wall_time_starts_and_interference(h200_site: Path) -> None:

@@ -53,6 +53,12 @@ def test_a_study_without_a_run_gets_a_page_of_not_run(tmp_path: Path) -> None:
     page = (tmp_path / "site/studies/other/index.html").read_text()
     assert "not run" in page and "no run in the results database" in page
     assert not (tmp_path / "site/studies/other/data").exists()
+    forest = json.loads(re.search(r'<script type="application/json" id="spec-forest">(.*?)</script>', page,
+                                  re.S).group(1))  # type: ignore[union-attr]
+    assert forest["vconcat"] and all(row["title"]["subtitle"] == "not run" and row["data"]["values"][0]["text"]
+                                     == "not run" for row in forest["vconcat"])  # every row empty but its text
+    ran_page = (tmp_path / "site/studies/toy/index.html").read_text()
+    assert '"subtitle":"not run"' not in ran_page and 'id="spec-forest"' in ran_page
     index = (tmp_path / "site/index.html").read_text()
     assert index.index("studies/other/index.html") < index.index("studies/toy/index.html")  # sorted
 
