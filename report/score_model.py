@@ -31,6 +31,10 @@ class Why(StrEnum):
     NOT_POSITIVE = "ratio not positive"  # a ratio <= 0: summarized on the linear scale
     STRADDLES = "straddles edge"  # the 95% interval contains a band edge: inconclusive
     EARLY_LOOK = "early look"  # measured in fewer blocks than the run: its interval is read at its own last look
+    SPLIT_HOSTS = "split across hosts"  # a block whose points ran on two hosts: left out of the pairing
+
+
+SPLIT = "split across hosts: block"  # how a split block's observations say why they are left out (report.sides)
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,12 @@ class Reason:
     unit: str = ""  # display unit of `edge`
     count: int = 0  # how many repeats (UNPAIRED, ZERO_DENOMINATOR)
     detail: str = ""  # free text from below (an exception, a status, an error)
+
+    def __post_init__(self) -> None:
+        # An observation of a split block reaches the score as one left out for not being exchangeable
+        # (report.sides marks it so): it is named for what it is.
+        if self.why is Why.NOT_EXCHANGEABLE and self.detail.startswith(SPLIT):
+            object.__setattr__(self, "why", Why.SPLIT_HOSTS)
 
     @property
     def text(self) -> str:
@@ -69,6 +79,8 @@ class Reason:
                     "the paired interval")
         if w is Why.SINGLE_LAUNCH:
             return "single launch: launch-to-launch variation not included"
+        if w is Why.SPLIT_HOSTS:
+            return f"{self.point}: left out of the pairing, {self.detail}"
         if w is Why.NOT_EXCHANGEABLE:
             return f"{self.point}: left out of the interval, not exchangeable ({self.detail})"
         if w is Why.ZERO_DENOMINATOR:
