@@ -238,7 +238,7 @@ class Store:
                 for table in ("points", "requests", "checks", "telemetry"):
                     self.con.execute(f"UPDATE {table} SET point_id = ? WHERE run_id = ? AND point_id = ?", key)
                 self.con.execute("UPDATE points SET set_aside = ? WHERE run_id = ? AND point_id = ?",
-                                 [reason, *key[:2]])
+                                 [reason, run_id, key[0]])
 
     # -- reads ----------------------------------------------------------------------------------
 
@@ -261,7 +261,8 @@ class Store:
     def done_points(self, run_id: str) -> dict[str, str]:
         """point_id -> fingerprint of points committed as ok (what `--resume` may skip; set-aside ones are not)."""
         rows = self.con.execute(
-            "SELECT point_id, fingerprint FROM points WHERE run_id = ? AND status = 'ok'", [run_id]
+            "SELECT point_id, fingerprint FROM points WHERE run_id = ? AND status = 'ok' AND set_aside IS NULL",
+            [run_id]
         ).fetchall()
         return {pid: fp for pid, fp in rows}
 
