@@ -157,7 +157,8 @@ def markdown_table(result: Audit) -> str:
             runs.append(f"`{sid}` not run")
             continue
         engine = f", vLLM {data.run.vllm_version}" if data.run.vllm_version else ""
-        runs.append(f"`{sid}` run {data.run_id} ({gpu_name(data.run)}{engine}; {design_note(data)})")
+        others = result.compared[sid].summary() if sid in result.compared else ""
+        runs.append(f"`{sid}` run {data.run_id} ({gpu_name(data.run)}{engine}; {design_note(data)}{others})")
     lines += ["", md_cell("Measured: the mean with its 95% interval, between launches where an arm ran on "
                              "several (n counts them), else between the repeats of its one launch (n counts "
                              "those; launch-to-launch variation not included); a ratio's interval is on the log "

@@ -109,6 +109,18 @@ class StudyRuns:
                                                                   f"against the published {self.published}"))
         return out
 
+    def summary(self) -> str:
+        """One clause for the headline's runs note: the other runs and whether any differs ("" if none)."""
+        others = [r for r in self.runs if not r.published]
+        if not others:
+            return ""
+        said = [f"{r.run.run_id} {r.status}" + (", same file, GPU and vLLM" if r.comparable else
+                                                  ", not scored" if r.status != PUBLISHED else
+                                                  ", another version or setup") for r in others]
+        differ = sorted({f"{h} (p = {p_text(w.p)})" for s in self.runs if s.published for h, _ in s.tests
+                         for _, w in self.differ(h)})
+        return f"; other runs: {', '.join(said)}" + (f"; runs differ on {', '.join(differ)}" if differ else "")
+
     def lines(self) -> list[str]:
         """What the audit prints: a head line, then `rows`."""
         rows = self.rows()

@@ -14,7 +14,14 @@ from compiler.plan import Plan
 from compiler.plan_compile import compile_study
 from runner.execute.resume import rerun_whole_blocks, split_blocks
 from runner.measure.host import MACHINE_ID_ENV, host_identity, machine_id
-from runner.store.records import CheckResult, PointRecord, PointSummary, RequestRecord, RunRecord, ServerRecord
+from runner.store.records import (
+    CheckResult,
+    PointRecord,
+    PointSummary,
+    RequestRecord,
+    RunRecord,
+    ServerRecord,
+)
 from runner.store.store import Store
 from tests.report.helpers import TINY_MODEL
 
