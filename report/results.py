@@ -74,6 +74,7 @@ class RunData:
 
 
 RESUMED = re.compile(r"resumed on \S+ at (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")  # runner.execute.run's note
+ASIDE = "#aside"  # in the id of a set-aside point (runner.store.store.Store.set_aside)
 PUBLISHED = "complete"  # the one run status whose verdicts are published
 
 
@@ -108,16 +109,21 @@ def latest_runs(dbs: Sequence[Path]) -> dict[str, RunData]:
 
 def read_run(db: Path, run_id: str) -> RunData:
     with Store(db, read_only=True) as store:
-        run = store.run(run_id)
-        if run is None:
-            raise StoreError(f"{db}: no run {run_id}")
-        points = store.points(run_id)
-        return RunData(
-            db=Path(db),
-            run=run,
-            servers=tuple(store.servers(run_id)),
-            points=tuple(p for p in points if p.set_aside is None),
-            checks=tuple(c for c in store.checks(run_id) if "#aside" not in c.point_id),
-            telemetry=tuple(t for t in store.telemetry(run_id) if "#aside" not in t.point_id),
-            set_aside=tuple(p for p in points if p.set_aside is not None),
-        )
+        return from_store(store, run_id)
+
+
+def from_store(store: Store, run_id: str) -> RunData:
+    """One run from an open store: its set-aside points (and their checks, telemetry) apart from the rest."""
+    run = store.run(run_id)
+    if run is None:
+        raise StoreError(f"{store.path}: no run {run_id}")
+    points = store.points(run_id)
+    return RunData(
+        db=Path(store.path),
+        run=run,
+        servers=tuple(store.servers(run_id)),
+        points=tuple(p for p in points if p.set_aside is None),
+        checks=tuple(c for c in store.checks(run_id) if ASIDE not in c.point_id),
+        telemetry=tuple(t for t in store.telemetry(run_id) if ASIDE not in t.point_id),
+        set_aside=tuple(p for p in points if p.set_aside is not None),
+    )
