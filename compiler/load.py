@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import json
 import tomllib
 import types
 import typing
@@ -51,6 +52,16 @@ class LoadedStudy:
 
     def line(self, path: str) -> int:
         return line_of(self.lines, path)
+
+
+def study_version(text: str) -> str | None:
+    """sha256 of a study file read as TOML and written back canonically (keys sorted, JSON): an edit of a
+    comment or of the layout keeps it, an edit of any value changes it. None: not TOML."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return None
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def load_study(path: str | Path) -> LoadedStudy:

@@ -9,14 +9,15 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from compiler.load import LoadedStudy
 from report import score_text
 from report.context import build_context
-from report.results import RunData, latest_runs
+from report.results import RunData, all_runs, latest_runs
+from report.run_compare import StudyRuns, compare_runs
 from report.score_model import Score, Why
 from report.scoring import score
 from report.seed import gpu_name
@@ -38,14 +39,20 @@ class Audit:
     studies: tuple[LoadedStudy, ...]
     runs: dict[str, RunData]
     scores: tuple[Score, ...]
+    compared: dict[str, StudyRuns] = field(default_factory=dict)  # every run of each study (report.run_compare)
 
 
 def audit_studies(studies: Sequence[LoadedStudy], dbs: Sequence[Path]) -> Audit:
     runs = latest_runs(dbs)
+    every = all_runs(dbs)
     scores: list[Score] = []
+    compared: dict[str, StudyRuns] = {}
     for loaded in studies:
-        scores.extend(score(build_context(loaded, runs.get(loaded.study.study.id))))
-    return Audit(tuple(studies), runs, tuple(scores))
+        sid = loaded.study.study.id
+        mine = score(build_context(loaded, runs.get(sid)))
+        scores.extend(mine)
+        compared[sid] = compare_runs(loaded, every.get(sid, []), runs.get(sid), mine)
+    return Audit(tuple(studies), runs, tuple(scores), compared)
 
 
 def json_row(s: Score) -> dict[str, Any]:
@@ -114,6 +121,9 @@ def print_table(result: Audit) -> None:
         for reason in s.reasons:
             if reason.why is not Why.NOT_CALIBRATED:
                 console.print(f"  {s.study_id}/{s.hypothesis}: {reason.text}", markup=False, highlight=False)
+    for study_runs in result.compared.values():
+        for line in study_runs.lines():
+            console.print(line, markup=False, highlight=False)
 
 
 def spec_differs(s: Score) -> bool:
@@ -153,7 +163,8 @@ def markdown_table(result: Audit) -> str:
             runs.append(f"`{sid}` not run")
             continue
         engine = f", vLLM {data.run.vllm_version}" if data.run.vllm_version else ""
-        runs.append(f"`{sid}` run {data.run_id} ({gpu_name(data.run)}{engine}; {design_note(data)})")
+        others = result.compared[sid].summary() if sid in result.compared else ""
+        runs.append(f"`{sid}` run {data.run_id} ({gpu_name(data.run)}{engine}; {design_note(data)}{others})")
     lines += ["", md_cell("Measured: the mean with its interval at the level it was read at (95% for a fixed "
                              "design; a run under a sequential budget reads each hypothesis at the look of the "
                              "blocks it uses, \"look 10 of 12\", at that look's own level), between launches "

@@ -32,6 +32,10 @@ class Why(StrEnum):
     NOT_POSITIVE = "ratio not positive"  # a ratio <= 0: summarized on the linear scale
     STRADDLES = "straddles edge"  # the interval (at its look's level) contains a band edge: inconclusive
     EARLY_LOOK = "early look"  # uses fewer blocks than the run: its interval is read at the look of those blocks
+    SPLIT_HOSTS = "split across hosts"  # a block whose points ran on two hosts: left out of the pairing
+
+
+SPLIT = "split across hosts: block"  # how a split block's observations say why they are left out (report.sides)
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,12 @@ class Reason:
     detail: str = ""  # free text from below (an exception, a status, an error)
     label: str = ""  # the level the interval was read at (Score.interval_label): STRADDLES
     decide: str = ""  # what would decide it (report.deciding): STRADDLES, ONE_LAUNCH
+
+    def __post_init__(self) -> None:
+        # An observation of a split block reaches the score as one left out for not being exchangeable
+        # (report.sides marks it so): it is named for what it is.
+        if self.why is Why.NOT_EXCHANGEABLE and self.detail.startswith(SPLIT):
+            object.__setattr__(self, "why", Why.SPLIT_HOSTS)
 
     @property
     def text(self) -> str:
@@ -77,6 +87,8 @@ class Reason:
             alone = f" ({self.detail})" if self.detail else ""
             return (f"inconclusive (one launch): launch-to-launch variation is not in it{alone}; what would "
                     f"decide it: {self.decide or 'at least 2 launches per arm'}")
+        if w is Why.SPLIT_HOSTS:
+            return f"{self.point}: left out of the pairing, {self.detail}"
         if w is Why.NOT_EXCHANGEABLE:
             return f"{self.point}: left out of the interval, not exchangeable ({self.detail})"
         if w is Why.ZERO_DENOMINATOR:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from report.intervals import Layout, Obs
 from report.results import RunData
-from report.score_model import Reason, Why
+from report.score_model import SPLIT, Reason, Why
 from runner.checks.fidelity import WITHHELD_METRICS
 from runner.store.records import CheckResult, PointRecord, ServerRecord, base_server_id
 
@@ -39,10 +39,24 @@ class MeasuredSide:
                 for why, ids in sorted(self.lacking.items())]
 
 
+def split_blocks(data: RunData, design: Layout) -> dict[int, str]:
+    """Block -> why it is left out of every interval: its points ran on more than one host (`RunData.hosts`),
+    so its arms' ratio holds the hosts' difference too. A `--resume` since schema 6 runs such a block again
+    whole; one found in an older run is left out here."""
+    hosts: dict[int, set[str]] = {}
+    for p in data.points:
+        block = design.point(p.point_id, p.server_id, p.repeat).block
+        if block is not None and p.status == "ok":
+            hosts.setdefault(block, set()).add(data.hosts.get(p.server_id or "", "host not recorded"))
+    return {b: f"{SPLIT} {b} ran on {len(h)} hosts: {'; '.join(sorted(h))}" for b, h in hosts.items() if len(h) > 1}
+
+
 def point_side(data: RunData, ids: Sequence[str], metric: str, failed_checks: dict[str, list[CheckResult]],
                design: Layout) -> MeasuredSide:
-    """The stored points of one side of a hypothesis: exactly the plan's point ids."""
+    """The stored points of one side of a hypothesis: exactly the plan's point ids; those of a block split
+    across hosts are not exchangeable (left out of the interval, with the reason)."""
     side = MeasuredSide()
+    split = split_blocks(data, design)
     wanted = set(ids)
     rows: list[PointRecord] = [p for p in data.points if p.point_id in wanted]
     for row in sorted(rows, key=lambda r: (r.repeat, r.point_id)):
@@ -66,7 +80,9 @@ def point_side(data: RunData, ids: Sequence[str], metric: str, failed_checks: di
         value = row.metric(metric)
         if value is not None and math.isfinite(value):
             at = design.point(row.point_id, row.server_id, row.repeat)
-            side.values.append(Obs(row.point_id, value, at.launch, at.block, at.repeat, at.exchangeable, at.why))
+            apart = split.get(at.block) if at.block is not None else None
+            side.values.append(Obs(row.point_id, value, at.launch, at.block, at.repeat,
+                                   at.exchangeable and apart is None, apart or at.why))
         elif row.status == "ok":  # a point that did not finish is already named in `invalid`
             side.lacking.setdefault(_why_missing(metric, value, fails), []).append(row.point_id)
     return side
@@ -98,6 +114,7 @@ def server_side(data: RunData, ids: Sequence[str], metric: str, design: Layout) 
         if base in wanted and (base not in latest or _started(s) >= _started(latest[base])):
             latest[base] = s
     servers = [latest[b] for b in sorted(latest)]
+    split = split_blocks(data, design)
     warm_seen = any(s.compile_cache == "warm" for s in data.servers)
     for index, server in enumerate(servers):
         side.rows += 1
@@ -109,8 +126,9 @@ def server_side(data: RunData, ids: Sequence[str], metric: str, design: Layout) 
         if value is not None and math.isfinite(float(value)):
             at = design.server(base_server_id(server.server_id), index)
             cold = warm_seen and server.compile_cache == "cold"
+            apart = split.get(at.block) if at.block is not None else None
             side.values.append(Obs(server.server_id, float(value), at.launch, at.block, at.repeat,
-                                   not cold, COLD_COMPILE if cold else ""))
+                                   not cold and apart is None, apart or (COLD_COMPILE if cold else "")))
         elif server.status != "failed":  # a failed server is already named in `invalid`
             side.lacking.setdefault(NOT_FINITE if value is not None else SERVER_NOT_RECORDED, []).append(
                 server.server_id)

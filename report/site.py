@@ -11,7 +11,7 @@ import json
 import shutil
 import tomllib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,8 @@ from markupsafe import Markup
 from compiler.load import LoadedStudy, load_studies
 from report import page_models, pages
 from report.context import build_context
-from report.results import RunData, latest_runs
+from report.results import RunData, all_runs, latest_runs
+from report.run_compare import compare_runs
 from report.score_model import Score
 from report.scoring import score
 from runner.store.store import Store
@@ -88,7 +89,11 @@ def gather(studies: Sequence[LoadedStudy], dbs: Sequence[Path]) -> Gathered:
     used = {s.study.study.id: runs[s.study.study.id] for s in studies if s.study.study.id in runs}
     ctxs = {s.study.study.id: build_context(s, used.get(s.study.study.id)) for s in studies}  # once per study
     scores: dict[str, list[Score]] = {sid: score(ctx) for sid, ctx in ctxs.items()}
-    study_pages = tuple((pages.study_page(ctxs[sid], scores[sid]), ctxs[sid].data) for sid in sorted(ctxs))
+    every = all_runs(dbs)
+    compared = {sid: compare_runs(ctx.loaded, every.get(sid, []), ctx.data, scores[sid]) for sid, ctx in ctxs.items()}
+    study_pages = tuple((replace(page := pages.study_page(ctxs[sid], scores[sid]),
+                                 provenance=page.provenance + compared[sid].facts()), ctxs[sid].data)
+                        for sid in sorted(ctxs))
     warnings = tuple(w for page, _ in study_pages for w in page.warnings)
     return Gathered(pages.index_page(studies, used, scores), pages.audit_page(studies, used, scores),
                     study_pages, warnings)

@@ -94,14 +94,9 @@ def decide_more(loaded: LoadedStudy) -> Callable[[Store, str], tuple[str, ...]]:
     `report.scoring.undecided` which hypotheses are still open (the runner never imports the report)."""
 
     def ask(store: Store, run_id: str) -> tuple[str, ...]:
-        from report.results import RunData
+        from report.results import from_store
         from report.scoring import undecided
 
-        run = store.run(run_id)
-        assert run is not None, f"run {run_id} is open in this store"
-        data = RunData(db=store.path, run=run, servers=tuple(store.servers(run_id)),
-                       points=tuple(store.points(run_id)), checks=tuple(store.checks(run_id)),
-                       telemetry=tuple(store.telemetry(run_id)))
-        return undecided(loaded, data)
+        return undecided(loaded, from_store(store, run_id))
 
     return ask

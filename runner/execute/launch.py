@@ -28,6 +28,7 @@ from runner.execute.point import (
     log_warnings,
     run_point,
 )
+from runner.measure.host import host_identity
 from runner.server.engine import VllmServer
 from runner.server.pinning import pin_engine, pin_front_end
 from runner.server.placement import Placement
@@ -174,10 +175,12 @@ def run_launch(
             startup_timeout_s=spec.startup_timeout_s, key_dir=spec.key_dir,
             gpu_index=int(devices[0]) if spec.gpu_host and devices[0].isdigit() else 0,
         )
+        host = host_identity(devices, spec.gpu_host)  # where this start runs (a Ray worker: its node)
         records.append(ServerRecord(
             run_id=spec.run_id, server_id=sid, arm=launch.arm, fingerprint=launch.fingerprint,
             argv_json=as_json(redact_argv(list(server.argv))), env_json=as_json(launch.env),
             started_at=datetime.now(UTC), log_path=str(log_path), launch_id=launch.id, device=",".join(devices),
+            machine_id=host.machine_id, hostname=host.hostname, gpu_uuid=host.gpu_uuid, gpu_serial=host.gpu_serial,
         ))
         if servers:  # the balancer sends one key: the replicas of a launch share the first one's
             server.api_key = servers[0].api_key

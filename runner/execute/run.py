@@ -6,6 +6,7 @@ or on a Ray cluster (`runner.execute.ray_exec`); `runner.execute.driver.Driver` 
 
 from __future__ import annotations
 
+import hashlib
 import platform
 import re
 import socket
@@ -16,7 +17,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from compiler.load import Problem
+from compiler.load import Problem, study_version
 from compiler.plan import BlockDesign, Launch, Plan, PointStep
 from compiler.toml_lines import key_lines, line_of
 from runner.execute.driver import (
@@ -32,8 +33,10 @@ from runner.execute.launch import LaunchSpec, run_launch
 from runner.execute.parallel import run_parallel
 from runner.execute.point import NVML_NOTE, PointContext
 from runner.execute.ray_exec import run_ray
+from runner.execute.resume import rerun_whole_blocks
 from runner.load.loadgen_limit import measure_client_ceiling
 from runner.measure.calibrate import calibrate
+from runner.measure.host import machine_id
 from runner.measure.nvml import gpu_info
 from runner.server.placement import Placement, idle_gpus, parse_gpus, place
 from runner.store.records import RunRecord
@@ -160,13 +163,19 @@ def _open_run(store: Store, plan: Plan, options: RunOptions, progress: Progress)
             if previous.study_sha256 and previous.study_sha256 != plan.study_sha256:  # e.g. a budget added
                 resumed += f" from a changed study file (sha256 {previous.study_sha256[:12]} -> {plan.study_sha256[:12]})"
             store.save_run(replace(previous, status="running", plan_json=plan.to_json(), study_sha256=plan.study_sha256,
+                                   study_toml_sha256=_study_version(plan),
                                    notes=_with_notes(previous.notes, (*options.warnings, resumed))))
             progress.message(f"resuming run {previous.run_id}")
-            return previous.run_id, store.done_points(previous.run_id)
+            done, reruns = rerun_whole_blocks(store, previous.run_id, plan, store.done_points(previous.run_id),
+                                              machine_id())
+            for message in reruns:
+                progress.message(message)
+            return previous.run_id, done
         progress.message("nothing to resume: starting a new run")
     run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
     run = RunRecord(
         run_id=run_id, study_id=plan.study_id, study_path=plan.study_path, study_sha256=plan.study_sha256,
+        study_toml_sha256=_study_version(plan),
         plan_json=plan.to_json(), studyc_version=__version__, git_sha=git_sha(), host=socket.gethostname(),
         started_at=datetime.now(UTC), status="running", engine_command=" ".join(options.engine_command),
         notes=_with_notes(platform.platform(), options.warnings),
@@ -175,6 +184,16 @@ def _open_run(store: Store, plan: Plan, options: RunOptions, progress: Progress)
     run = _client_ceiling(run, options, progress)
     store.save_run(_gpu(run, options))
     return run_id, {}
+
+
+def _study_version(plan: Plan) -> str | None:
+    """The study file's TOML hash (`compiler.load.study_version`), where the file still holds what was planned."""
+    try:
+        raw = Path(plan.study_path).read_bytes()
+    except OSError:
+        return None
+    same = hashlib.sha256(raw).hexdigest() == plan.study_sha256
+    return study_version(raw.decode("utf-8", "replace")) if same else None
 
 
 def _same_stopping_rule(store: Store, previous: RunRecord, plan: Plan) -> None:

@@ -58,6 +58,7 @@ def gpu_info(gpu_index: int = 0) -> dict[str, Any] | None:
         }
         optional = {
             "uuid": lambda: _text(nv.nvmlDeviceGetUUID(h)),
+            "serial": lambda: _text(nv.nvmlDeviceGetSerial(h)),  # the board's; NVML_ERROR_NOT_SUPPORTED on some
             "sm_clock_max_hz": lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM) * _MHZ,
             "mem_clock_max_hz": lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_MEM) * _MHZ,
             "power_limit_w": lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0,

@@ -238,6 +238,9 @@ class RunRecord:
     devices: str | None = None  # e.g. "0,1" (GPU indices, or logical ids on a CPU host)
     placement_json: str | None = None
     interference_json: str | None = None
+    # sha256 of the study file read as TOML and written back canonically (compiler.load.study_version):
+    # comments and layout do not change it, any value does. None: runs stored before it was.
+    study_toml_sha256: str | None = None
 
 
 def base_server_id(server_id: str) -> str:
@@ -270,6 +273,11 @@ class ServerRecord:
     device: str | None = None  # the device(s) it ran on: GPU indices (CUDA_VISIBLE_DEVICES) or a logical id
     stopped_at: datetime | None = None
     compile_cache: str | None = None  # vLLM's log at start: "warm" (loaded compiled graphs), "cold" (compiled), None
+    # The host it ran on (runner.measure.host): None on servers stored before it was recorded.
+    machine_id: str | None = None
+    hostname: str | None = None
+    gpu_uuid: str | None = None  # NVML's, "," between a server's GPUs
+    gpu_serial: str | None = None
 
     def metric(self, name: str) -> float | None:
         """A server-level metric (`kv_capacity_tokens`, `startup_s`) as a float, None if unmeasured."""
@@ -317,6 +325,9 @@ class PointRecord:
     device: str | None = None  # the launch's device(s), replicas separated by ";"
     client_cpus: str | None = None  # the CPUs the load generator was pinned to ("" = not pinned)
     replicas_json: str | None = None  # replicas only: per server, the requests sent and its counter deltas
+    # Why the point is kept but no longer read (its point_id then carries "#aside<N>"): e.g. `--resume` ran
+    # its block again whole on another host. None: a current point.
+    set_aside: str | None = None
 
     def metric(self, name: str) -> float | None:
         return self.summary.metric(name)

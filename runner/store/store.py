@@ -4,17 +4,9 @@ typed reads, versioned schema with its migrations.
 Results are the truth; the site is derived from them. Every client statistic can be recomputed
 from the `requests` table. Nobody else imports duckdb.
 
-Schema versions: 1 (first release), 2 (typed records: `servers.warnings`, `points.server_warnings`,
-`points.reset_attempts`, `telemetry.energy_j`; the API key scrubbed from `servers.argv_json`;
-`runs.git_sha` = 'HEAD' made NULL), 3 (`checks.status` pass/fail/unverified, filled from `passed`;
-`points.verdict`, the edge counters `points.counters_before_json`/`counters_after_json`, the
-steady-phase, scheduled-latency, client-lag and fidelity statistics; `points.concurrency_error` is
-no longer written; the step-time model's `points.predicted_*` and `prediction_note`), 4 (scale-out:
-`runs.wall_s`/`window_s`/`devices`/`placement_json`/`interference_json`, `servers.launch_id`/`device`/
-`stopped_at`, `points.device`/`client_cpus`/`replicas_json`), 5 (`points.level` dropped: a point's rung is
-its `concurrency` or `rate_rps`). A database opened for writing is migrated in place (columns added, dropped
-ones removed); one opened read-only at an older version is refused with the command that migrates it,
-except version 4, read as it is (its extra `points.level` is ignored).
+Schema versions and what each changed: `runner.store.tables`. A database opened for writing is migrated in
+place; one opened read-only at an older version is refused with the command that migrates it, except those in
+READS_AS_CURRENT, read as they are.
 """
 
 from __future__ import annotations
@@ -57,8 +49,8 @@ from runner.store.tables import (
 )
 from studyc.errors import StoreError
 
-SCHEMA_VERSION = 5
-READS_AS_CURRENT = ("4",)  # read-only, these versions are read as they are: only columns the reads ignore differ
+SCHEMA_VERSION = 6
+READS_AS_CURRENT = ("4", "5")  # read-only, these versions are read as they are: only columns the reads ignore differ
 DROPPED = (("points", "level"),)  # (table, column) a migration removes
 
 R = TypeVar("R")
@@ -128,7 +120,7 @@ class Store:
     # -- migration ------------------------------------------------------------------------------
 
     def _migrate(self, found: str) -> None:
-        if found not in ("1", "2", "3", "4"):
+        if found not in ("1", "2", "3", "4", "5"):
             raise StoreError(f"{self.path}: schema version {found}, this studyc reads {SCHEMA_VERSION}")
         with self.transaction():
             self._add_columns()
@@ -165,10 +157,8 @@ class Store:
         for run_id, server_id, argv in self.con.execute(
             "SELECT run_id, server_id, argv_json FROM servers WHERE argv_json IS NOT NULL"
         ).fetchall():
-            clean = json.dumps(redact_argv(json.loads(argv)))
-            self.con.execute(
-                "UPDATE servers SET argv_json = ? WHERE run_id = ? AND server_id = ?", [clean, run_id, server_id]
-            )
+            self.con.execute("UPDATE servers SET argv_json = ? WHERE run_id = ? AND server_id = ?",
+                             [json.dumps(redact_argv(json.loads(argv))), run_id, server_id])
         self.con.execute("UPDATE runs SET git_sha = NULL WHERE NOT regexp_full_match(git_sha, '[0-9a-f]{40}')")
 
     # -- writes ---------------------------------------------------------------------------------
@@ -239,6 +229,17 @@ class Store:
             self.con.execute("DELETE FROM checks WHERE run_id = ? AND point_id = ?", key)
             self._insert_many(CHECKS, checks, key[:1])
 
+    def set_aside(self, run_id: str, point_ids: Sequence[str], reason: str) -> None:
+        """Keep points and their rows as "<id>#aside<N>", marked with why (their ids measure again)."""
+        with self.transaction():
+            for pid in point_ids:
+                n = len(self._read(POINTS, "run_id = ? AND starts_with(point_id, ?)", [run_id, pid + "#aside"]))
+                key = [f"{pid}#aside{n + 1}", run_id, pid]
+                for table in ("points", "requests", "checks", "telemetry"):
+                    self.con.execute(f"UPDATE {table} SET point_id = ? WHERE run_id = ? AND point_id = ?", key)
+                self.con.execute("UPDATE points SET set_aside = ? WHERE run_id = ? AND point_id = ?",
+                                 [reason, run_id, key[0]])
+
     # -- reads ----------------------------------------------------------------------------------
 
     def _read(self, table: Table, where: str, params: Sequence[Any], order: str | None = None) -> list[Any]:
@@ -252,17 +253,16 @@ class Store:
         return list(self._read(RUNS, "TRUE", []))
 
     def run(self, run_id: str) -> RunRecord | None:
-        rows = self._read(RUNS, "run_id = ?", [run_id])
-        return rows[0] if rows else None
+        return next(iter(self._read(RUNS, "run_id = ?", [run_id])), None)
 
     def latest_run(self, study_id: str) -> RunRecord | None:
-        rows = self._read(RUNS, "study_id = ?", [study_id], "started_at DESC, run_id DESC")
-        return rows[0] if rows else None
+        return next(iter(self._read(RUNS, "study_id = ?", [study_id], "started_at DESC, run_id DESC")), None)
 
     def done_points(self, run_id: str) -> dict[str, str]:
-        """point_id -> fingerprint of points committed as ok (what `--resume` may skip)."""
+        """point_id -> fingerprint of points committed as ok (what `--resume` may skip; set-aside ones are not)."""
         rows = self.con.execute(
-            "SELECT point_id, fingerprint FROM points WHERE run_id = ? AND status = 'ok'", [run_id]
+            "SELECT point_id, fingerprint FROM points WHERE run_id = ? AND status = 'ok' AND set_aside IS NULL",
+            [run_id]
         ).fetchall()
         return {pid: fp for pid, fp in rows}
 

@@ -1,6 +1,19 @@
 """The results tables, declared from `runner.store.records`: their DuckDB columns and DDL, and records <-> rows.
 
 `runner.store.store` owns the database; this module only describes what it holds.
+
+Schema versions: 1 (first release), 2 (typed records: `servers.warnings`, `points.server_warnings`,
+`points.reset_attempts`, `telemetry.energy_j`; the API key scrubbed from `servers.argv_json`;
+`runs.git_sha` = 'HEAD' made NULL), 3 (`checks.status` pass/fail/unverified, filled from `passed`;
+`points.verdict`, the edge counters `points.counters_before_json`/`counters_after_json`, the
+steady-phase, scheduled-latency, client-lag and fidelity statistics; `points.concurrency_error` is
+no longer written; the step-time model's `points.predicted_*` and `prediction_note`), 4 (scale-out:
+`runs.wall_s`/`window_s`/`devices`/`placement_json`/`interference_json`, `servers.launch_id`/`device`/
+`stopped_at`, `points.device`/`client_cpus`/`replicas_json`), 5 (`points.level` dropped: a point's rung is
+its `concurrency` or `rate_rps`), 6 (provenance: `servers.machine_id`/`hostname`/`gpu_uuid`/`gpu_serial`,
+`runs.study_toml_sha256`, `points.set_aside`). A database opened for writing is migrated in place (columns
+added, dropped ones removed); one opened read-only at an older version is refused with the command that
+migrates it, except versions 4 and 5, read as they are (their missing columns read None).
 """
 
 from __future__ import annotations

@@ -153,7 +153,7 @@ def test_v1_plans_get_the_compilers_exchangeability(tmp_path: Path) -> None:
 def test_scoring_uses_launch_blocks_from_the_stored_plan(tmp_path: Path) -> None:
     """Three launches per arm in blocks: the ratio is paired over blocks, with no single-launch mark; the
     kept-cache arm's cold points are left out and named."""
-    from report.results import latest_runs
+    from report.results import read_run
     from report.score_model import Why
     from report.scoring import score_study
     from tests.report.test_block_planner import HYP, _db
@@ -161,7 +161,7 @@ def test_scoring_uses_launch_blocks_from_the_stored_plan(tmp_path: Path) -> None
     path = write_study(tmp_path, HYP, hardware="h200")
     path.write_text(path.read_text().replace("repeats = 3", "repeats = 2\nlaunches = 3"))
     db = _db(tmp_path, path)
-    scores = {s.hypothesis: s for s in score_study(load_study(path), latest_runs([db])["toy"])}
+    scores = {s.hypothesis: s for s in score_study(load_study(path), read_run(db, "r1"))}
     same = scores["same"]
     assert same.interval.startswith("paired: t on 3 block log-ratios") and same.n == 3
     assert not same.has(Why.ONE_LAUNCH)

@@ -164,7 +164,8 @@ def test_a_run_that_measured_refuses_to_resume_under_another_stopping_rule(tmp_p
     or only other minutes, resumes."""
     import pytest
 
-    from runner.store.records import PointRecord
+    from runner.measure.host import machine_id
+    from runner.store.records import PointRecord, ServerRecord
     from studyc.errors import StudycError
 
     first = _plan(tmp_path)
@@ -172,7 +173,10 @@ def test_a_run_that_measured_refuses_to_resume_under_another_stopping_rule(tmp_p
     with Store(tmp_path / "r.duckdb") as store:
         run_id, _ = _open_run(store, first, options, Progress())
         point = first.launches[0].points[0]
-        store.commit_point(PointRecord(run_id=run_id, point_id=point.id, fingerprint=point.fingerprint), [], [], [])
+        server = first.launches[0].id  # measured on this host: resumed here, its block continues
+        store.record_server(ServerRecord(run_id, server, launch_id=server, machine_id=machine_id()))
+        store.commit_point(PointRecord(run_id=run_id, point_id=point.id, server_id=server,
+                                       fingerprint=point.fingerprint), [], [], [])
         for design in ("[design]\nbudget = { blocks = 6, minutes = 30 }\n\n[load]", "[load]"):
             with pytest.raises(StudycError) as err:
                 _open_run(store, _plan(tmp_path, design), options, Progress())

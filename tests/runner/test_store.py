@@ -22,7 +22,7 @@ from runner.store.records import (
     TelemetrySample,
     redact_argv,
 )
-from runner.store.store import Store
+from runner.store.store import SCHEMA_VERSION, Store
 from runner.store.tables import sql_type
 from studyc.errors import StoreError
 
@@ -199,7 +199,35 @@ def test_a_version_4_file_reads_as_it_is_and_loses_level_when_written(tmp_path: 
     Store(db).close()
     assert "level" not in columns_of_points(db) and "concurrency" in columns_of_points(db)
     with Store(db, read_only=True) as s:
-        assert s.points("run-1") == [POINT] and s._version() == "5"
+        assert s.points("run-1") == [POINT] and s._version() == str(SCHEMA_VERSION)
+
+
+def test_a_version_5_file_reads_as_it_is_and_gains_provenance_when_written(tmp_path: Path) -> None:
+    db = filled(tmp_path / "v5.duckdb")
+    con = duckdb.connect(str(db))
+    for table, column in (("servers", "machine_id"), ("servers", "gpu_serial"), ("points", "set_aside"),
+                          ("runs", "study_toml_sha256")):
+        con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    con.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
+    con.close()
+    with Store(db, read_only=True) as s:  # read as it is: the columns it lacks read None
+        assert s.points("run-1") == [POINT] and s.servers("run-1")[0].machine_id is None
+    assert "set_aside" not in columns_of_points(db)
+    with Store(db) as s:
+        assert s._version() == str(SCHEMA_VERSION) == "6" and s.points("run-1") == [POINT]
+        s.record_server(replace(SERVER, machine_id="m1", gpu_serial="s1"))
+        assert s.servers("run-1")[0].machine_id == "m1"
+    assert "set_aside" in columns_of_points(db)
+
+
+def test_an_unknown_newer_version_is_refused(tmp_path: Path) -> None:
+    db = filled(tmp_path / "v7.duckdb")
+    con = duckdb.connect(str(db))
+    con.execute("UPDATE meta SET value = '7' WHERE key = 'schema_version'")
+    con.close()
+    for read_only in (True, False):
+        with pytest.raises(StoreError, match="schema version 7"):
+            Store(db, read_only=read_only)
 
 
 def test_a_new_file_has_no_level_column(tmp_path: Path) -> None:

@@ -1,0 +1,195 @@
+"""Every run of a study beside the one its verdicts are read from: which version of the study file each
+measured, whether it completed, and per hypothesis its estimate with a Welch test of whether it differs
+from the published run's. A verdict is read from the latest complete run (`report.results`); where another
+complete run of the same file on the same GPU and vLLM reads differently, the audit and the page say so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from compiler.load import LoadedStudy, study_version
+from report import score_text
+from report.context import build_context
+from report.intervals import t_cdf
+from report.page_models import Fact
+from report.results import PUBLISHED, RunData, read_run
+from report.score_model import Score
+from report.scoring import score
+from runner.store.records import RunRecord
+
+DIFFER_P = 0.05  # a two-sided Welch p below this flags "runs differ"
+
+
+@dataclass(frozen=True)
+class Welch:
+    t: float
+    df: float
+    p: float  # two-sided
+
+
+def welch(a: Sequence[float], b: Sequence[float]) -> Welch | None:
+    """Welch's t test of two samples' means (each needs two values and some spread, else None)."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    parts = []
+    for xs in (a, b):
+        mean = math.fsum(xs) / len(xs)
+        parts.append((mean, math.fsum((x - mean) ** 2 for x in xs) / (len(xs) - 1) / len(xs), len(xs) - 1))
+    (ma, va, da), (mb, vb, db) = parts
+    if va + vb <= 0:
+        return None
+    t = (ma - mb) / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / ((va * va / da if va else 0.0) + (vb * vb / db if vb else 0.0))
+    return Welch(t, df, 2.0 * (1.0 - t_cdf(abs(t), df)))
+
+
+def unit_values(s: Score) -> list[float]:
+    """The values a score's interval rests on, on the scale it was read on (log for a positive ratio)."""
+    if s.ratio and s.values and min(s.values) > 0:
+        return [math.log(v) for v in s.values]
+    return list(s.values)
+
+
+@dataclass(frozen=True)
+class RunVersion:
+    """One run of the study: where it stands against the published run."""
+
+    run: RunRecord
+    version: str  # the study file version it measured: its TOML hash, else its bytes' ("raw ...")
+    current: bool  # that version is the study file now
+    published: bool  # its verdicts are the study's
+    comparable: bool  # complete, same version, GPU and vLLM as the published run (not itself)
+    scores: tuple[Score, ...]
+    tests: tuple[tuple[str, Welch | None], ...]  # (hypothesis, test against the published run's estimate)
+
+    @property
+    def status(self) -> str:
+        return self.run.status or "unknown"
+
+    def describe(self) -> str:
+        """"complete; study version file sha256 43c25927, not the current file; NVIDIA H200, vLLM 0.26.0"."""
+        why = "" if self.status == PUBLISHED else ": not scored (only complete runs are)"
+        now = "the current file" if self.current else "not the current file"
+        return (f"{self.status}{why}; study version {self.version}, {now}; {self.run.gpu_name or 'no GPU'}, "
+                f"vLLM {self.run.vllm_version or '-'}")
+
+
+@dataclass(frozen=True)
+class StudyRuns:
+    study_id: str
+    published: str | None  # the run id verdicts are read from
+    runs: tuple[RunVersion, ...]  # oldest first
+
+    def differ(self, hypothesis: str) -> list[tuple[str, Welch]]:
+        """(run id, test) of the comparable runs whose estimate differs from the published one."""
+        return [(r.run.run_id, w) for r in self.runs if r.comparable for h, w in r.tests
+                if h == hypothesis and w is not None and w.p < DIFFER_P]
+
+    def rows(self) -> list[tuple[int, str, str]]:
+        """(indent, label, text): one per run, then one per run per hypothesis, then the runs that differ.
+        Empty where the study has one run."""
+        if len(self.runs) < 2:
+            return []
+        out = []
+        for r in self.runs:
+            role = "published" if r.published else ("same file, GPU and vLLM" if r.comparable else "for reference")
+            out.append((1, f"run {r.run.run_id} ({role})", r.describe()))
+            tests = dict(r.tests)
+            for s in r.scores:
+                verdict = f", {s.verdict}" if r.status == PUBLISHED else ""
+                test = test_text(tests.get(s.hypothesis), r.published)
+                out.append((2, f"{r.run.run_id[:15]} {s.hypothesis}", f"{estimate(s)}{verdict}{test}"))
+        for s in next((r.scores for r in self.runs if r.published), ()):
+            for run_id, w in self.differ(s.hypothesis):
+                out.append((1, f"{self.study_id}/{s.hypothesis}", f"runs differ (p = {p_text(w.p)}): run {run_id} "
+                                                                  f"against the published {self.published}"))
+        return out
+
+    def summary(self) -> str:
+        """One clause for the headline's runs note: the other runs and whether any differs ("" if none)."""
+        others = [r for r in self.runs if not r.published]
+        if not others:
+            return ""
+        said = [f"{r.run.run_id} {r.status}" + (", same file, GPU and vLLM" if r.comparable else
+                                                  ", not scored" if r.status != PUBLISHED else
+                                                  ", another version or setup") for r in others]
+        differ = sorted({f"{h} (p = {p_text(w.p)})" for s in self.runs if s.published for h, _ in s.tests
+                         for _, w in self.differ(h)})
+        return f"; other runs: {', '.join(said)}" + (f"; runs differ on {', '.join(differ)}" if differ else "")
+
+    def lines(self) -> list[str]:
+        """What the audit prints: a head line, then `rows`."""
+        rows = self.rows()
+        if not rows:
+            return []
+        head = f"{self.study_id}: {len(self.runs)} runs; verdicts from {self.published or 'none (no complete run)'}"
+        return [head] + [f"{'  ' * indent}{label}: {text}" for indent, label, text in rows]
+
+    def facts(self) -> tuple[Fact, ...]:
+        """`rows` as the study page's provenance facts."""
+        return tuple(Fact(label, text) for _, label, text in self.rows())
+
+
+def estimate(s: Score) -> str:
+    if s.measured is None:
+        return f"not measured ({s.verdict})"
+    return f"{score_text.mean(s)} ({s.interval_label} {score_text.interval(s)}, n {s.n})"
+
+
+def p_text(p: float) -> str:
+    return f"{p:.2g}" if p >= 0.001 else "< 0.001"
+
+
+def test_text(w: Welch | None, published: bool) -> str:
+    if published:
+        return ""
+    if w is None:
+        return "; against the published run: no test (a side without two block, launch or repeat values)"
+    return f"; against the published run: Welch t = {w.t:.2f}, df {w.df:.1f}, p = {p_text(w.p)}"
+
+
+def version_of(run: RunRecord) -> str:
+    if run.study_toml_sha256:
+        return f"TOML sha256 {run.study_toml_sha256[:8]}"
+    return f"file sha256 {(run.study_sha256 or '?')[:8]}"
+
+
+def is_current(run: RunRecord, loaded: LoadedStudy, toml_now: str | None) -> bool:
+    """Whether the run measured the study file as it is now: the same TOML, or (runs stored before the TOML
+    hash) the same bytes."""
+    if run.study_toml_sha256 and toml_now:
+        return run.study_toml_sha256 == toml_now
+    return run.study_sha256 == loaded.sha256
+
+
+def same_version(a: RunRecord, b: RunRecord) -> bool:
+    if a.study_toml_sha256 and b.study_toml_sha256:
+        return a.study_toml_sha256 == b.study_toml_sha256
+    return bool(a.study_sha256) and a.study_sha256 == b.study_sha256
+
+
+def compare_runs(loaded: LoadedStudy, runs: Sequence[tuple[Path, RunRecord]], published: RunData | None,
+                 published_scores: Sequence[Score] = ()) -> StudyRuns:
+    """Every run of the study, scored (estimates only for a run that is not the published one), each tested
+    against the published run's estimates."""
+    try:
+        toml_now = study_version(loaded.path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        toml_now = None
+    base = {s.hypothesis: s for s in published_scores}
+    out = []
+    for db, run in runs:
+        mine = published is not None and run.run_id == published.run_id and Path(db) == published.db
+        scores = tuple(published_scores) if mine else tuple(score(build_context(loaded, read_run(db, run.run_id))))
+        comparable = (not mine and published is not None and run.status == PUBLISHED
+                      and same_version(run, published.run) and run.gpu_name == published.run.gpu_name
+                      and run.vllm_version == published.run.vllm_version)
+        tests = tuple((s.hypothesis, None if mine or s.hypothesis not in base
+                       else welch(unit_values(s), unit_values(base[s.hypothesis]))) for s in scores)
+        out.append(RunVersion(run, version_of(run), is_current(run, loaded, toml_now), mine, comparable,
+                              scores, tests))
+    return StudyRuns(loaded.study.study.id, published.run_id if published else None, tuple(out))
