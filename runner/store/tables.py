@@ -17,9 +17,11 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 from runner.store.records import (
     CheckResult,
+    PhaseRecord,
     PointRecord,
     RequestRecord,
     RunRecord,
+    SegmentRecord,
     ServerRecord,
     TelemetrySample,
 )
@@ -106,7 +108,9 @@ REQUESTS = Table("requests", RequestRecord, keys=("run_id", "point_id"), rename=
                  order="point_id, warmup DESC, idx")
 CHECKS = Table("checks", CheckResult, keys=("run_id",), order="point_id, name")
 TELEMETRY = Table("telemetry", TelemetrySample, keys=("run_id",), order="point_id, source, t_s")
-TABLES: tuple[Table, ...] = (RUNS, SERVERS, POINTS, REQUESTS, CHECKS, TELEMETRY)
+SEGMENTS = Table("segments", SegmentRecord, keys=("run_id",), primary_key=("run_id", "segment"), order="segment")
+PHASES = Table("phases", PhaseRecord, keys=("run_id",), order="segment, seq")
+TABLES: tuple[Table, ...] = (RUNS, SERVERS, POINTS, REQUESTS, CHECKS, TELEMETRY, SEGMENTS, PHASES)
 TABLE_BY_NAME = {t.name: t for t in TABLES}
 
 
