@@ -75,6 +75,8 @@ def run_summary(plan: Plan, report: RunReport, db: Path) -> str:
         + (f" = {report.wall_s / report.window_s:.1f}x" if report.window_s else "")
         + f"; devices {','.join(report.devices) or '-'}, {report.slots} slot(s) at once",
     ]
+    if report.phases is not None:
+        lines.append(report.phases.text())
     if report.interference is not None:
         found = report.interference
         effect = "n/a" if found["effect"] is None else f"{found['effect']:.1%}"
