@@ -21,7 +21,7 @@ START_PHASES: tuple[tuple[str, re.Pattern[str] | None], ...] = (
     ("start: CUDA graph capture", re.compile(r"Graph capturing finished")),
     ("start: post-capture", re.compile(r"init engine \(profile, create kv cache")),
     ("start: API server", re.compile(r"Starting vLLM server on")),
-    ("start: until ready", None),
+    ("start: until ready (health, introspection)", None),
 )
 _STAMP = re.compile(r"^(?:\(\w+ pid=\d+\) )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d) ")
 _SPAWN = "# studyc: "  # the line VllmServer writes before each spawn

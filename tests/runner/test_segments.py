@@ -47,7 +47,7 @@ def test_a_phase_the_log_does_not_show_is_unsplit() -> None:
     got = start_phases(text, datetime(2026, 12, 3, 7, 55, 0), 30.0)
     assert got == [("start: imports (API process)", 10.0), ("start: engine process (config, spawn, imports)", 10.0),
                    ("start: model load", 2.0), (UNSPLIT, 4.0),  # torch.compile + KV cache: not split by a guess
-                   ("start: API server", 1.0), ("start: until ready", 3.0)]
+                   ("start: API server", 1.0), ("start: until ready (health, introspection)", 3.0)]
     assert sum(s for _, s in got) == 30.0
 
 
@@ -111,3 +111,66 @@ def test_git_sha_reads_the_commit_written_into_a_copied_tree(tmp_path: Path) -> 
     assert git_sha(tmp_path) is None  # not a commit
     (tmp_path / COMMIT_FILE).write_text("0123456789abcdef0123456789abcdef0123456\n")
     assert git_sha(tmp_path) is None  # 39 digits
+
+
+@pytest.mark.vllm
+def test_a_killed_then_resumed_cpu_run_stores_both_segments(tmp_path: Path) -> None:
+    """`studyc run` killed (SIGKILL: no cleanup of its own) after its first point, then `--resume`d: the
+    run's wall is its two segments', each segment's phases add up to its wall, with a small gap, and the
+    start phases add up to the server's measured start."""
+    import os
+    import re
+    import signal
+
+    from tests.conftest import vllm_missing
+    from tests.runner.test_run import FAULTS, children, studyc, wait_for_line
+
+    if vllm_missing():
+        pytest.skip(str(vllm_missing()))
+    db, study = tmp_path / "killed.duckdb", tmp_path / "faults.toml"  # the good arm alone
+    text = FAULTS.read_text().replace('path = "../../../models/tiny-qwen3"', f'path = "{REPO / "models/tiny-qwen3"}"')
+    study.write_text(re.sub(r"(?ms)^\[arms\.broken\]\n.*?\n\n", "", text, count=1))
+    t0 = time.monotonic()
+    proc = studyc("run", str(study), "--db", str(db), "--keep-going", "--no-calibrate", start_new_session=True)
+    wait_for_line(proc, "faults/good/w/c1/r1: ")
+    engines = [p for p in children(proc.pid) if "vllm" in Path(f"/proc/{p}/cmdline").read_text(errors="ignore")]
+    proc.kill()
+    proc.communicate(timeout=30)
+    first_s = time.monotonic() - t0
+    for pid in engines:  # the servers run in their own sessions: studyc killed cannot stop them
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    with Store(db, read_only=True) as store:
+        run = store.latest_run("faults")
+        assert run is not None
+        segments, phases = store.timing(run.run_id)
+        assert [s.ended for s in segments] == ["running"] and 0 < segments[0].wall_s <= first_s
+        assert {"window", "start: until ready (health, introspection)"} <= {p.phase for p in phases}
+    t1 = time.monotonic()
+    proc = studyc("run", str(study), "--db", str(db), "--resume", "--keep-going", "--no-calibrate")
+    out, _ = proc.communicate(timeout=600)
+    second_s = time.monotonic() - t1
+    assert proc.returncode == 0, out
+    print(out)
+    with Store(db, read_only=True) as store:
+        run = store.run(run.run_id)
+        assert run is not None
+        segments, phases = store.timing(run.run_id)
+        servers = {s.server_id: s for s in store.servers(run.run_id)}
+    assert [(s.segment, s.ended) for s in segments] == [(1, "killed"), (2, "complete")]
+    assert segments[1].wall_s <= second_s and segments[1].wall_s > second_s - 60  # python and the engine check
+    assert run.wall_s == pytest.approx(segments[0].wall_s + segments[1].wall_s, abs=0.002)
+    for seg in segments:
+        mine = [p for p in phases if p.segment == seg.segment]
+        assert sum(p.seconds for p in mine) == pytest.approx(seg.wall_s, abs=0.01)
+        gap = sum(p.seconds for p in mine if p.phase == GAP)
+        assert -0.01 <= gap < 0.2 * seg.wall_s, (seg, gap)
+    for sid, seg in (("faults/good", 1), ("faults/good~2", 2)):
+        start = sum(p.seconds for p in phases if p.segment == seg and p.phase.startswith("start"))
+        measured = servers[sid].startup_s or 0.0  # spawn to /health; the launch's start adds reading what it is
+        assert measured - 0.01 <= start <= measured + 5.0, (sid, start, measured)
+    table = phase_table(segments, phases)
+    assert table is not None and run.window_s == pytest.approx(table.window_s, abs=0.002) and table.window_s > 0
+    assert "where the wall went (2 segment(s): killed, complete" in out
