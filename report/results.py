@@ -14,7 +14,15 @@ from functools import cached_property
 from pathlib import Path
 
 from compiler.plan import Plan
-from runner.store.records import CheckResult, PointRecord, RunRecord, ServerRecord, TelemetrySample
+from runner.store.records import (
+    CheckResult,
+    PhaseRecord,
+    PointRecord,
+    RunRecord,
+    SegmentRecord,
+    ServerRecord,
+    TelemetrySample,
+)
 from runner.store.store import Store
 from studyc.errors import StoreError
 
@@ -29,6 +37,8 @@ class RunData:
     points: tuple[PointRecord, ...]
     checks: tuple[CheckResult, ...]
     telemetry: tuple[TelemetrySample, ...]
+    segments: tuple[SegmentRecord, ...] = ()  # where its wall went (none in a run stored before they were)
+    phases: tuple[PhaseRecord, ...] = ()
 
     @cached_property
     def plan(self) -> Plan | None:
@@ -74,6 +84,7 @@ def read_run(db: Path, run_id: str) -> RunData:
         run = store.run(run_id)
         if run is None:
             raise StoreError(f"{db}: no run {run_id}")
+        segments, phases = store.timing(run_id)
         return RunData(
             db=Path(db),
             run=run,
@@ -81,4 +92,6 @@ def read_run(db: Path, run_id: str) -> RunData:
             points=tuple(store.points(run_id)),
             checks=tuple(store.checks(run_id)),
             telemetry=tuple(store.telemetry(run_id)),
+            segments=tuple(segments),
+            phases=tuple(phases),
         )

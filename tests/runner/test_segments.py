@@ -174,3 +174,28 @@ def test_a_killed_then_resumed_cpu_run_stores_both_segments(tmp_path: Path) -> N
     table = phase_table(segments, phases)
     assert table is not None and run.window_s == pytest.approx(table.window_s, abs=0.002) and table.window_s > 0
     assert "where the wall went (2 segment(s): killed, complete" in out
+
+
+@pytest.mark.vllm
+def test_a_real_cpu_run_accounts_for_its_wall(quickstart_db: Path) -> None:
+    """The quickstart's real run: one complete segment whose phases add up to the stored wall, which
+    matches the run's own start and finish times; its windows are the points' windows."""
+    with Store(quickstart_db, read_only=True) as store:
+        run = store.latest_run("quickstart")
+        assert run is not None
+        segments, phases = store.timing(run.run_id)
+        points = store.points(run.run_id)
+    assert [s.ended for s in segments] == ["complete"] and run.wall_s == segments[0].wall_s
+    assert run.started_at and run.finished_at
+    assert abs((run.finished_at - run.started_at).total_seconds() - run.wall_s) < 2.0
+    assert sum(p.seconds for p in phases) == pytest.approx(run.wall_s, abs=0.01)
+    gap = sum(p.seconds for p in phases if p.phase == GAP)
+    assert 0 <= gap < 0.1 * run.wall_s, gap
+    windows = sum(p.summary.window_s or 0.0 for p in points)
+    assert sum(p.seconds for p in phases if p.phase == "window") == pytest.approx(windows, abs=0.01)
+    assert run.window_s == pytest.approx(windows, abs=0.01)
+    names = {p.phase for p in phases}
+    assert {"calibration", "start: model load", "warmup", "ramp/drain", "stop"} <= names
+    table = phase_table(segments, phases)
+    assert table is not None
+    print(table.text())
