@@ -176,7 +176,9 @@ def run_sequential(specs: list[LaunchSpec], driver: Driver) -> None:
 
 
 def _open_run(store: Store, plan: Plan, options: RunOptions, progress: Progress,
-              spent: list[tuple[str, float]]) -> tuple[str, dict[str, str]]:
+              spent: list[tuple[str, float]] | None = None) -> tuple[str, dict[str, str]]:
+    """The run to carry on (resumed) or a new one, calibrated: its id and the points done. The new run's
+    own phases (calibration, client self-test) are added to `spent`."""
     if options.resume:
         previous = store.latest_run(plan.study_id)
         if previous is not None:
@@ -196,11 +198,12 @@ def _open_run(store: Store, plan: Plan, options: RunOptions, progress: Progress,
         started_at=datetime.now(UTC), status="running", engine_command=" ".join(options.engine_command),
         notes=_with_notes(platform.platform(), options.warnings),
     )
-    t = time.monotonic()
+    t0 = time.monotonic()
     run = _calibration(run, options, progress)
-    t, took = time.monotonic(), time.monotonic() - t
+    t1 = time.monotonic()
     run = _client_ceiling(run, options, progress)
-    spent += [(name, s) for name, s in (("calibration", took), ("client self-test", time.monotonic() - t)) if s > 0]
+    took = (("calibration", t1 - t0), ("client self-test", time.monotonic() - t1))
+    (spent if spent is not None else []).extend((name, s) for name, s in took if s > 0)
     store.save_run(_gpu(run, options))
     return run_id, {}
 
