@@ -23,6 +23,16 @@ class Chart:
 
 
 @dataclass(frozen=True)
+class Timing:
+    """A study page's "where the wall time went": (phase, seconds, share) as text, a chart of the
+    launches' phases, and a note on what the numbers are (`report.cost`)."""
+
+    rows: tuple[tuple[str, str, str], ...]
+    chart: Chart | None
+    note: str
+
+
+@dataclass(frozen=True)
 class Fact:
     label: str
     value: str
@@ -52,6 +62,7 @@ class StudyRow:
     engine: str
     date: str
     host: str
+    cost: str = "-"  # GPU-seconds per decided hypothesis (report.cost)
 
 
 @dataclass(frozen=True)
@@ -61,6 +72,7 @@ class IndexPage:
     built: str
     studies: tuple[StudyRow, ...]
     totals: tuple[VerdictCount, ...]
+    cost: str = "-"  # every study's GPU-seconds, and per decided hypothesis
 
 
 @dataclass(frozen=True)
@@ -179,6 +191,7 @@ class StudyPage:
     points_total: int
     downloads: tuple[Link, ...]
     warnings: tuple[str, ...]
+    timing: Timing | None = None  # where the run's wall went (None: no run)
 
 
 @dataclass(frozen=True)

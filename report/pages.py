@@ -17,6 +17,7 @@ from compiler.study import Study
 from report import charts, forest, score_text
 from report.audit import spec_differs
 from report.context import StudyContext
+from report.cost import cost_text, site_cost_text, timing
 from report.page_models import (
     ArgChange,
     ArmRow,
@@ -99,10 +100,11 @@ def index_page(studies: Sequence[LoadedStudy], runs: dict[str, RunData], scores:
             hardware=f"{gpu} · predicted for {loaded.study.study.hardware}",
             engine=", ".join(f"vLLM {e}" for e in engines) or "-",
             date=date_text(data.started_at if data else None), host=str((run.host if run else None) or "-"),
+            cost=cost_text(data, scores[sid]),
         ))
     every = [s for sid in sorted(scores) for s in scores[sid]]
     return IndexPage(root="", title="studyc results", built=built_text(list(runs.values())),
-                     studies=tuple(rows), totals=counts_of(every))
+                     studies=tuple(rows), totals=counts_of(every), cost=site_cost_text(runs, scores))
 
 
 def audit_page(studies: Sequence[LoadedStudy], runs: dict[str, RunData], scores: dict[str, list[Score]]) -> AuditPage:
@@ -209,7 +211,7 @@ def study_page(ctx: StudyContext, scores: Sequence[Score]) -> StudyPage:
         chart_notes=tuple(chart_notes), problems=tuple(problems), checks_total=checks_total,
         checks_passed=checks_passed, points_total=len(data.points) if data else 0,
         downloads=tuple(Link(f"data/{t}.{f}", f"{t}.{f}") for t, f in DOWNLOADS) if data else (),
-        warnings=tuple(warnings),
+        warnings=tuple(warnings), timing=timing(data) if data else None,
     )
 
 

@@ -17,7 +17,15 @@ from functools import cached_property
 from pathlib import Path
 
 from compiler.plan import Plan
-from runner.store.records import CheckResult, PointRecord, RunRecord, ServerRecord, TelemetrySample
+from runner.store.records import (
+    CheckResult,
+    PhaseRecord,
+    PointRecord,
+    RunRecord,
+    SegmentRecord,
+    ServerRecord,
+    TelemetrySample,
+)
 from runner.store.store import Store
 from studyc.errors import StoreError
 
@@ -33,6 +41,8 @@ class RunData:
     checks: tuple[CheckResult, ...]
     telemetry: tuple[TelemetrySample, ...]
     set_aside: tuple[PointRecord, ...] = field(default=())  # kept, not read (`PointRecord.set_aside` says why)
+    segments: tuple[SegmentRecord, ...] = ()  # where its wall went (none in a run stored before they were)
+    phases: tuple[PhaseRecord, ...] = ()
 
     @cached_property
     def hosts(self) -> dict[str, str]:
@@ -118,6 +128,7 @@ def from_store(store: Store, run_id: str) -> RunData:
     if run is None:
         raise StoreError(f"{store.path}: no run {run_id}")
     points = store.points(run_id)
+    segments, phases = store.timing(run_id)
     return RunData(
         db=Path(store.path),
         run=run,
@@ -126,4 +137,6 @@ def from_store(store: Store, run_id: str) -> RunData:
         checks=tuple(c for c in store.checks(run_id) if ASIDE not in c.point_id),
         telemetry=tuple(t for t in store.telemetry(run_id) if ASIDE not in t.point_id),
         set_aside=tuple(p for p in points if p.set_aside is not None),
+        segments=tuple(segments),
+        phases=tuple(phases),
     )

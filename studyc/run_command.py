@@ -75,6 +75,12 @@ def run_summary(plan: Plan, report: RunReport, db: Path) -> str:
         + (f" = {report.wall_s / report.window_s:.1f}x" if report.window_s else "")
         + f"; devices {','.join(report.devices) or '-'}, {report.slots} slot(s) at once",
     ]
+    whole = report.phases
+    if whole is not None and whole.segments > 1:
+        lines.append(f"  the run's {whole.segments} segments: wall {whole.wall_s:.1f} s over measurement windows "
+                     f"{whole.window_s:.1f} s" + (f" = {whole.wall_s / whole.window_s:.1f}x" if whole.window_s else ""))
+    if whole is not None:
+        lines.append(whole.text())
     if report.interference is not None:
         found = report.interference
         effect = "n/a" if found["effect"] is None else f"{found['effect']:.1%}"

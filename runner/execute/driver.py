@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from compiler.plan import Launch, Plan, PointStep, budget_points
-from runner.execute.launch import Event, LaunchSpec, PointEvent, PointStartEvent, ServerEvent
+from runner.execute.launch import Event, LaunchSpec, PhaseEvent, PointEvent, PointStartEvent, ServerEvent
 from runner.execute.point import PointOutcome
+from runner.execute.segments import PhaseTable, Timeline, point_phases
 from runner.store.records import PointRecord, PointSummary, RunRecord
 from runner.store.store import Store, as_json
 from studyc.errors import EngineError, StudycError
@@ -89,6 +90,7 @@ class RunReport:
     launches_not_needed: list[str] = field(default_factory=list)  # budget launches not run
     interference: dict[str, Any] | None = None  # runner.execute.parallel.interference_result, when measured
     sequential_from: str | None = None  # why launches went back to one at a time, if they did
+    phases: PhaseTable | None = None  # where the run's wall went, every segment (runner.execute.segments)
 
 
 class Progress:
@@ -125,6 +127,7 @@ class Driver:
         self.origin = time.monotonic() if origin is None else origin
         self.blocks: dict[int, bool] = {}  # budget block -> run it (decided once, for all its launches)
         self.undecided: dict[int, frozenset[str]] = {}  # budget block -> the hypotheses it runs for, where named
+        self.timeline: Timeline | None = None  # where the segment's wall goes (None: not recorded)
 
     def handle(self, event: Event) -> None:
         if isinstance(event, ServerEvent):
@@ -136,8 +139,13 @@ class Driver:
                                  else f"{event.record.server_id}: {event.status}")
         elif isinstance(event, PointStartEvent):
             self.progress.point_started(event.point)
+        elif isinstance(event, PhaseEvent):
+            if self.timeline is not None:
+                self.timeline.add(event.launch_id, event.phases)
         elif isinstance(event, PointEvent):
             outcome = event.outcome
+            if self.timeline is not None:
+                self.timeline.add(event.launch.id, point_phases(outcome.phases, outcome.window_s))
             _commit(self.store, self.run_id, event.server_id, outcome, self.predictions.get(outcome.point.id),
                     device=event.device, client_cpus=event.client_cpus)
             _account(self.report, outcome)

@@ -11,6 +11,7 @@ dies during a point, raises EngineError after its events are emitted.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -32,6 +33,7 @@ from runner.measure.host import host_identity
 from runner.server.engine import VllmServer
 from runner.server.pinning import pin_engine, pin_front_end
 from runner.server.placement import Placement
+from runner.server.startlog import UNSPLIT, start_phases
 from runner.server.tokenizer import ensure_tokenizer
 from runner.store.records import ServerRecord, redact_argv
 from runner.store.store import as_json
@@ -87,6 +89,14 @@ class PointStartEvent:
 
 
 @dataclass(frozen=True)
+class PhaseEvent:
+    """Seconds the launch spent in phases outside its points: its start's phases, its stop."""
+
+    launch_id: str
+    phases: tuple[tuple[str, float], ...]
+
+
+@dataclass(frozen=True)
 class StartedEvent:
     """The launch's points are about to run: every server answered."""
 
@@ -118,7 +128,7 @@ class Cancel:
             server.stop()
 
 
-Event = ServerEvent | PointEvent | PointStartEvent | StartedEvent
+Event = ServerEvent | PointEvent | PointStartEvent | StartedEvent | PhaseEvent
 # Called after the launch's first point with (measure again, that point's outcome): the driver uses
 # it to measure interference. Whatever it measures is not emitted as a point.
 Interlude = Callable[[Callable[[], PointOutcome], PointOutcome], None]
@@ -188,6 +198,7 @@ def run_launch(
         starts.append(log_size(log_path))
     infos: list[Any] = []
     pin = not spec.gpu_host  # CPU servers: their engines apart from the load generator (replicas share those cores)
+    t_start, spawned_at, up = time.monotonic(), datetime.now(), False  # local: as vLLM stamps
     try:
         for server, record in zip(servers, records, strict=True):
             emit(ServerEvent(record, status="starting"))
@@ -214,13 +225,22 @@ def run_launch(
             cache = f", {ready.compile_cache} compile cache" if ready.compile_cache else ""
             emit(ServerEvent(ready, info=info, status=f"ready in {info.startup_s:.1f} s{cache}, "
                                                       f"KV {info.kv_capacity_tokens or '?'} tokens{pinned}"))
+        up = True
+        total = time.monotonic() - t_start
+        split = start_phases(log_since(servers[0].log_path, starts[0]) or "", spawned_at, total) \
+            if len(servers) == 1 else [(UNSPLIT, total)]  # replicas start side by side: one span
+        emit(PhaseEvent(launch.id, tuple(split)))
         _measure(spec, servers, infos, emit, cancel, interlude)
     finally:
+        if not up:
+            emit(PhaseEvent(launch.id, (("start (failed)", time.monotonic() - t_start),)))
+        t_stop = time.monotonic()
         for server, record in zip(servers, records, strict=True):
             server.stop()
             cancel.discard(server)
             if server.info is not None:
                 emit(ServerEvent(replace(record, stopped_at=datetime.now(UTC)), status="stopped"))
+        emit(PhaseEvent(launch.id, (("stop", time.monotonic() - t_stop),)))
 
 
 def _measure(spec: LaunchSpec, servers: list[Any], infos: list[Any], emit: Callable[[Event], None],

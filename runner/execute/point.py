@@ -190,6 +190,7 @@ def run_point(point: PointStep, endpoint: Endpoint, ctx: PointContext) -> PointO
     elif not any(r.ok for r in records):
         errors = sorted({r.error or "" for r in records})
         out.status, out.error = "failed", "every request failed: " + "; ".join(errors)[:500]
+    phase("judge")
     return out
 
 

@@ -34,6 +34,7 @@ from runner.execute.parallel import run_parallel
 from runner.execute.point import NVML_NOTE, PointContext
 from runner.execute.ray_exec import run_ray
 from runner.execute.resume import rerun_whole_blocks
+from runner.execute.segments import Timeline, phase_table
 from runner.load.loadgen_limit import measure_client_ceiling
 from runner.measure.calibrate import calibrate
 from runner.measure.host import machine_id
@@ -46,11 +47,24 @@ from studyc.errors import EngineError, StudycError
 from studyc.settings import parse_cpus
 
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding runner/, studyc/, compiler/
+COMMIT_FILE = ".studyc-commit"  # the commit, written into a copy of the tree made without .git (device.sh stamp)
 
 
 def git_sha(root: Path = SOURCE_ROOT) -> str | None:
-    """The commit of studyc's own source: None unless `root` is the top of a git checkout with a
-    commit (an installed copy inside some other repository is not studyc's checkout)."""
+    """The commit of studyc's own source: HEAD where `root` is the top of a git checkout with a commit
+    (an installed copy inside some other repository is not studyc's checkout), else the commit written
+    into `root/.studyc-commit` by the step that copied the tree; None when neither says."""
+    found = _git_head(root)
+    if found is not None:
+        return found
+    try:
+        stamped = (root / COMMIT_FILE).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return stamped if re.fullmatch(r"[0-9a-f]{40}", stamped) else None
+
+
+def _git_head(root: Path) -> str | None:
     try:
         out = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "--show-toplevel", "HEAD"], capture_output=True, text=True,
@@ -73,12 +87,17 @@ def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) 
     slot; only this thread writes the database). Ctrl-C stops cleanly: no orphaned server,
     committed points kept."""
     progress = progress or Progress()
-    origin = time.monotonic()
+    origin, started_at = time.monotonic(), datetime.now(UTC)
     with Store(options.db) as store:
-        run_id, done = _open_run(store, plan, options, progress)
+        before: list[tuple[str, float]] = []  # the run's own phases before the timeline opens
+        run_id, done = _open_run(store, plan, options, progress, before)
+        timeline = Timeline(store, run_id, origin, started_at)
+        timeline.add("", before)
         report = RunReport(run_id=run_id)
         run = stored_run(store, run_id)
+        t = time.monotonic()
         predictions = options.predict(store, plan, run, progress) if options.predict else {}
+        timeline.add("", [("predictions", time.monotonic() - t)] if options.predict else [])
         ctx = PointContext(
             thresholds=plan.checks,
             client_ceiling_chunks_per_s=run.client_ceiling_chunks_per_s,
@@ -103,6 +122,7 @@ def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) 
         report.points_skipped = len(plan.points) - sum(len(sp.points) for sp in specs)
         progress.start(len(plan.points), report.points_skipped)
         driver = Driver(store, run_id, plan, report, progress, predictions, options, origin=origin)
+        driver.timeline = timeline
         status = "interrupted"
         try:
             if options.ray is not None:
@@ -115,8 +135,12 @@ def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) 
             status = "complete" if not (report.points_failed or report.servers_failed) else "partial"
         finally:
             report.wall_s = time.monotonic() - origin
+            timeline.close(status, report.slots)
+            report.phases = phase_table(*store.timing(run_id))
+            whole = report.phases  # the run's wall and windows: every segment's, a killed one's too
             store.save_run(replace(stored_run(store, run_id), status=status, finished_at=datetime.now(UTC),
-                                   wall_s=round(report.wall_s, 3), window_s=round(report.window_s, 3)))
+                                   wall_s=round(whole.wall_s if whole else report.wall_s, 3),
+                                   window_s=round(whole.window_s if whole else report.window_s, 3)))
             progress.close()
     return report
 
@@ -154,7 +178,10 @@ def run_sequential(specs: list[LaunchSpec], driver: Driver) -> None:
             driver.server_failed(spec.launch, exc)
 
 
-def _open_run(store: Store, plan: Plan, options: RunOptions, progress: Progress) -> tuple[str, dict[str, str]]:
+def _open_run(store: Store, plan: Plan, options: RunOptions, progress: Progress,
+              spent: list[tuple[str, float]] | None = None) -> tuple[str, dict[str, str]]:
+    """The run to carry on (resumed) or a new one, calibrated: its id and the points done. The new run's
+    own phases (calibration, client self-test) are added to `spent`."""
     if options.resume:
         previous = store.latest_run(plan.study_id)
         if previous is not None:
@@ -180,8 +207,12 @@ def _open_run(store: Store, plan: Plan, options: RunOptions, progress: Progress)
         started_at=datetime.now(UTC), status="running", engine_command=" ".join(options.engine_command),
         notes=_with_notes(platform.platform(), options.warnings),
     )
+    t0 = time.monotonic()
     run = _calibration(run, options, progress)
+    t1 = time.monotonic()
     run = _client_ceiling(run, options, progress)
+    took = (("calibration", t1 - t0), ("client self-test", time.monotonic() - t1))
+    (spent if spent is not None else []).extend((name, s) for name, s in took if s > 0)
     store.save_run(_gpu(run, options))
     return run_id, {}
 

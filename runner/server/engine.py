@@ -333,18 +333,18 @@ class EngineCheck:
 def check_engine(command: Sequence[str], timeout_s: float = ENGINE_CHECK_TIMEOUT_S,
                  cache_dir: Path | None = None) -> EngineCheck:
     """Run `COMMAND --version` before any measuring: the version it prints, or an EngineError that
-    says what is wrong and to set STUDYC_VLLM. With `cache_dir`, a one-word command (the `vllm`
-    script) that passed before is not run again while its file and PYTHONPATH are unchanged (`vllm
-    --version` imports torch: ~10 s on two cores, a quarter of a small run). A command with arguments
-    (`python3 -m vllm...`) names an interpreter whose file does not change when the package it runs
-    does, so it is checked every time; a failure is never remembered."""
+    says what is wrong and to set STUDYC_VLLM. With `cache_dir`, a command that passed before is not run
+    again while what it resolves to is unchanged (`vllm --version` imports torch: ~10 s on two cores, and
+    26-33 s a run on the GPU host): its words, its executable's file, PYTHONPATH, and for `python -m PKG...`
+    the package's folder and install record where the interpreter would find them (an interpreter's file
+    does not change when the package it runs does). A failure is never remembered."""
     words = tuple(command)
     if not words:
         raise EngineError(f"the engine command is empty: {_SET_STUDYC_VLLM}")
     executable = shutil.which(words[0])
     if executable is None:
         raise EngineError(f"engine command not found: {words[0]!r} ({_SET_STUDYC_VLLM})")
-    passed = _PassedChecks(cache_dir, executable) if cache_dir is not None and len(words) == 1 else None
+    passed = _PassedChecks(cache_dir, executable, words) if cache_dir is not None else None
     version = passed.version() if passed is not None else None
     if version is not None:
         return EngineCheck(command=words, executable=executable, version=version)
@@ -375,15 +375,13 @@ def check_engine(command: Sequence[str], timeout_s: float = ENGINE_CHECK_TIMEOUT
 
 
 class _PassedChecks:
-    """The engine executables that passed `check_engine`, in `cache_dir/engine-checks.json`: each under
-    its real path, inode, size and modification time and the PYTHONPATH it ran with (reinstalling vLLM
-    rewrites its `vllm` script, so the next run checks again)."""
+    """The engine commands that passed `check_engine`, in `cache_dir/engine-checks.json`, each under what it
+    resolves to (`_resolved`): reinstalling vLLM rewrites its `vllm` script or its package folder, so the
+    next run checks again."""
 
-    def __init__(self, cache_dir: Path, executable: str) -> None:
+    def __init__(self, cache_dir: Path, executable: str, words: Sequence[str]) -> None:
         self.path = cache_dir / "engine-checks.json"
-        real = os.path.realpath(executable)
-        stat = os.stat(real)
-        self.key = json.dumps([real, stat.st_ino, stat.st_size, stat.st_mtime_ns, os.environ.get("PYTHONPATH", "")])
+        self.key = json.dumps(_resolved(executable, words))
 
     def _read(self) -> dict[str, str]:
         try:
@@ -401,3 +399,29 @@ class _PassedChecks:
         tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps({**self._read(), self.key: version}, indent=1) + "\n")
         tmp.replace(self.path)
+
+
+def _stat(path: str | Path) -> list[object]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return [str(path), None]
+    return [os.path.realpath(path), st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def _resolved(executable: str, words: Sequence[str]) -> list[object]:
+    """What an engine command resolves to: its words, its executable's real file (inode, size, mtime) and
+    PYTHONPATH; with `-m PKG.mod`, PKG's folder and its `*.dist-info` records in each folder the
+    interpreter searches first (PYTHONPATH, then its environment's site-packages)."""
+    out: list[object] = [list(words), _stat(executable), os.environ.get("PYTHONPATH", "")]
+    if "-m" in words[:-1]:
+        top = words[list(words).index("-m") + 1].split(".")[0]
+        prefix = Path(executable).parent.parent  # a venv's bin/python -> the venv (not the resolved link)
+        roots = [Path(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        roots += sorted(prefix.glob("lib/python*/site-packages"))
+        for root in roots:
+            if (root / top).exists():
+                out += [_stat(root / top), _stat(root / top / "__init__.py"),
+                        sorted(p.name for p in root.glob(f"{top}-*.dist-info"))]
+                break
+    return out

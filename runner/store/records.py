@@ -18,9 +18,11 @@ __all__ = [
     "CheckResult",
     "CheckStatus",
     "PointRecord",
+    "PhaseRecord",
     "PointSummary",
     "RequestRecord",
     "RunRecord",
+    "SegmentRecord",
     "ServerRecord",
     "TelemetrySample",
     "redact_argv",
@@ -241,6 +243,33 @@ class RunRecord:
     # sha256 of the study file read as TOML and written back canonically (compiler.load.study_version):
     # comments and layout do not change it, any value does. None: runs stored before it was.
     study_toml_sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class SegmentRecord:
+    """One invocation of `studyc run` on a run (the first, or a `--resume`): a run's wall is the sum of
+    its segments'. Written when it opens and again at every phase, so a killed one keeps its wall up to
+    its last record; the next `--resume` marks it "killed"."""
+
+    segment: int  # 1, 2, ... in the order they ran
+    started_at: datetime
+    ended_at: datetime | None = None
+    wall_s: float = 0.0  # monotonic seconds from its start to its end (a killed one: to its last record)
+    ended: str = "running"  # running, complete, partial, interrupted, killed
+    slots: int = 1  # device slots its launches ran on at once: its phases add up to wall_s x slots
+    host: str | None = None
+
+
+@dataclass(frozen=True)
+class PhaseRecord:
+    """Seconds one segment spent in one phase (`runner.execute.segments.PHASES`), for one launch
+    ("" for the run's own: calibration, the client self-test, the predictions, the gap)."""
+
+    segment: int
+    seq: int  # order within the segment
+    launch_id: str
+    phase: str
+    seconds: float
 
 
 def base_server_id(server_id: str) -> str:

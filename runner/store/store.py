@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,11 +20,14 @@ from typing import Any, TypeVar
 
 import duckdb
 
+from runner.store.merging import Merging
 from runner.store.records import (
     CheckResult,
+    PhaseRecord,
     PointRecord,
     RequestRecord,
     RunRecord,
+    SegmentRecord,
     ServerRecord,
     TelemetrySample,
     redact_argv,
@@ -34,9 +35,11 @@ from runner.store.records import (
 from runner.store.tables import (
     ARROW_TYPES,
     CHECKS,
+    PHASES,
     POINTS,
     REQUESTS,
     RUNS,
+    SEGMENTS,
     SERVERS,
     TABLE_BY_NAME,
     TABLES,
@@ -57,8 +60,10 @@ R = TypeVar("R")
 
 
 # ------------------------------------------------------------------------------------ the store
-class Store:
+class Store(Merging):
     """A results database. Use as a context manager; `transaction()` wraps one point's writes."""
+
+    schema_version = str(SCHEMA_VERSION)
 
     def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
         self.path = Path(path)
@@ -90,6 +95,14 @@ class Store:
                     f"with `studyc recheck --db {self.path}` (any command that writes it migrates it)"
                 )
             raise StoreError(f"{self.path}: schema version {found}, this studyc reads {SCHEMA_VERSION}")
+
+    @staticmethod
+    def _file_version(path: Path) -> str | None:
+        return _version_of(path)
+
+    @classmethod
+    def _migrated(cls, path: Path) -> None:
+        cls(path).close()
 
     def _version(self) -> str | None:
         try:
@@ -123,6 +136,7 @@ class Store:
         if found not in ("1", "2", "3", "4", "5"):
             raise StoreError(f"{self.path}: schema version {found}, this studyc reads {SCHEMA_VERSION}")
         with self.transaction():
+            self.con.execute(schema_sql())  # the tables added since (CREATE ... IF NOT EXISTS)
             self._add_columns()
             self.con.execute(
                 "UPDATE checks SET status = CASE WHEN passed THEN 'pass' ELSE 'fail' END WHERE status IS NULL"
@@ -240,6 +254,14 @@ class Store:
                 self.con.execute("UPDATE points SET set_aside = ? WHERE run_id = ? AND point_id = ?",
                                  [reason, run_id, key[0]])
 
+    def put_timing(self, run_id: str, records: Sequence[SegmentRecord | PhaseRecord]) -> None:
+        """Store a run's phases and segments (a segment replaces the stored one of its number), in one transaction."""
+        with self.transaction():
+            for r in records:
+                if isinstance(r, SegmentRecord):
+                    self.con.execute("DELETE FROM segments WHERE run_id = ? AND segment = ?", [run_id, r.segment])
+                self._insert(SEGMENTS if isinstance(r, SegmentRecord) else PHASES, r, [run_id])
+
     # -- reads ----------------------------------------------------------------------------------
 
     def _read(self, table: Table, where: str, params: Sequence[Any], order: str | None = None) -> list[Any]:
@@ -265,6 +287,12 @@ class Store:
             [run_id]
         ).fetchall()
         return {pid: fp for pid, fp in rows}
+
+    def timing(self, run_id: str) -> tuple[list[SegmentRecord], list[PhaseRecord]]:
+        """The run's segments and phases (none in a database from before they were stored)."""
+        if not self._columns("phases"):
+            return [], []
+        return self._read(SEGMENTS, "run_id = ?", [run_id]), self._read(PHASES, "run_id = ?", [run_id])
 
     def servers(self, run_id: str) -> list[ServerRecord]:
         return list(self._read(SERVERS, "run_id = ?", [run_id]))
@@ -298,74 +326,10 @@ class Store:
 
     def counts(self, run_id: str) -> dict[str, int]:
         out = {}
-        for table in TABLES:
+        for table in (t for t in TABLES if self._columns(t.name)):
             row = self.con.execute(f"SELECT count(*) FROM {table.name} WHERE run_id = ?", [run_id]).fetchone()
             out[table.name] = int(row[0]) if row else 0
         return out
-
-    # -- merging --------------------------------------------------------------------------------
-
-    def merge_from(self, other: Path) -> dict[str, int]:
-        """Copy every run of another results database into this one. A run already present is replaced
-        when the source holds every point of it and more (the same run continued with `--resume`
-        elsewhere: `runs_continued`), kept otherwise (`runs_kept`). An older schema is migrated on a
-        temporary copy first; the source file is never written."""
-        version = _version_of(Path(other))
-        if version == str(SCHEMA_VERSION):
-            return self._merge_attached(Path(other))
-        if version is None:
-            raise StoreError(f"{other}: not a studyc results database (no schema version)")
-        with tempfile.TemporaryDirectory(prefix="studyc-merge-") as tmp:
-            copy = Path(tmp) / "source.duckdb"
-            shutil.copyfile(other, copy)
-            Store(copy).close()  # migrates the copy, or refuses a version it does not know
-            return self._merge_attached(copy)
-
-    def _merge_attached(self, source: Path) -> dict[str, int]:
-        alias = "src"
-        path = str(source).replace("'", "''")
-        self.con.execute(f"ATTACH '{path}' AS {alias} (READ_ONLY)")
-        try:
-            new = [r[0] for r in self.con.execute(
-                f"SELECT run_id FROM {alias}.runs WHERE run_id NOT IN (SELECT run_id FROM runs)"
-            ).fetchall()]
-            both = [r[0] for r in self.con.execute(
-                f"SELECT run_id FROM {alias}.runs WHERE run_id IN (SELECT run_id FROM runs)"
-            ).fetchall()]
-            continued = [run_id for run_id in both if self._continues(alias, run_id)]
-            copied: dict[str, int] = {}
-            with self.transaction():
-                if continued:
-                    marks = ", ".join("?" for _ in continued)
-                    for table in TABLES:
-                        self.con.execute(f"DELETE FROM {table.name} WHERE run_id IN ({marks})", continued)
-                taken = new + continued
-                for table in TABLES:
-                    if not taken:
-                        break
-                    marks = ", ".join("?" for _ in taken)
-                    have = self._columns(table.name, catalog=alias)  # a source of the same version may lack
-                    names = ", ".join(c for c in table.column_names if c in have)  # a column added since
-                    self.con.execute(
-                        f"INSERT INTO {table.name} ({names}) SELECT {names} FROM {alias}.{table.name} "
-                        f"WHERE run_id IN ({marks})", taken,
-                    )
-                    row = self.con.execute(
-                        f"SELECT count(*) FROM {alias}.{table.name} WHERE run_id IN ({marks})", taken
-                    ).fetchone()
-                    copied[table.name] = int(row[0]) if row else 0
-            return copied | {"runs_new": len(new), "runs_continued": len(continued),
-                             "runs_kept": len(both) - len(continued)}
-        finally:
-            self.con.execute(f"DETACH {alias}")
-
-    def _continues(self, alias: str, run_id: str) -> bool:
-        """Whether the attached database's copy of `run_id` holds every point this one has, and more."""
-        def points(catalog: str) -> set[str]:
-            rows = self.con.execute(f"SELECT point_id FROM {catalog}.points WHERE run_id = ?", [run_id])
-            return {r[0] for r in rows.fetchall()}
-        here, there = points("main"), points(alias)
-        return here < there
 
     # -- report reads (site downloads) ----------------------------------------------------------
 

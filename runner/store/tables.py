@@ -11,9 +11,11 @@ no longer written; the step-time model's `points.predicted_*` and `prediction_no
 `runs.wall_s`/`window_s`/`devices`/`placement_json`/`interference_json`, `servers.launch_id`/`device`/
 `stopped_at`, `points.device`/`client_cpus`/`replicas_json`), 5 (`points.level` dropped: a point's rung is
 its `concurrency` or `rate_rps`), 6 (provenance: `servers.machine_id`/`hostname`/`gpu_uuid`/`gpu_serial`,
-`runs.study_toml_sha256`, `points.set_aside`). A database opened for writing is migrated in place (columns
+`runs.study_toml_sha256`, `points.set_aside`; the `segments` and `phases` tables: where a run's wall time
+went). A database opened for writing is migrated in place (columns
 added, dropped ones removed); one opened read-only at an older version is refused with the command that
-migrates it, except versions 4 and 5, read as they are (their missing columns read None).
+migrates it, except versions 4 and 5, read as they are (their missing columns read None, a missing
+table reads as empty).
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 from runner.store.records import (
     CheckResult,
+    PhaseRecord,
     PointRecord,
     RequestRecord,
     RunRecord,
+    SegmentRecord,
     ServerRecord,
     TelemetrySample,
 )
@@ -119,7 +123,9 @@ REQUESTS = Table("requests", RequestRecord, keys=("run_id", "point_id"), rename=
                  order="point_id, warmup DESC, idx")
 CHECKS = Table("checks", CheckResult, keys=("run_id",), order="point_id, name")
 TELEMETRY = Table("telemetry", TelemetrySample, keys=("run_id",), order="point_id, source, t_s")
-TABLES: tuple[Table, ...] = (RUNS, SERVERS, POINTS, REQUESTS, CHECKS, TELEMETRY)
+SEGMENTS = Table("segments", SegmentRecord, keys=("run_id",), primary_key=("run_id", "segment"), order="segment")
+PHASES = Table("phases", PhaseRecord, keys=("run_id",), order="segment, seq")
+TABLES: tuple[Table, ...] = (RUNS, SERVERS, POINTS, REQUESTS, CHECKS, TELEMETRY, SEGMENTS, PHASES)
 TABLE_BY_NAME = {t.name: t for t in TABLES}
 
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Run studies on an offline GPU host with the vLLM bundle of ../shared/gpu (see README, "On a GPU").
 #
+#   bash scripts/gpu/device.sh stamp             # HERE, before a device call: the commit into .studyc-commit
+#                                                # (carry it: the copy on the device has no .git; runs.git_sha)
 #   bash scripts/gpu/device.sh unpack [STUDY...] # after the bundle's pieces arrived: unpack and check
 #   bash scripts/gpu/device.sh run STUDY...      # run studies/STUDY.toml, one DuckDB file each (RESUME=1: continue
 #                                                # the latest run in /tmp/results/h200-STUDY.duckdb, e.g. its budget
@@ -35,8 +37,14 @@ snapshot() {
   for f in /tmp/results/h200-*.duckdb.wal; do [ -f "$f" ] && cp "$f" "$OUT/"; done
   tar -C /tmp/results -czf "$OUT/logs.tgz" --exclude='*.duckdb' --exclude='*.wal' --exclude='compile-cache' . 2>/dev/null
 }
-stage=${1:?unpack|run}; shift
+# The commit this tree is: git where there is a checkout, else the one `stamp` wrote (studyc reads the same)
+commit() { git -C "$REPO" rev-parse --verify -q HEAD 2>/dev/null || cat "$REPO/.studyc-commit" 2>/dev/null; }
+stage=${1:?stamp|unpack|run}; shift
 case "$stage" in
+  stamp)
+    git -C "$REPO" rev-parse --verify HEAD > "$REPO/.studyc-commit" && echo "commit $(cat "$REPO/.studyc-commit")"
+    git -C "$REPO" diff --quiet HEAD || echo "warning: the tree has changes not in that commit"
+    ;;
   unpack)
     # After the bundle's last piece arrived: extract it, then check the engine, NVML and calibration.
     [ -d .vb ] && bash .vb/scripts/device_unpack.sh .vb /tmp/vsite
@@ -47,6 +55,7 @@ print(gpu_info(0)); print(calibrate(['python3']))" 2>&1 | tail -2
     for s in "$@"; do python3 -m studyc plan "studies/$s.toml" | head -4; done
     ;;
   run)
+    echo "source commit: $(commit || echo 'unknown (run device.sh stamp here and carry .studyc-commit)')"
     for s in "$@"; do
       echo "=== $s $(date +%T)"
       # A run in progress kept in the repo (results/h200-running/STUDY.duckdb) is where RESUME=1 goes on
@@ -65,6 +74,7 @@ print(gpu_info(0)); print(calibrate(['python3']))" 2>&1 | tail -2
     # It runs from its own copy of the tree: a later call's fresh copy must not change files under it.
     rm -rf /tmp/repo-bg && mkdir -p /tmp/repo-bg
     tar -C "$REPO" --exclude=./.vb --exclude=./.whl --exclude=./.git -cf - . | tar -C /tmp/repo-bg -xf -
+    sha=$(commit) && echo "$sha" > /tmp/repo-bg/.studyc-commit  # the copy has no .git: runs.git_sha reads this
     setsid nohup bash /tmp/repo-bg/scripts/gpu/device.sh run "$@" >/tmp/results/background.log 2>&1 </dev/null &
     echo $! >/tmp/results/background.pid
     echo "started $* in the background, pid $(cat /tmp/results/background.pid)"

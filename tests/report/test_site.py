@@ -365,6 +365,25 @@ def test_study_page_shows_wall_time_starts_and_interference(h200_site: Path) -> 
     assert "cold compile cache" in page and "warm compile cache" in page
 
 
+def test_the_pages_say_where_the_gpu_time_went(site: Path) -> None:
+    """A run with phases: its table and a bar per launch on the study page; on the index, its
+    GPU-seconds per decided hypothesis, never "wall only"."""
+    page = parse(site / "studies/quickstart/index.html")
+    text = " ".join(" ".join(page.text).split())
+    assert "timing" in page.ids and "chart-phases" in page.ids
+    assert "Where the wall time went" in text and "ramp/drain" in text and "1 segment(s) (complete)" in text
+    index = " ".join(" ".join(parse(site / "index.html").text).split())
+    assert "GPU time per decided hypothesis" in index and "GPU-s" in index and "wall only" not in index
+
+
+def test_runs_without_phases_say_wall_only(h200_site: Path) -> None:
+    """The committed H200 runs were stored before phases were: their wall, said to be the wall only."""
+    index = " ".join(" ".join(parse(h200_site / "index.html").text).split())
+    assert "wall only" in index and "GPU-s" in index
+    page = " ".join(" ".join(parse(h200_site / "studies/cuda-graphs/index.html").text).split())
+    assert "Phases not recorded" in page and "670.1 s (wall only)" in page
+
+
 def test_interference_fact_says_what_was_measured() -> None:
     from report.pages import _interference
     from runner.execute.parallel import interference_result

@@ -189,9 +189,8 @@ def test_check_engine_returns_the_printed_version(tmp_path: Path) -> None:
 
 
 def test_a_passed_check_is_remembered_until_the_executable_changes(tmp_path: Path) -> None:
-    """With a cache folder a one-word command runs once; one with arguments (an interpreter running a
-    module) every time; a rewritten script runs again; a failure is never remembered; without the
-    folder it runs every time."""
+    """With a cache folder a command runs once (with arguments too: keyed by all its words); a rewritten
+    script runs again; a failure is never remembered; without the folder it runs every time."""
     runs, cache = tmp_path / "runs.txt", tmp_path / "cache"
 
     def ran() -> int:
@@ -200,17 +199,43 @@ def test_a_passed_check_is_remembered_until_the_executable_changes(tmp_path: Pat
     fake = _script(tmp_path, "vllm", f'echo run >> {runs}\necho "0.32.0+cpu"\n')
     assert check_engine([str(fake)], cache_dir=cache).version == "0.32.0+cpu" and ran() == 1
     assert check_engine([str(fake)], cache_dir=cache).version == "0.32.0+cpu" and ran() == 1
-    for expected in (2, 3):  # arguments: never remembered
-        assert check_engine([str(fake), "--extra"], cache_dir=cache).version == "0.32.0+cpu" and ran() == expected
+    for _ in range(2):  # other words: another command, checked once
+        assert check_engine([str(fake), "--extra"], cache_dir=cache).version == "0.32.0+cpu" and ran() == 2
     check_engine([str(fake)])
-    assert ran() == 4
+    assert ran() == 3
     _script(tmp_path, "vllm", f'echo run >> {runs}\necho "0.33.0rc1+cpu"\n')  # another size
-    assert check_engine([str(fake)], cache_dir=cache).version == "0.33.0rc1+cpu" and ran() == 5
+    assert check_engine([str(fake)], cache_dir=cache).version == "0.33.0rc1+cpu" and ran() == 4
     _script(tmp_path, "vllm", f'echo run >> {runs}\necho "ImportError: no torch" >&2\nexit 1\n')
     for _ in range(2):
         with pytest.raises(EngineError, match="no torch"):
             check_engine([str(fake)], cache_dir=cache)
-    assert ran() == 7
+    assert ran() == 6
+
+
+def test_a_module_command_is_remembered_until_its_package_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`python3 -m pkg.cli` (device.sh's engine command): the second check spawns nothing; a package
+    reinstalled (its folder rewritten) or found elsewhere on PYTHONPATH is checked again."""
+    runs, cache, site, other = tmp_path / "runs.txt", tmp_path / "cache", tmp_path / "site", tmp_path / "other"
+
+    def ran() -> int:
+        return len(runs.read_text().splitlines()) if runs.exists() else 0
+
+    python = _script(tmp_path, "python3", f'echo "$@" >> {runs}\necho "0.26.0"\n')
+    (site / "fakevllm").mkdir(parents=True)
+    (site / "fakevllm" / "__init__.py").write_text("")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    command = [str(python), "-m", "fakevllm.cli"]
+    assert check_engine(command, cache_dir=cache).version == "0.26.0" and ran() == 1
+    assert runs.read_text().split() == ["-m", "fakevllm.cli", "--version"]
+    assert check_engine(command, cache_dir=cache).version == "0.26.0" and ran() == 1  # no second spawn
+    (site / "fakevllm" / "cli.py").write_text("")  # reinstalled: a file added to the package's folder
+    assert check_engine(command, cache_dir=cache).version == "0.26.0" and ran() == 2
+    assert check_engine(command, cache_dir=cache).version == "0.26.0" and ran() == 2
+    (other / "fakevllm").mkdir(parents=True)
+    monkeypatch.setenv("PYTHONPATH", f"{other}:{site}")  # another copy comes first
+    assert check_engine(command, cache_dir=cache).version == "0.26.0" and ran() == 3
 
 
 @pytest.mark.vllm

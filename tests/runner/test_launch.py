@@ -124,7 +124,16 @@ repeats = 1
         run = store.runs()[0]
         servers = {s.server_id: s for s in store.servers(run.run_id)}
         points = store.points(run.run_id)
+        segments, phases = store.timing(run.run_id)
     assert run.devices == "0,1" and run.wall_s and run.window_s and run.wall_s > run.window_s
+    # two slots at once: the phases add up to the wall x 2, and every launch's start and stop is there
+    assert [(s.ended, s.slots) for s in segments] == [("complete", 2)] and run.wall_s == segments[0].wall_s
+    assert sum(p.seconds for p in phases) == pytest.approx(2 * run.wall_s, abs=0.01)
+    assert all(p.seconds >= 0 for p in phases)  # the gap too: two slots never hold more than 2 x wall
+    launched = {s.launch_id for s in servers.values()}
+    assert {"duo/a/L1", "duo/a/L2", "duo/b/L1", "duo/b/L2"} <= launched
+    assert {p.launch_id for p in phases if p.phase == "stop"} == launched
+    assert {p.launch_id for p in phases if p.phase.startswith("start")} == launched
     found = json.loads(run.interference_json or "{}")
     assert found["rule"] and len(found["alone"]) == 2 and isinstance(found["parallel"], bool)
     budget = [s for sid, s in servers.items() if sid.endswith("/L3")]

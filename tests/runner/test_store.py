@@ -14,10 +14,12 @@ import pytest
 from runner.store import tables
 from runner.store.records import (
     CheckResult,
+    PhaseRecord,
     PointRecord,
     PointSummary,
     RequestRecord,
     RunRecord,
+    SegmentRecord,
     ServerRecord,
     TelemetrySample,
     redact_argv,
@@ -44,6 +46,8 @@ CHECKS = [CheckResult(POINT.point_id, "errors", True, "fail", 0.0, 0.0, "ok"),
           CheckResult(POINT.point_id, "warmup_sufficient", False, "warn", None, 0.1, "n/a")]
 TELEMETRY = [TelemetrySample(POINT.point_id, "nvml", 0.5, power_w=300.0, energy_j=10.0),
              TelemetrySample(POINT.point_id, "metrics", 0.25, kv_cache_usage=0.5, running=3.0)]
+SEGMENT = SegmentRecord(1, T0, T0, 30.5, "complete", 1, "h")
+PHASES = [PhaseRecord(1, 1, "toy/a", "start: model load", 12.5), PhaseRecord(1, 2, "", "gap", 18.0)]
 
 
 def filled(path: Path) -> Path:
@@ -51,6 +55,8 @@ def filled(path: Path) -> Path:
         s.save_run(RUN)
         s.record_server(SERVER)
         s.commit_point(POINT, REQUESTS, CHECKS, TELEMETRY)
+        s.put_timing("run-1", [replace(SEGMENT, ended="running"), PHASES[0]])
+        s.put_timing("run-1", [SEGMENT, PHASES[1]])  # the segment's row replaced, phases added
     return path
 
 
@@ -66,7 +72,9 @@ def test_every_record_round_trips(tmp_path: Path) -> None:
         assert s.telemetry("run-1") == sorted(TELEMETRY, key=lambda t: t.t_s)
         assert s.telemetry("run-1", POINT.point_id)[0].source == "metrics"
         assert s.done_points("run-1") == {POINT.point_id: "f"}
-        assert s.counts("run-1") == {"runs": 1, "servers": 1, "points": 1, "requests": 2, "checks": 2, "telemetry": 2}
+        assert s.timing("run-1") == ([SEGMENT], PHASES) and s.timing("nope") == ([], [])
+        assert s.counts("run-1") == {"runs": 1, "servers": 1, "points": 1, "requests": 2, "checks": 2, "telemetry": 2,
+                                     "segments": 1, "phases": 2}
 
 
 def test_a_retried_point_replaces_the_old_one(tmp_path: Path) -> None:
@@ -178,7 +186,7 @@ def v4_file(path: Path) -> Path:
     filled(path)
     con = duckdb.connect(str(path))
     con.execute("ALTER TABLE points ADD COLUMN level DOUBLE; UPDATE points SET level = concurrency; "
-                "UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+                "DROP TABLE segments; DROP TABLE phases; UPDATE meta SET value = '4' WHERE key = 'schema_version'")
     con.close()
     return path
 
@@ -230,6 +238,43 @@ def test_an_unknown_newer_version_is_refused(tmp_path: Path) -> None:
             Store(db, read_only=read_only)
 
 
+
+def v5_file(path: Path) -> Path:
+    """A version 5 database: today's tables without `segments` and `phases`."""
+    filled(path)
+    con = duckdb.connect(str(path))
+    con.execute("DROP TABLE segments; DROP TABLE phases; UPDATE meta SET value = '5' WHERE key = 'schema_version'")
+    con.close()
+    return path
+
+
+def test_a_version_5_file_reads_without_timing_and_gains_the_tables_when_written(tmp_path: Path) -> None:
+    db = v5_file(tmp_path / "v5.duckdb")
+    with Store(db, read_only=True) as s:
+        assert s.points("run-1") == [POINT] and s.timing("run-1") == ([], [])
+        assert "phases" not in s.counts("run-1") and s.counts("run-1")["points"] == 1
+    with Store(db) as s:
+        assert s._version() == "6" and s.timing("run-1") == ([], [])
+        s.put_timing("run-1", [SEGMENT, *PHASES])
+    with Store(db, read_only=True) as s:
+        assert s.timing("run-1") == ([SEGMENT], PHASES)
+
+
+@pytest.mark.parametrize("name", ["h200.duckdb", "cpu-replicas.duckdb"])
+def test_the_committed_databases_read_as_they_are(tmp_path: Path, name: str) -> None:
+    """The results committed before runs stored their timing: read (from a copy), their wall only."""
+    import shutil
+
+    from tests.conftest import REPO
+
+    db = tmp_path / name
+    shutil.copyfile(REPO / "results" / name, db)
+    with Store(db, read_only=True) as s:
+        runs = s.runs()
+        assert runs and all(s.timing(r.run_id) == ([], []) for r in runs)
+        assert any(r.wall_s for r in runs)
+
+
 def test_a_new_file_has_no_level_column(tmp_path: Path) -> None:
     assert "level" not in columns_of_points(filled(tmp_path / "new.duckdb"))
 
@@ -278,7 +323,8 @@ def test_merge_takes_a_run_continued_elsewhere_and_keeps_one_that_diverged(tmp_p
         got = s.merge_from(there)
         assert (got["runs_new"], got["runs_continued"], got["runs_kept"]) == (0, 1, 0)
         assert [p.point_id for p in s.points("run-1")] == [POINT.point_id, second.point_id]
-        assert s.counts("run-1") == {"runs": 1, "servers": 1, "points": 2, "requests": 4, "checks": 4, "telemetry": 4}
+        assert s.counts("run-1") == {"runs": 1, "servers": 1, "points": 2, "requests": 4, "checks": 4, "telemetry": 4,
+                                     "segments": 1, "phases": 2}  # the continued copy's timing came too
         assert s.merge_from(there)["runs_kept"] == 1  # the same points: nothing to take
     diverged = tmp_path / "diverged.duckdb"
     with Store(diverged) as s:
