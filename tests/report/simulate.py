@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from multiprocessing import get_context
 from pathlib import Path
@@ -28,6 +28,7 @@ from compiler.plan import Plan
 from compiler.plan_compile import compile_study
 from report import context
 from report import sequential as sequential_rule
+from report.block_planner import blocks_needed, blocks_to_clear
 from report.results import RunData, read_run
 from report.score_model import Score
 from report.scoring import score_study, undecided
@@ -176,8 +177,6 @@ def _points(prep: Prepared, seed: int, block: int, values: dict[str, float]) -> 
                         cache_policy=p.cache_policy, valid=p.valid, started_at=at,
                         summary=PointSummary(output_throughput=values[p.point_id]))
             for p in prep.blocks[block]]
-
-
 
 
 def sequential(prep: Prepared, seed: int, commit: Callable[[list[PointRecord]], None], read: Callable[[], RunData]
@@ -345,6 +344,76 @@ def cases() -> list[Case]:
     ]
 
 
+def block_sd(repeats: int = 1) -> float:
+    """The true SD of one block's log-ratio in these simulations: two launches, each with its repeats."""
+    return math.sqrt(2.0 * (LAUNCH_SD ** 2 + REPEAT_SD ** 2 / repeats))
+
+
+def design_for(case: Case, blocks: int, first: int = 3) -> Case:
+    """The case run to `blocks` blocks as the planner assumes: a budget of that many past `first` required
+    blocks, else a fixed design of that many."""
+    return replace(case, launches=blocks, budget=None) if blocks <= first else replace(
+        case, launches=first, budget=blocks)
+
+
+@dataclass(frozen=True)
+class Planned:
+    """Simulated runs at the block counts the planner recommended."""
+
+    what: str
+    blocks: tuple[int, ...]  # recommended per run
+    decided: float  # share that ended with the correct decision
+
+
+def planned_runs(case: Case, plan: Callable[[float], int | None], pilot_df: int | None, runs: int,
+                 what: str, first: int = 3) -> Planned:
+    """Each run planned from a pilot SD (the true block SD, or one drawn on `pilot_df` df as an earlier run
+    would have measured it), then run at the planned blocks; the share decided as the truth says (confirmed
+    inside the band, refuted outside)."""
+    rng = np.random.default_rng(case.seed)
+    sd = block_sd(case.repeats)
+    pilots = [sd] * runs if pilot_df is None else list(sd * np.sqrt(rng.chisquare(pilot_df, runs) / pilot_df))
+    blocks = [plan(float(p)) or 100 for p in pilots]
+    right = "refuted" if case.edge.startswith("past") else "confirmed"
+    hits = 0
+    with tempfile.TemporaryDirectory() as tmp, models_read_once():
+        preps: dict[int, Prepared] = {}
+        for k, n in enumerate(blocks):
+            if n not in preps:
+                folder = Path(tmp) / str(n)
+                folder.mkdir()
+                preps[n] = prepare(design_for(case, n, first), folder)
+            hits += in_memory(preps[n], seeds(case, runs)[k]).verdict == right
+    return Planned(what, tuple(blocks), hits / runs)
+
+
+CENTRE = Case(BAND, "centre 1.0", 1.0, seed=41)  # confirmed, if decided
+PAST = Case(BAND, "past the edge: 1.03", 1.03, seed=42)  # refuted, if decided
+PAST_BY = math.log(1.03 / 1.02)
+
+
+def planner_checks(runs: int = 1000, every: bool = False) -> list[tuple[Planned, float]]:
+    """(simulated runs at the planner's blocks, the power it planned for): the truth at the prediction
+    (blocks_needed) and past the edge (blocks_to_clear); the SD known, or from a pilot on 4 df taken at its
+    upper bound, or plugged in as if known (the old planner). `every`: also the slow ones (many blocks)."""
+    checks: list[tuple[str, Case, Callable[[float], int | None], int | None, float]] = [
+        ("blocks_needed, SD known", CENTRE, lambda sd: blocks_needed(0.02, sd, first=3), None, 0.8),
+        ("blocks_needed, SD known", CENTRE, lambda sd: blocks_needed(0.02, sd, power=0.95, first=3), None, 0.95),
+        ("blocks_to_clear, SD known", PAST, lambda sd: blocks_to_clear(PAST_BY, sd, first=3), None, 0.8),
+        ("blocks_needed, pilot SD on 4 df", CENTRE, lambda sd: blocks_needed(0.02, sd, df=4, first=3), 4, 0.8),
+        ("blocks_needed, pilot SD as if known", CENTRE, lambda sd: blocks_needed(0.02, sd, first=3), 4, 0.8),
+    ]
+    if every:
+        checks += [
+            ("blocks_to_clear, SD known", PAST, lambda sd: blocks_to_clear(PAST_BY, sd, power=0.95, first=3), None,
+             0.95),
+            ("blocks_to_clear, pilot SD on 4 df", PAST, lambda sd: blocks_to_clear(PAST_BY, sd, df=4, first=3), 4,
+             0.8),
+            ("blocks_to_clear, pilot SD as if known", PAST, lambda sd: blocks_to_clear(PAST_BY, sd, first=3), 4, 0.8),
+        ]
+    return [(planned_runs(case, plan, df, runs, what), power) for what, case, plan, df, power in checks]
+
+
 def table(rows: Sequence[Rates]) -> str:
     head = f"{'edge':<21} {'design':<50} {'false confirmed':>15} {'false refuted':>13} {'sims':>6}  criterion"
     out = [head, "-" * len(head)]
@@ -361,6 +430,10 @@ def main(argv: Sequence[str]) -> int:
     if "--broken" in argv:
         sequential_rule.ALPHA = 0.06
     print(table([simulate(c, workers=2) for c in cases()]))
+    print(f"\nthe planner (band 1 +- 2%, block SD {100 * block_sd():.2g}%, 3 required blocks):")
+    for found, power in planner_checks(every=True):
+        print(f"  {found.what}, {100 * power:.0f}% power: {found.blocks[0] if len(set(found.blocks)) == 1 else 'per pilot'}"
+              f" blocks -> decided {100 * found.decided:.1f}% of {len(found.blocks)} runs")
     return 0
 
 
