@@ -205,6 +205,10 @@ def test_an_unpaired_ratios_block_spread_adds_both_sides(tmp_path: Path, study: 
     # b's own spread counts, not a's doubled: sqrt(1 + 4) / sqrt(2) = 1.58 times a's-only figure
     assert mixed.block_sd == pytest.approx(same.block_sd * math.sqrt(5 / 2), rel=0.05)
     assert mixed.blocks is not None and same.blocks is not None and mixed.blocks > same.blocks
+    # its df: Welch-Satterthwaite over both sides' launch and repeat parts (3 launches x 2 repeats a side)
+    assert mixed.block_df is not None and 2 < mixed.block_df < 2 * 2 + 2 * 3
+    assert mixed.blocks_95 is not None and mixed.blocks_95 > mixed.blocks
+    assert mixed.gpu_95_s is not None and mixed.gpu_s is not None and mixed.gpu_95_s > mixed.gpu_s
 
 
 def test_plan_says_what_deciding_from_the_last_run_would_take(tmp_path: Path, study: Path) -> None:
