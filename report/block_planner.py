@@ -3,8 +3,11 @@
 From the runs in a database on the same GPU, model and vLLM version (read through runner.store.store), the
 spread of each metric on the log scale (relative): within a launch (repeats of one point on one
 server) and between launches (the same configuration on different server launches). Then, for a
-planned study, the blocks each hypothesis needs for its 95% interval to be narrow enough to decide,
-what that costs in GPU time, and a warning where a tolerance is below the launch-to-launch spread.
+planned study, the blocks each hypothesis needs for 80% and for 95% power (report.power): the
+probability that the interval read at the run's end (the stopping rule's critical value) decides it,
+with the block SD at its upper confidence bound from its degrees of freedom (a spread measured on few
+blocks may have come out low); what that costs in GPU time, and a warning where a tolerance is below
+the launch-to-launch spread.
 """
 
 from __future__ import annotations
@@ -12,12 +15,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compiler.hardware import HardwareError, get_hardware
 from compiler.plan import Launch, Plan, PointStep, budget_points
-from report.intervals import fixed_critical, layout
+from report.intervals import fixed_critical, layout, welch_df
+from report.power import power_inside, power_to_clear, sd_upper
 from report.sequential import look_critical
 from runner.store.store import Store
 
@@ -43,6 +48,11 @@ class Spread:
             return None
         var = (self.launch_sd or 0.0) ** 2 + (self.within_sd or 0.0) ** 2 / max(repeats, 1)
         return math.sqrt(var * (2.0 if ratio else 1.0))
+
+    def parts(self, repeats: int) -> list[tuple[float, float]]:
+        """The (variance, df) parts of one block's value, for Welch-Satterthwaite (report.intervals.welch_df)."""
+        return [((self.launch_sd or 0.0) ** 2, self.launch_df),
+                ((self.within_sd or 0.0) ** 2 / max(repeats, 1), self.within_df)]
 
 
 def config_key(launch: Launch, point: PointStep) -> Key:
@@ -173,6 +183,7 @@ def _pool(metric: str, groups: Sequence[dict[str, list[float]]]) -> Spread:
     return Spread(metric, launch_sd, b_df, within_sd, w_df)
 
 
+@lru_cache(maxsize=4096)
 def _critical(n: int, first: int) -> float:
     """The t multiplier (df n - 1) of the interval a run of n blocks reads at its end: a fixed design's
     95% for n up to the required blocks `first`, else the last look of a budget of n blocks
@@ -180,18 +191,25 @@ def _critical(n: int, first: int) -> float:
     return look_critical(n, n, first)(n - 1) if n > first else fixed_critical(n - 1)
 
 
-def blocks_needed(tolerance: float, spread: float, *, target: float = 0.5, most: int = 100,
-                  first: int = 2) -> int | None:
-    """Fewest blocks n (>= 2) whose expected half-width at the run's end, t x spread / sqrt(n), is at
-    most `target` x tolerance (relative units): then a truth within (1 - target) x tolerance of the
-    prediction is confirmed and one beyond (1 + target) x tolerance is refuted. None when `most` blocks
-    do not do it. Past the `first` required blocks the interval is a budget's last look (`_critical`)."""
+POWERS = (0.8, 0.95)  # the powers the planner plans for
+
+
+def _df(df: float | None) -> float | None:
+    """An SD's df for its upper bound; None (taken as known) where nothing estimated it."""
+    return df if df else None
+
+
+def blocks_needed(tolerance: float, spread: float, *, power: float = 0.8, df: float | None = None,
+                  most: int = 100, first: int = 2) -> int | None:
+    """Fewest blocks n (>= 2) at which a truth at the prediction (the band's centre) is confirmed with
+    probability `power`: the interval at the run's end (`_critical`) inside the band on both sides (two
+    one-sided tests). `tolerance` is relative (its log, log1p, is the nearer edge on the log scale);
+    `spread` the block SD, taken at its upper confidence bound from `df` (None: as known). None when
+    `most` blocks do not do it. Past the `first` required blocks the interval is a budget's last look."""
     if tolerance <= 0:
         return None
-    for n in range(2, most + 1):
-        if _critical(n, first) * spread / math.sqrt(n) <= target * tolerance:
-            return n
-    return None
+    sd, edge = sd_upper(spread, _df(df)), math.log1p(tolerance)
+    return next((n for n in range(2, most + 1) if power_inside(edge, sd, n, _critical(n, first)) >= power), None)
 
 
 def edge_distance(last: Score) -> float | None:
@@ -206,24 +224,25 @@ def edge_distance(last: Score) -> float | None:
     return min(found) if found else None
 
 
-def blocks_to_clear(distance: float, spread: float, *, most: int = 100, first: int = 2) -> int | None:
-    """Fewest blocks n (>= 2) whose expected half-width at the run's end (`_critical`) is under
-    `distance`: if the truth is where the last run put it, its interval then clears the nearest edge.
-    None when `most` blocks do not do it (the mean sits on the edge, or the spread is too large)."""
-    for n in range(2, most + 1):
-        if _critical(n, first) * spread / math.sqrt(n) < distance:
-            return n
-    return None
+def blocks_to_clear(distance: float, spread: float, *, power: float = 0.8, df: float | None = None,
+                    most: int = 100, first: int = 2) -> int | None:
+    """Fewest blocks n (>= 2) at which, if the truth is where the last run put it (`distance` from the
+    nearest edge, log scale), the interval at the run's end (`_critical`) clears that edge with probability
+    `power` (report.power.power_to_clear; the SD at its upper bound from `df`). None when `most` blocks do
+    not do it (the mean sits on the edge, or the spread is too large)."""
+    sd = sd_upper(spread, _df(df))
+    return next((n for n in range(2, most + 1) if power_to_clear(distance, sd, n, _critical(n, first)) >= power),
+                None)
 
 
-def blocks_within(distance: float, spread: float, *, first: int, budget: int) -> int | None:
-    """Fewest blocks n (from the first look to `budget`) at which a run under a budget of `budget` blocks
-    expects its look's interval (`report.sequential`: an early look's share, the last look's 80%) to
-    clear `distance`; None when even its last look does not."""
-    for n in range(max(2, first), budget + 1):
-        if look_critical(n, budget, first)(n - 1) * spread / math.sqrt(n) < distance:
-            return n
-    return None
+def blocks_within(distance: float, spread: float, *, first: int, budget: int, power: float = 0.8,
+                  df: float | None = None) -> int | None:
+    """Fewest blocks n (from the first look to `budget`) whose look under a budget of `budget` blocks
+    (`report.sequential`: an early look's share, the last look's 80%) clears `distance` with probability
+    `power`; None when even its last look does not. Earlier looks can only add to it."""
+    sd = sd_upper(spread, _df(df))
+    return next((n for n in range(max(2, first), budget + 1)
+                 if power_to_clear(distance, sd, n, look_critical(n, budget, first)(n - 1)) >= power), None)
 
 
 @dataclass(frozen=True)
@@ -233,10 +252,12 @@ class Last:
     measured: float
     distance: float  # relative (log) distance to the nearest edge
     edge: float
-    blocks: int | None
+    blocks: int | None  # for 80% power
     gpu_s: float | None
     budget: int | None = None  # the study's budget blocks, where it has one
-    within: int | None = None  # the block by which a run under that budget expects to decide it
+    within: int | None = None  # the look of that budget by which it is decided with 80% power
+    blocks_95: int | None = None  # for 95% power
+    gpu_95_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -245,7 +266,7 @@ class PowerRow:
     metric: str
     tolerance: float | None  # relative half-width of the band
     block_sd: float | None  # expected SD of one block's value (relative)
-    blocks: int | None
+    blocks: int | None  # for 80% power to confirm a truth at the prediction
     gpu_s: float | None  # GPU time of that many blocks, one launch at a time: the required blocks whole,
     # each budget block with only the points this hypothesis rests on
     source: str  # where the spread came from
@@ -253,6 +274,9 @@ class PowerRow:
     launch_sd: float | None = None  # launch-to-launch SD of one side (relative)
     launch_df: int = 0
     last: Last | None = None  # from the latest run of this study in the database, when scored
+    block_df: float | None = None  # degrees of freedom of block_sd (Welch-Satterthwaite over its parts)
+    blocks_95: int | None = None  # for 95% power
+    gpu_95_s: float | None = None
 
 
 def _tolerance(pred: Any) -> float | None:
@@ -287,16 +311,17 @@ def _launch_s(launch: Launch, points: Sequence[PointStep]) -> float:
     return launch.estimated_start_s + sum(p.estimated_s for p in points)
 
 
-def _last(score: Score | None, sd: float | None, gpu_time: Callable[[int], float], first: int,
+def _last(score: Score | None, sd: float | None, df: float | None, gpu_time: Callable[[int], float], first: int,
           budget: int | None = None) -> Last | None:
     distance = edge_distance(score) if score is not None else None
     if score is None or score.measured is None or distance is None or sd is None:
         return None
     edges = [e for e in (score.band_low, score.band_high) if e is not None and e > 0]
     edge = min(edges, key=lambda e: abs(math.log(score.measured / e)))  # type: ignore[operator]
-    blocks = blocks_to_clear(distance, sd, first=first)
-    within = blocks_within(distance, sd, first=first, budget=budget) if budget else None
-    return Last(score.measured, distance, edge, blocks, gpu_time(blocks) if blocks else None, budget, within)
+    blocks, blocks_95 = (blocks_to_clear(distance, sd, power=p, df=df, first=first) for p in POWERS)
+    within = blocks_within(distance, sd, first=first, budget=budget, df=df) if budget else None
+    return Last(score.measured, distance, edge, blocks, gpu_time(blocks) if blocks else None, budget, within,
+                blocks_95, gpu_time(blocks_95) if blocks_95 else None)
 
 
 def _pair(hyp: Any, steps: Steps, block_cells: Cells) -> Paired | None:
@@ -336,17 +361,20 @@ def power_plan(
         spread, source = found[0]
         pair = _pair(hyp, steps, block_cells) if ratio else None
         sd: float | None
+        df: float | None = None
         if pair is not None:
-            sd = pair.sd
+            sd, df = pair.sd, pair.df
             source = f"paired blocks of the same two configurations ({pair.blocks} blocks, df {pair.df})"
         elif len(found) == 2 and found[1][0] is not None and spread is not None:
             # a ratio: its block's variance is the sum of the two sides' (each side's own spread)
             sd_parts = [s.per_block(plan.design.repeats, False) for s, _ in found if s is not None]
             sd = math.sqrt(math.fsum(x * x for x in sd_parts if x is not None)) if None not in sd_parts else None
+            df = welch_df([part for s, _ in found if s is not None for part in s.parts(plan.design.repeats)])
             if found[1][1] != source:
                 source = f"numerator: {source}; denominator: {found[1][1]}"
         else:
             sd = spread.per_block(plan.design.repeats, ratio) if spread else None
+            df = welch_df(spread.parts(plan.design.repeats)) if spread else None
         warnings: list[str] = []
         if spread and spread.launch_sd is None:
             warnings.append("no configuration ran on two launches: launch-to-launch spread unknown")
@@ -358,37 +386,48 @@ def power_plan(
         if tol is not None and launch_sd is not None and tol < launch_sd:
             warnings.append(f"tolerance {100 * tol:.2g}% is below the {what} "
                             f"{100 * launch_sd:.2g}%: it cannot be decided at any budget worth running")
-        blocks = blocks_needed(tol, sd, first=required) if tol is not None and sd is not None else None
+        blocks, blocks_95 = ((blocks_needed(tol, sd, power=p, df=df, first=required) for p in POWERS)
+                             if tol is not None and sd is not None else (None, None))
         if tol is None:
             warnings.append("no relative band (a relation or an expression): blocks depend on the distance "
                             "to the threshold")
-        gpu_s = gpu_time(blocks) if blocks else None
-        rows.append(PowerRow(hyp.id, hyp.metric, tol, sd, blocks, gpu_s, source, tuple(warnings),
-                             spread.launch_sd if spread else None, spread.launch_df if spread else 0,
-                             _last((last or {}).get(hyp.id), sd, gpu_time, required,
-                                   plan.design.budget.blocks if plan.design.budget else None)))
+        rows.append(PowerRow(hyp.id, hyp.metric, tol, sd, blocks, gpu_time(blocks) if blocks else None, source,
+                             tuple(warnings), spread.launch_sd if spread else None,
+                             spread.launch_df if spread else 0,
+                             _last((last or {}).get(hyp.id), sd, df, gpu_time, required,
+                                   plan.design.budget.blocks if plan.design.budget else None),
+                             df or None, blocks_95, gpu_time(blocks_95) if blocks_95 else None))
     return rows, version
+
+
+def _blocks(blocks: int | None, blocks_95: int | None, gpu_s: float | None, gpu_95_s: float | None) -> str:
+    """"blocks for 80% / 95% power: 6 / 9 (~12 / ~18 GPU min)"; "more than 100" where none does it."""
+    counts = " / ".join(str(b) if b else "more than 100" for b in (blocks, blocks_95))
+    minutes = " / ".join(f"~{g / 60:.0f}" if g is not None else "-" for g in (gpu_s, gpu_95_s))
+    return f"blocks for 80% / 95% power: {counts} ({minutes} GPU min)"
 
 
 def format_power(rows: Sequence[PowerRow], version: str | None, db: Path) -> str:
     """The power plan as text lines."""
-    out = [f"power plan from {db} (vLLM {version or 'unknown'}; spreads relative, per block):"]
+    out = [f"power plan from {db} (vLLM {version or 'unknown'}; spreads relative, per block; power at the "
+           f"stopping rule's error rate, the block SD at its 80% upper confidence bound):"]
     for r in rows:
         tol = f"±{100 * r.tolerance:.3g}%" if r.tolerance is not None else "-"
         sd = f"{100 * r.block_sd:.2g}%" if r.block_sd is not None else "unknown"
-        need = (f"{r.blocks} blocks, ~{r.gpu_s / 60:.0f} GPU min" if r.blocks and r.gpu_s is not None
+        sd += f" (df {r.block_df:.3g})" if r.block_sd is not None and r.block_df else ""
+        need = (_blocks(r.blocks, r.blocks_95, r.gpu_s, r.gpu_95_s) if r.blocks or r.blocks_95
                 else "blocks: cannot say")
         launch = (f", launch-to-launch {100 * r.launch_sd:.2g}% (df {r.launch_df})" if r.launch_sd is not None
                   else "")
         out.append(f"  {r.hypothesis}: {r.metric} band {tol}, block SD {sd}{launch}: {need} ({r.source})")
         if r.last is not None:
-            then = (f"{r.last.blocks} blocks, ~{r.last.gpu_s / 60:.0f} GPU min" if r.last.blocks and r.last.gpu_s
-                    else "more than 100 blocks")
+            then = _blocks(r.last.blocks, r.last.blocks_95, r.last.gpu_s, r.last.gpu_95_s)
             under = ""
             if r.last.budget:
-                under = (f"; under this study's budget of {r.last.budget} blocks, by block {r.last.within}"
-                         if r.last.within else f"; not within this study's budget of {r.last.budget} blocks")
+                under = (f"; under this study's budget of {r.last.budget} blocks, 80% power by block "
+                         f"{r.last.within}" if r.last.within
+                         else f"; not with 80% power within this study's budget of {r.last.budget} blocks")
             out.append(f"    from the last run's {r.last.measured:.4g} ({100 * r.last.distance:.2g}% from the edge "
-                       f"{r.last.edge:.4g}): {then} to decide it{under}")
+                       f"{r.last.edge:.4g}), to decide it: {then}{under}")
         out += [f"    warning: {w}" for w in r.warnings]
     return "\n".join(out) + "\n"

@@ -17,7 +17,9 @@ from compiler.load import load_study
 from compiler.plan import Launch, PointStep
 from compiler.plan_compile import compile_study
 from report.block_planner import blocks_needed, blocks_to_clear, edge_distance, power_plan, read_spreads
-from report.intervals import t_quantile
+from report.intervals import fixed_critical, t_quantile
+from report.power import power_inside, power_to_clear, sd_upper
+from report.sequential import look_critical
 from runner.store.records import PointRecord, PointSummary, RunRecord
 from runner.store.store import Store
 from studyc.cli import main
@@ -82,12 +84,38 @@ def test_spreads_between_and_within_launches(tmp_path: Path, study: Path) -> Non
     assert read_spreads(db, "a100", ["tiny-qwen3"])[0] == {}  # another GPU: nothing
 
 
-def test_blocks_needed() -> None:
-    sd = 0.0065
-    n = blocks_needed(0.02, sd)
-    assert n is not None and t_quantile(0.975, n - 1) * sd / math.sqrt(n) <= 0.01
-    assert t_quantile(0.975, n - 2) * sd / math.sqrt(n - 1) > 0.01  # the fewest
-    assert blocks_needed(0.02, 0.0) == 2 and blocks_needed(0.0001, 0.05, most=20) is None
+def _end(n: int, first: int) -> float:
+    """The critical value a run of n blocks reads at its end: a fixed 95% up to the required blocks, else
+    the last look of a budget of n."""
+    return fixed_critical(n - 1) if n <= first else look_critical(n, n, first)(n - 1)
+
+
+def test_blocks_needed_is_the_fewest_with_the_power_asked() -> None:
+    """80% power to confirm a truth at the prediction: the interval at the run's end inside the band on
+    both sides, read at the stopping rule's last look past the required blocks."""
+    sd, edge = 0.0086, math.log1p(0.02)
+    n = blocks_needed(0.02, sd, first=3)
+    assert n is not None and n > 3
+    assert power_inside(edge, sd, n, _end(n, 3)) >= 0.8 > power_inside(edge, sd, n - 1, _end(n - 1, 3))
+    n95 = blocks_needed(0.02, sd, power=0.95, first=3)
+    assert n95 is not None and n95 > n and power_inside(edge, sd, n95, _end(n95, 3)) >= 0.95
+    # exactly the power reached at n is enough (>=), a hair more is not
+    reached = power_inside(edge, sd, n, _end(n, 3))
+    assert blocks_needed(0.02, sd, power=reached, first=3) == n
+    assert blocks_needed(0.02, sd, power=reached + 1e-9, first=3) == n + 1
+    assert blocks_needed(0.02, 0.0) == 2 and blocks_needed(0.0, 0.01) is None
+    assert blocks_needed(0.0001, 0.05, most=20) is None and blocks_needed(0.02, sd, first=3, most=n) == n
+    assert blocks_needed(0.02, sd, first=3, most=n - 1) is None
+
+
+def test_a_spread_from_few_blocks_is_taken_at_its_upper_bound() -> None:
+    """The SD's own uncertainty: from 2 df it plans more blocks than from 30, and from 30 more than a known
+    SD; the bound is the chi-square one (report.power.sd_upper)."""
+    sd = 0.0086
+    known, many, few = (blocks_needed(0.02, sd, df=df, first=3) for df in (None, 30, 2))
+    assert known is not None and many is not None and few is not None and known < many < few
+    assert many == blocks_needed(0.02, sd_upper(sd, 30), first=3)
+    assert blocks_needed(0.02, sd, df=0, first=3) == known  # no df: nothing to bound, the SD as given
 
 
 NOISY_B = {1: 1.00, 2: 1.02, 3: 0.98}  # arm b varies twice as much between launches as arm a
@@ -145,13 +173,24 @@ def test_edge_distance_is_to_the_nearest_edge_the_interval_must_clear() -> None:
 
 
 def test_blocks_to_clear_the_edge() -> None:
-    """Past the required blocks, the interval it must clear is a budget's last look (4% two-sided)."""
+    """Past the required blocks, the interval it must clear is a budget's last look (4% two-sided), with
+    80% power if the truth is where the last run put it."""
     sd, distance = 0.0085, 0.0045
     n = blocks_to_clear(distance, sd, first=3)
-    assert n is not None and n > 3 and t_quantile(0.98, n - 1) * sd / math.sqrt(n) < distance
-    assert t_quantile(0.98, n - 2) * sd / math.sqrt(n - 1) >= distance  # the fewest
+    assert n is not None and n > 3
+    assert power_to_clear(distance, sd, n, _end(n, 3)) >= 0.8 > power_to_clear(distance, sd, n - 1, _end(n - 1, 3))
+    # the old rule (the expected interval just clears the edge) planned fewer blocks, deciding about half the time
+    old = next(k for k in range(4, 100) if t_quantile(0.98, k - 1) * sd / math.sqrt(k) < distance)
+    assert old < n and 0.4 < power_to_clear(distance, sd, old, _end(old, 3)) < 0.65
     fixed = blocks_to_clear(distance, sd, first=100)  # read as a fixed design's 95%: fewer blocks
-    assert fixed is not None and fixed < n and t_quantile(0.975, fixed - 1) * sd / math.sqrt(fixed) < distance
+    assert fixed is not None and fixed < n and power_to_clear(distance, sd, fixed, fixed_critical(fixed - 1)) >= 0.8
+    n95 = blocks_to_clear(distance, sd, power=0.95, first=3)
+    assert n95 is not None and n95 > n
+    reached = power_to_clear(distance, sd, n, _end(n, 3))
+    assert blocks_to_clear(distance, sd, power=reached, first=3) == n
+    assert blocks_to_clear(distance, sd, power=reached + 1e-9, first=3) == n + 1
+    few = blocks_to_clear(distance, sd, df=3, first=3)
+    assert few is not None and few > n
     assert blocks_to_clear(0.0, 0.01) is None  # a mean on the edge is never decided
     assert blocks_to_clear(1.0, 0.01) == 2
 
@@ -166,6 +205,10 @@ def test_an_unpaired_ratios_block_spread_adds_both_sides(tmp_path: Path, study: 
     # b's own spread counts, not a's doubled: sqrt(1 + 4) / sqrt(2) = 1.58 times a's-only figure
     assert mixed.block_sd == pytest.approx(same.block_sd * math.sqrt(5 / 2), rel=0.05)
     assert mixed.blocks is not None and same.blocks is not None and mixed.blocks > same.blocks
+    # its df: Welch-Satterthwaite over both sides' launch and repeat parts (3 launches x 2 repeats a side)
+    assert mixed.block_df is not None and 2 < mixed.block_df < 2 * 2 + 2 * 3
+    assert mixed.blocks_95 is not None and mixed.blocks_95 > mixed.blocks
+    assert mixed.gpu_95_s is not None and mixed.gpu_s is not None and mixed.gpu_95_s > mixed.gpu_s
 
 
 def test_plan_says_what_deciding_from_the_last_run_would_take(tmp_path: Path, study: Path) -> None:
@@ -174,8 +217,10 @@ def test_plan_says_what_deciding_from_the_last_run_would_take(tmp_path: Path, st
     assert out.exit_code == 0, out.output
     # b / a is about 1 in the toy data: some 2% from either edge of "1x +- 2%", so a few blocks decide it
     line = next(x for x in out.output.splitlines() if "from the last run's" in x).strip()
-    assert re.fullmatch(r"from the last run's 1\.00\d \(1\.\d% from the edge (0\.98|1\.02)\): \d blocks, "
-                        r"~\d+ GPU min to decide it", line), line
+    assert re.fullmatch(r"from the last run's 1\.00\d \(1\.\d% from the edge (0\.98|1\.02)\), to decide it: "
+                        r"blocks for 80% / 95% power: \d+ / \d+ \(~\d+ / ~\d+ GPU min\)", line), line
+    row = next(x for x in out.output.splitlines() if x.startswith("  same: output_throughput band"))
+    assert re.search(r"block SD [\d.e-]+% \(df \d+\), launch-to-launch [^:]+: blocks for 80% / 95% power: \d+ / \d+ ", row), row
 
 
 def test_budget_blocks_cost_only_the_points_their_hypothesis_rests_on(tmp_path: Path, study: Path) -> None:
@@ -213,7 +258,13 @@ def test_blocks_within_a_budget_are_read_at_its_looks() -> None:
     alone = blocks_to_clear(distance, sd, first=3)
     within = blocks_within(distance, sd, first=3, budget=12)
     assert alone is not None and within is not None and alone < within <= 12
-    assert look_critical(within, 12, 3)(within - 1) * sd / math.sqrt(within) < distance
-    assert look_critical(within - 1, 12, 3)(within - 2) * sd / math.sqrt(within - 1) >= distance  # the fewest
+
+    def at(n: int) -> float:
+        return power_to_clear(distance, sd, n, look_critical(n, 12, 3)(n - 1))
+
+    assert at(within) >= 0.8 > at(within - 1)  # the fewest
+    assert blocks_within(distance, sd, first=3, budget=12, power=at(within)) == within
+    assert blocks_within(distance, sd, first=3, budget=12, power=0.95) in (None, *range(within, 13))
     assert blocks_within(0.001, sd, first=3, budget=12) is None
     assert blocks_within(1.0, sd, first=3, budget=12) == 3  # the first look, after the required blocks
+    assert blocks_within(100.0, sd, first=1, budget=12) == 2  # never a look on one block
