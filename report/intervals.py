@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from statistics import NormalDist
 from typing import TYPE_CHECKING, Any
 
@@ -104,6 +105,7 @@ def t_quantile(p: float, df: float) -> float:
     return (lo + hi) / 2.0
 
 
+@lru_cache(maxsize=4096)
 def fixed_critical(df: float) -> float:
     """A fixed design's 95% two-sided multiplier: t(0.975, df)."""
     return t_quantile(0.975, df)

@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from statistics import NormalDist
+from functools import lru_cache
 
-_PHI = NormalDist().cdf
 SD_CONFIDENCE = 0.8  # the planner's SD at its one-sided 80% upper confidence bound
 _STEPS = 128  # Simpson intervals of the chi quadrature (even)
 
@@ -86,21 +85,34 @@ def sd_upper(sd: float, df: float | None, confidence: float = SD_CONFIDENCE) -> 
     return sd * math.sqrt(df / chi2_quantile(1.0 - confidence, df))
 
 
-def _over_chi(df: int, f: Callable[[float], float]) -> float:
-    """E[f(s / sigma)] where s is an SD on `df` degrees of freedom: s / sigma = y / sqrt(df), y chi-distributed
-    (density y^(df-1) e^(-y^2/2) / (2^(df/2-1) Gamma(df/2))), by Simpson's rule on [0, sqrt(df) + 9]."""
+def _phi(x: float) -> float:
+    """The standard normal CDF."""
+    return 0.5 * math.erfc(-x / math.sqrt(2.0))
+
+
+@lru_cache(maxsize=512)
+def _nodes(df: int) -> tuple[tuple[float, float], ...]:
+    """(weight, s / sigma) of the quadrature of E[f(s / sigma)] for an SD on `df` degrees of freedom:
+    s / sigma = y / sqrt(df), y chi-distributed (density y^(df-1) e^(-y^2/2) / (2^(df/2-1) Gamma(df/2))), by
+    Simpson's rule on [0, sqrt(df) + 9]; nodes where the density is 0 are left out. Cached per df: the
+    planner asks for the same df over and over."""
     top = math.sqrt(df) + 9.0
     h = top / _STEPS
     log_norm = (df / 2.0 - 1.0) * math.log(2.0) + math.lgamma(df / 2.0)
-    total = 0.0
+    out = []
     for i in range(_STEPS + 1):
         y = i * h
         if y == 0.0 and df > 1:
             continue  # the density is 0 there
         density = math.exp((df - 1) * math.log(y) - y * y / 2.0 - log_norm) if y > 0 else math.exp(-log_norm)
         weight = 1 if i in (0, _STEPS) else (4 if i % 2 else 2)
-        total += weight * density * f(y / math.sqrt(df))
-    return total * h / 3.0
+        out.append((weight * density * h / 3.0, y / math.sqrt(df)))
+    return tuple(out)
+
+
+def _over_chi(df: int, f: Callable[[float], float]) -> float:
+    """E[f(s / sigma)] where s is an SD on `df` degrees of freedom (`_nodes`)."""
+    return sum(w * f(r) for w, r in _nodes(df))
 
 
 def power_to_clear(distance: float, sd: float, n: int, critical: float) -> float:
@@ -111,7 +123,7 @@ def power_to_clear(distance: float, sd: float, n: int, critical: float) -> float
     if sd <= 0:
         return 1.0 if distance > 0 else 0.0
     shift = distance * math.sqrt(n) / sd
-    return _over_chi(n - 1, lambda r: _PHI(shift - critical * r))
+    return sum(w * _phi(shift - critical * r) for w, r in _nodes(n - 1))
 
 
 def power_inside(tolerance: float, sd: float, n: int, critical: float) -> float:
@@ -125,6 +137,6 @@ def power_inside(tolerance: float, sd: float, n: int, critical: float) -> float:
 
     def inside(r: float) -> float:
         room = tolerance * scale - critical * r
-        return max(0.0, 2.0 * _PHI(room) - 1.0)
+        return max(0.0, 2.0 * _phi(room) - 1.0)
 
     return _over_chi(n - 1, inside)

@@ -54,6 +54,7 @@ class Stats:
     confidence: float  # two-sided, of its look
     look: tuple[int, int] | None  # (blocks it uses, the budget's blocks); None: a fixed design
     design: Layout
+    run_blocks: int  # the blocks the run has measured: whether its budget has room is theirs to say
 
 
 def off_band(band_low: float | None, band_high: float | None, mean: float) -> float | None:
@@ -68,22 +69,25 @@ def off_band(band_low: float | None, band_high: float | None, mean: float) -> fl
     return 0.0
 
 
-def score_study(loaded: LoadedStudy, data: RunData | None) -> list[Score]:
-    """Score every hypothesis of a study against one run (None: the study has not run)."""
-    return score(build_context(loaded, data))
+def score_study(loaded: LoadedStudy, data: RunData | None, *, explain: bool = True) -> list[Score]:
+    """Score every hypothesis of a study against one run (None: the study has not run); `explain` as in
+    `score`."""
+    return score(build_context(loaded, data), explain=explain)
 
 
-def score(ctx: StudyContext) -> list[Score]:
-    """Score every hypothesis of the context's study against its run."""
+def score(ctx: StudyContext, *, explain: bool = True) -> list[Score]:
+    """Score every hypothesis of the context's study against its run; `explain` False: the verdicts without
+    the reasons' planner figures (what the stopping rule asks after each block needs only the verdicts)."""
     failed: dict[str, list[CheckResult]] = {}
     for check in ctx.data.checks if ctx.data else ():
         if not check.passed:
             failed.setdefault(check.point_id, []).append(check)
     run_blocks = len(ctx.layout.blocks(ctx.data.points)) if ctx.data else 0
-    return [_score(ctx, hyp, failed, run_blocks) for hyp in ctx.study.hypothesis]
+    return [_score(ctx, hyp, failed, run_blocks, explain) for hyp in ctx.study.hypothesis]
 
 
-def _score(ctx: StudyContext, hyp: Hypothesis, failed: dict[str, list[CheckResult]], run_blocks: int) -> Score:
+def _score(ctx: StudyContext, hyp: Hypothesis, failed: dict[str, list[CheckResult]], run_blocks: int,
+           explain: bool) -> Score:
     study, data = ctx.study, ctx.data
     metric = METRICS.get(hyp.metric)
     notes: list[Reason] = []
@@ -136,7 +140,7 @@ def _score(ctx: StudyContext, hyp: Hypothesis, failed: dict[str, list[CheckResul
         verdict = verdict_spec = "not run"
         notes.append(Reason(Why.NOT_MEASURED, detail=hyp.metric))
     else:
-        verdict = _verdict(hyp, cal, stats, notes, unit)
+        verdict = _verdict(hyp, cal, stats, notes if explain else None, unit)
         verdict_spec = _verdict(hyp, spec, stats, None, unit)
 
     def rel_error(r: Resolved | None) -> float | None:
@@ -205,7 +209,7 @@ def _estimate(side_list: list[MeasuredSide], notes: list[Reason], design: Layout
     if len(side_list) == 2 and not est.log_scale:
         notes.append(Reason(Why.NOT_POSITIVE))
     stats = Stats(est.n, est.mean, est.spread_low, est.spread_high, est.ci_low, est.ci_high, est, critical,
-                  confidence, look, design)
+                  confidence, look, design, run_blocks)
     return list(est.units), stats, est.method
 
 
@@ -241,7 +245,7 @@ def _verdict(hyp: Hypothesis, resolved: Resolved | None, stats: Stats, notes: li
         return "inconclusive"
     if verdict == "inconclusive":
         decide = deciding.straddling(est, stats.critical, list(crossed) or edges, design.budget_blocks,
-                                     design.first_look, len(est.blocks))
+                                     design.first_look, max(stats.run_blocks, len(est.blocks)))
         notes.extend(Reason(Why.STRADDLES, edge=e, unit=unit, label=label, decide=decide) for e in crossed)
     return verdict
 
@@ -259,4 +263,4 @@ def undecided(loaded: LoadedStudy, data: RunData) -> tuple[str, ...]:
         return ()
     if len(design.blocks(data.points)) >= design.budget_blocks:
         return ()
-    return tuple(s.hypothesis for s in score(ctx) if s.verdict == "inconclusive")
+    return tuple(s.hypothesis for s in score(ctx, explain=False) if s.verdict == "inconclusive")

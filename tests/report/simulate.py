@@ -180,10 +180,11 @@ def _points(prep: Prepared, seed: int, block: int, values: dict[str, float]) -> 
             for p in prep.blocks[block]]
 
 
-def sequential(prep: Prepared, seed: int, commit: Callable[[list[PointRecord]], None], read: Callable[[], RunData]
-               ) -> Score:
+def sequential(prep: Prepared, seed: int, commit: Callable[[list[PointRecord]], None], read: Callable[[], RunData],
+               explain: bool = True) -> Score:
     """One run as the runner runs it: the required blocks, then each budget block while `undecided` names
-    the hypothesis; scored at the end."""
+    the hypothesis; scored at the end (`explain` False: the verdict without the reasons' planner figures,
+    which the bulk of the simulations does not read)."""
     case = prep.case
     values = draw(prep, seed)
     for block in range(1, case.launches + 1):
@@ -192,10 +193,10 @@ def sequential(prep: Prepared, seed: int, commit: Callable[[list[PointRecord]], 
         if "h" not in undecided(prep.loaded, read()):
             break
         commit(_points(prep, seed, block, values))
-    return score_study(prep.loaded, read())[0]
+    return score_study(prep.loaded, read(), explain=explain)[0]
 
 
-def in_memory(prep: Prepared, seed: int) -> Score:
+def in_memory(prep: Prepared, seed: int, explain: bool = True) -> Score:
     """A simulated run held as the store's records in memory."""
     record = _record(prep, seed)
     points: list[PointRecord] = []
@@ -205,7 +206,7 @@ def in_memory(prep: Prepared, seed: int) -> Score:
         data.__dict__["plan"] = prep.stored  # what RunData.plan parses from record.plan_json, parsed once per case
         return data
 
-    return sequential(prep, seed, points.extend, read)
+    return sequential(prep, seed, points.extend, read, explain)
 
 
 def in_duckdb(prep: Prepared, seed: int, db: Path) -> Score:
@@ -297,7 +298,7 @@ def verdicts(case: Case, chunk: range) -> list[str]:
     """The final verdicts of the simulated runs with these seeds, held in memory."""
     with tempfile.TemporaryDirectory() as tmp, models_read_once():
         prep = prepare(case, Path(tmp))
-        return [in_memory(prep, k).verdict for k in chunk]
+        return [in_memory(prep, k, explain=False).verdict for k in chunk]
 
 
 def simulate(case: Case, sims: int | None = None, workers: int = 1) -> Rates:

@@ -52,7 +52,7 @@ def _db(tmp: Path, study: Path, gpu: str = "NVIDIA H200", b_launch: dict[int, fl
     with Store(db) as store:
         for run_id in ("r1", "r2") if apart else ("r1",):
             store.save_run(RunRecord(run_id=run_id, study_id="toy", plan_json=plan.to_json(), gpu_name=gpu,
-                                     vllm_version="0.26.0", started_at=datetime(2026, 1, 1)))
+                                     vllm_version="0.26.0", started_at=datetime(2026, 1, 1), status="complete"))
         for p in plan.points:
             launch = (b_launch or LAUNCH) if p.arm == "b" else LAUNCH
             value = 100.0 * p.concurrency * launch[p.launch] * WITHIN[p.repeat - 1]

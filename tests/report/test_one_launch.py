@@ -123,6 +123,29 @@ def test_a_paired_ratio_is_read_at_the_look_of_its_paired_blocks(tmp_path: Path)
     assert s.has(Why.EARLY_LOOK) and s.has(Why.UNPAIRED)
 
 
+def test_a_straddle_on_fewer_blocks_than_a_spent_budget_asks_for_a_new_run(tmp_path: Path) -> None:
+    """Arm a in blocks 1-5, arm b in 1-4 of a run whose budget of 5 is spent: the ratio pairs 4 blocks and
+    straddles 1x; the budget has no room (the run measured 5 blocks), so the note asks for a new run, not
+    for "block 5 of the budget's 5". With a budget of 6 it has room: more blocks."""
+    loaded = study(tmp_path, hyp("r", TPUT, "{ concurrency = 1 }", "{ ratio = [\"a\", \"b\"], range = [1.0, 2.0] }"))
+    a = {b: 100.0 + 3 * (-1) ** b for b in (1, 2, 3, 4, 5)}
+    bb = {1: 100.0, 2: 100.0, 3: 100.0, 4: 100.0}
+    pts = [point("a", 1, f"a{b}", v) for b, v in a.items()] + [point("b", 1, f"b{b}", v) for b, v in bb.items()]
+
+    def plan(budget: int) -> dict[str, Any]:
+        return {"launches": [launch(f"La{b}", b, [(pid("a", 1, f"a{b}"), 1, "")]) for b in a]
+                + [launch(f"Lb{b}", b, [(pid("b", 1, f"b{b}"), 1, "")]) for b in bb],
+                "design": {"launches": {"a": 2, "b": 2}, "budget": {"blocks": budget}}}
+
+    spent = scores(loaded, run(pts, plan=plan(5)))["r"]
+    assert spent.verdict == "inconclusive" and spent.look == (4, 5)
+    note = next(r for r in spent.reasons if r.why is Why.STRADDLES)
+    assert note.decide.startswith("the budget is spent: a new run of"), note.decide
+    room = scores(loaded, run(pts, plan=plan(6)))["r"]
+    note = next(r for r in room.reasons if r.why is Why.STRADDLES)
+    assert note.decide.startswith("more blocks"), note.decide
+
+
 # ---- the sequential hook ------------------------------------------------------------------------------
 
 

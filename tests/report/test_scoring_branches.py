@@ -181,7 +181,7 @@ def base(**kw: Any) -> dict[str, Any]:
 
 
 ONE_CONFIRMED = Reason(Why.ONE_LAUNCH, detail="its 95% interval rests on the repeats of one launch per arm and would read confirmed",
-                       decide="at least 2 launches per arm (from its repeats' spread; launches vary at least as much)")
+                       decide="at least 3 launches per arm (from its repeats' spread; launches vary at least as much)")
 
 
 def test_value_on_one_launch_every_field(tmp_path: Path) -> None:
@@ -196,14 +196,14 @@ def test_value_on_one_launch_every_field(tmp_path: Path) -> None:
         spread_low=101.0, spread_high=103.0, error=0.02, error_spec=0.02, off_band=0.0, off_band_spec=0.0,
         verdict="inconclusive", verdict_spec="inconclusive",  # inside the band, but on one launch
         reasons=(Reason(Why.NOT_CALIBRATED), dataclasses.replace(ONE_CONFIRMED, decide=ONE_CONFIRMED.decide.replace(
-            "at least 2", "at least 3"))),
+            "at least 3", "at least 4"))),
         point_ids=(pid("a", 1, "r1"), pid("a", 1, "r2"), pid("a", 1, "r3")),
         interval="t on 3 repeats of one launch, df 2",
     ))
     assert (s.verdict_label, s.verdict_spec_label) == ("inconclusive (one launch)",) * 2
     assert s.notes[-1] == ("inconclusive (one launch): launch-to-launch variation is not in it (its 95% interval "
                            "rests on the repeats of one launch per arm and would read confirmed); what would decide "
-                           "it: at least 3 launches per arm (from its repeats' spread; launches vary at least as much)")
+                           "it: at least 4 launches per arm (from its repeats' spread; launches vary at least as much)")
 
 
 def test_no_run_is_not_run_without_any_reason(tmp_path: Path) -> None:
@@ -258,7 +258,9 @@ def test_withheld_itl_percentiles_are_counted_with_their_cause(tmp_path: Path) -
     s = scores(loaded, run(pts, checks=bunched))["itl"]
     want = Reason(Why.MISSING_VALUES, count=2,
                   detail=f"itl_p95_s {WITHHELD} ({pid('a', 1, 'r2')}, {pid('a', 1, 'r3')})")
-    assert s.reasons == (Reason(Why.NOT_CALIBRATED), want) and s.n == 1
+    alone = Reason(Why.ONE_LAUNCH, detail="a single value, no interval; alone it would read confirmed",
+                   decide="at least 2 launches per arm, for an interval between launches")
+    assert s.reasons == (Reason(Why.NOT_CALIBRATED), want, alone) and s.n == 1
     assert s.flags == (f"warning itl_trusted on {pid('a', 1, 'r2')}, {pid('a', 1, 'r3')}",)
     unverified = [CheckResult(pid("a", 1, "r2"), "itl_trusted", False, "warn", None, 0.25, "d", "unverified")]
     s = scores(loaded, run(pts[:2], checks=unverified))["itl"]
@@ -391,7 +393,7 @@ def test_server_metric_without_a_plan_one_launch_per_server(tmp_path: Path) -> N
     assert s.values == (900.0, 1100.0) and s.point_ids == ("toy/a/1", "toy/a/2")
     assert (s.ci_low, s.ci_high) == pytest.approx((1000.0 - half, 1000.0 + half))
     assert s.interval == "t on 2 launch means, df 1" and s.unit == "tokens"
-    decide = "about 5 launches per arm at this spread"
+    decide = "about 7 launches per arm at this spread"
     assert s.reasons == (Reason(Why.NOT_CALIBRATED),
                          Reason(Why.STRADDLES, edge=800.0, unit="tokens", label="95% interval", decide=decide),
                          Reason(Why.STRADDLES, edge=1200.0, unit="tokens", label="95% interval", decide=decide))
@@ -501,9 +503,9 @@ def test_unpaired_blocks_zero_pairs_and_a_linear_ratio(tmp_path: Path) -> None:
     assert s.reasons == (Reason(Why.NOT_CALIBRATED), Reason(Why.UNPAIRED, count=1),
                          Reason(Why.ZERO_DENOMINATOR, count=1), Reason(Why.NOT_POSITIVE),
                          Reason(Why.STRADDLES, edge=0.5, unit="x", label="95% interval",
-                                decide="about 12 launches per arm at this spread"),
+                                decide="about 20 launches per arm at this spread"),
                          Reason(Why.STRADDLES, edge=2.0, unit="x", label="95% interval",
-                                decide="about 12 launches per arm at this spread"))
+                                decide="about 20 launches per arm at this spread"))
     assert s.interval == "paired: t on 2 block ratios (linear: a value is not positive), df 1"
     assert s.notes[1:4] == ("1 launch(es) or repeat(s) without a partner in their block were left out of the "
                             "paired interval", "1 repeat(s) with a zero denominator were left out",
