@@ -12,7 +12,7 @@ import altair as alt
 
 from report.charts import WIDTH, _data, spec
 from report.page_models import Chart, Timing
-from report.results import RunData
+from report.results import RESUMED, RunData
 from report.score_model import Score
 from runner.execute.segments import PHASES, launch_phases, phase_table
 
@@ -28,33 +28,50 @@ def gpu_seconds(data: RunData) -> tuple[float | None, bool]:
     return data.run.wall_s, True
 
 
+def unrecorded_segments(data: RunData) -> int:
+    """Segments of a resumed run stored before segments were whose wall no row holds: its stored wall is the
+    last segment's (the runner's resume notes count the others)."""
+    if data.segments:
+        return 0
+    return len(RESUMED.findall(data.run.notes or ""))
+
+
 def cost_text(data: RunData | None, scores: Sequence[Score]) -> str:
-    """The index's cell: GPU-seconds per decided (confirmed or refuted) hypothesis, and what it rests on."""
+    """The index's cell: GPU-seconds per decided (confirmed or refuted) hypothesis, and what it rests on; a
+    resumed run stored before segments were is a lower bound ("at least"), its earlier segments unrecorded."""
     if data is None:
         return "-"
     total, wall_only = gpu_seconds(data)
     if total is None:
         return "not recorded"
     decided = sum(1 for s in scores if s.verdict in DECIDED)
+    missing = unrecorded_segments(data)
     only = "; wall only" if wall_only else ""
+    if missing:
+        only = f"; wall of its last segment only, {missing} earlier not recorded"
+    least = "at least " if missing else ""
     if not decided:
-        return f"{total:,.0f} GPU-s, none of {len(scores)} decided{only}"
-    return f"{total / decided:,.0f} GPU-s each ({total:,.0f} GPU-s, {decided} of {len(scores)} decided{only})"
+        return f"{least}{total:,.0f} GPU-s, none of {len(scores)} decided{only}"
+    return (f"{least}{total / decided:,.0f} GPU-s each ({total:,.0f} GPU-s, {decided} of {len(scores)} "
+            f"decided{only})")
 
 
 def site_cost_text(runs: dict[str, RunData], scores: dict[str, list[Score]]) -> str:
     """Every study's GPU-seconds summed, and per decided hypothesis across the site."""
-    total, decided, wall_only = 0.0, 0, 0
+    total, decided, wall_only, partial = 0.0, 0, 0, 0
     for sid, data in runs.items():
         seconds, only = gpu_seconds(data)
         total += seconds or 0.0
         wall_only += only
+        partial += unrecorded_segments(data) > 0
         decided += sum(1 for s in scores.get(sid, ()) if s.verdict in DECIDED)
     if not runs:
         return "-"
     per = f"{total / decided:,.0f} GPU-s per decided hypothesis ({decided} decided)" if decided else "none decided"
     note = f"; {wall_only} of {len(runs)} studies' runs stored their wall only" if wall_only else ""
-    return f"{total:,.0f} GPU-s in all, {per}{note}"
+    if partial:
+        note += f" ({partial} of them resumed: their earlier segments' walls are not recorded, so at least)"
+    return f"{'at least ' if partial else ''}{total:,.0f} GPU-s in all, {per}{note}"
 
 
 def timing(data: RunData) -> Timing:

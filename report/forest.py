@@ -72,8 +72,8 @@ def forest_row(s: Score, label: str) -> ForestRow:
         text = s.verdict if s.verdict == "not run" else f"{s.verdict}: not measured"
     else:
         at = f"{score_text.interval(s)}, {s.interval_label}" if low is not None else "one value, no interval"
-        text = f"{s.verdict} · {score_text.mean(s)} ({at}) · predicted {score_text.prediction(s)}"
-    tip = (("hypothesis", label), ("claim", s.claim), ("verdict", s.verdict),
+        text = f"{s.verdict_label} · {score_text.mean(s)} ({at}) · predicted {score_text.prediction(s)}"
+    tip = (("hypothesis", label), ("claim", s.claim), ("verdict", s.verdict_label),
            ("predicted", score_text.prediction(s)), ("measured", score_text.mean(s)),
            ("interval", score_text.interval(s)), ("level", s.interval_label if low is not None else "-"),
            ("n", str(s.n)))

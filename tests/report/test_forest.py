@@ -148,3 +148,18 @@ def test_display_units_scale_ms_and_percent() -> None:
                                   predicted=4.74, band_low=4.6, band_high=4.88, ratio=True), "m")
     assert one.low is None and "one value, no interval" in one.text
     assert "interval" not in layers(spec(forest.forest_chart([one])), 0)
+
+
+def test_a_one_launch_row_says_so_in_its_text_and_tooltip() -> None:
+    """max-num-seqs's ttft-halves as published: inside its band on one launch per arm, so inconclusive; the
+    row says "(one launch)" where a plain straddle would not."""
+    from report.score_model import Reason, Why
+
+    one = score(hypothesis="ttft-halves", ratio=True, predicted=0.5, tolerance=0.2, band_low=0.4, band_high=0.6,
+                measured=0.483, ci_low=0.465, ci_high=0.502, n=3, verdict="inconclusive",
+                reasons=(Reason(Why.ONE_LAUNCH, detail="would read confirmed"),))
+    row = forest.forest_row(one, "max-num-seqs/ttft-halves")
+    assert row.text.startswith("inconclusive (one launch) · 0.483x")
+    assert dict(row.tooltip)["verdict"] == "inconclusive (one launch)" and row.verdict == "inconclusive"
+    plain = forest.forest_row(score(**{**one.__dict__, "reasons": ()}), "x")
+    assert plain.text.startswith("inconclusive · ")

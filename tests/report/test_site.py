@@ -337,7 +337,8 @@ def test_layout_checks_fail_on_the_old_layout(tmp_path: Path) -> None:
 @pytest.mark.chromium
 def test_forest_plot_draws_every_hypothesis_and_fp8_kv_c1_outside_its_band(h200_site: Path) -> None:
     """The audit page and the fp8-kv page draw the forest plot without a console error, one row per
-    hypothesis; fp8-kv's c1 (0.974x) sits visibly left of its 0.98x-1.02x band, c8 (0.991x) inside it."""
+    hypothesis; fp8-kv's c1 (0.974x) sits visibly left of its 0.98x-1.02x band; c8 (0.989x, 0.979-0.999x at
+    look 11) has its estimate inside the band and its interval across the band's left edge."""
     why = chromium_missing()
     if why:
         pytest.skip(why)
@@ -354,7 +355,8 @@ def test_forest_plot_draws_every_hypothesis_and_fp8_kv_c1_outside_its_band(h200_
     c1, c8 = fp8.probe[0], fp8.probe[1]
     assert c1["band"]["left"] - c1["estimate"]["right"] > 30, c1
     assert c1["band"]["left"] - c1["interval"]["right"] > 4, c1
-    assert c8["band"]["left"] < c8["interval"]["left"] and c8["interval"]["right"] < c8["band"]["right"], c8
+    assert c8["interval"]["left"] < c8["band"]["left"] < c8["estimate"]["left"], c8
+    assert c8["interval"]["right"] < c8["band"]["right"], c8
 
 
 def test_study_page_shows_wall_time_starts_and_interference(h200_site: Path) -> None:
@@ -382,6 +384,9 @@ def test_runs_without_phases_say_wall_only(h200_site: Path) -> None:
     assert "wall only" in index and "GPU-s" in index
     page = " ".join(" ".join(parse(h200_site / "studies/cuda-graphs/index.html").text).split())
     assert "Phases not recorded" in page and "670.1 s (wall only)" in page
+    # fp8-kv's run was resumed twice before segments were stored: its wall is the last segment's, a lower bound
+    assert "at least 162 GPU-s each (487 GPU-s, 3 of 5 decided; wall of its last segment only, 2 earlier not " \
+        "recorded)" in index
 
 
 def test_interference_fact_says_what_was_measured() -> None:
