@@ -27,11 +27,15 @@ MODULES=(
   "stats|runner/checks/stats.py|tests/runner/test_stats.py tests/runner/test_stats_edges.py"
   "checks|runner/checks/checks.py|tests/runner/test_checks.py tests/runner/test_checks_edges.py"
   "judge|runner/checks/judge.py|tests/runner/test_judge.py tests/runner/test_judge_edges.py"
-  "reconcile|runner/checks/reconcile.py|tests/runner/test_reconcile.py tests/runner/test_reconcile_edges.py"
+  "reconcile|runner/checks/reconcile.py|tests/runner/test_reconcile.py tests/runner/test_reconcile_edges.py tests/runner/test_reconcile_monotone.py"
   "context|report/context.py|tests/report/test_study_context.py tests/report/test_scoring_branches.py"
-  "scoring|report/scoring.py|tests/report/test_scoring.py tests/report/test_scoring_edges.py tests/report/test_scoring_branches.py"
+  "scoring|report/scoring.py|tests/report/test_scoring.py tests/report/test_scoring_edges.py tests/report/test_scoring_branches.py tests/report/test_one_launch.py"
   "verdict|report/verdict.py|tests/report/test_scoring_edges.py tests/report/test_scoring.py tests/report/test_sequential.py"
   "intervals|report/intervals.py|tests/report/test_intervals.py tests/report/test_intervals_edges.py"
+  "power|report/power.py|tests/report/test_power.py tests/report/test_block_planner.py"
+  "deciding|report/deciding.py|tests/report/test_one_launch.py tests/report/test_scoring_branches.py"
+  "run_compare|report/run_compare.py|tests/report/test_run_compare.py"
+  "resume|runner/execute/resume.py|tests/runner/test_resume_blocks.py"
 )
 
 [ -x "$MUTMUT" ] || { echo "mutmut missing: .venv/bin/pip install -e '.[mutation]'" >&2; exit 2; }
