@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,9 +25,17 @@ class HostIdentity:
     gpu_serial: str | None = None
 
 
-def machine_id(files: Sequence[Path] = MACHINE_ID_FILES) -> str:
-    """`STUDYC_MACHINE_ID`, else the first readable machine-id file, else "host:<host name>" (a name is
-    not stable across machines that share one, as every VM here is "vm", but it is all there is)."""
+def first_gpu_uuid() -> str | None:
+    """The UUID of GPU 0 from NVML; None on a host without one."""
+    info = gpu_info(0)
+    return str(info["uuid"]) if info and info.get("uuid") else None
+
+
+def machine_id(files: Sequence[Path] = MACHINE_ID_FILES,
+               gpu_uuid: Callable[[], str | None] = first_gpu_uuid) -> str:
+    """`STUDYC_MACHINE_ID`, else the first readable machine-id file, else "gpu:<GPU 0's UUID>" on a GPU host
+    (a lent GPU machine has no machine-id file, and every one is named "vm": its GPU tells them apart), else
+    "host:<host name>" (a name is not stable across machines that share one, but it is all there is)."""
     given = os.environ.get(MACHINE_ID_ENV, "").strip()
     if given:
         return given
@@ -38,7 +46,8 @@ def machine_id(files: Sequence[Path] = MACHINE_ID_FILES) -> str:
             continue
         if text:
             return text
-    return f"host:{socket.gethostname()}"
+    uuid = gpu_uuid()
+    return f"gpu:{uuid}" if uuid else f"host:{socket.gethostname()}"
 
 
 def host_identity(devices: Sequence[str] = (), gpu_host: bool = False) -> HostIdentity:

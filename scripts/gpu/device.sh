@@ -20,7 +20,7 @@ set -u
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$REPO"
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/results /tmp/site
-if ls .whl/*.whl >/dev/null 2>&1 && [ ! -d /tmp/site/duckdb ]; then
+if [ "${1:-}" != stamp ] && ls .whl/*.whl >/dev/null 2>&1 && [ ! -d /tmp/site/duckdb ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 fi
 export PYTHONPATH=$REPO:/tmp/site:/tmp/vsite PATH=/tmp/vsite/bin:$PATH PYTHONUNBUFFERED=1
@@ -37,8 +37,10 @@ snapshot() {
   for f in /tmp/results/h200-*.duckdb.wal; do [ -f "$f" ] && cp "$f" "$OUT/"; done
   tar -C /tmp/results -czf "$OUT/logs.tgz" --exclude='*.duckdb' --exclude='*.wal' --exclude='compile-cache' . 2>/dev/null
 }
-# The commit this tree is: git where there is a checkout, else the one `stamp` wrote (studyc reads the same)
-commit() { git -C "$REPO" rev-parse --verify -q HEAD 2>/dev/null || cat "$REPO/.studyc-commit" 2>/dev/null; }
+# The commit this tree is: the one `stamp` wrote where it was carried, else git
+# A carried .studyc-commit wins: the device's copy of .git was seen older than the tree (2026-12-03: HEAD
+# read 2ac7b81 where the tree was 60c31b1).
+commit() { cat "$REPO/.studyc-commit" 2>/dev/null || git -C "$REPO" rev-parse --verify -q HEAD 2>/dev/null; }
 stage=${1:?stamp|unpack|run}; shift
 case "$stage" in
   stamp)

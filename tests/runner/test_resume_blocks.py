@@ -148,7 +148,10 @@ def test_machine_id_env_file_and_fallback(tmp_path: Path, monkeypatch: pytest.Mo
     empty.write_text("\n")
     real.write_text("abc123\n")
     assert machine_id([tmp_path / "none", empty, real]) == "abc123"
-    assert machine_id([empty]).startswith("host:")
+    assert machine_id([empty], gpu_uuid=lambda: None).startswith("host:")
+    # a lent GPU machine has no machine-id file and is named "vm" like every other: its GPU names it
+    assert machine_id([empty], gpu_uuid=lambda: "GPU-6d50832c") == "gpu:GPU-6d50832c"
+    assert machine_id([real], gpu_uuid=lambda: "GPU-6d50832c") == "abc123"
     here = host_identity(("0",), gpu_host=False)
     assert here.gpu_uuid is None and here.gpu_serial is None and here.hostname
 
