@@ -36,7 +36,7 @@ def test_each_run_says_the_launches_and_repeats_it_rests_on() -> None:
     assert design_note(runs["cuda-graphs"]) == "3 launches per arm x 1 repeat"
     assert design_note(runs["prefix-cache-ladder"]) == ("4 launches per arm x 2 repeats; blocks 4 of 4: a repeated "
                                                         "interval, this look's at 96%")
-    assert design_note(runs["mla-kv"]) == "1 launch per arm x 1 repeat"
+    assert design_note(runs["mla-kv"]) == "3 launches per arm x 1 repeat"
 
 
 def test_a_run_read_before_its_budget_is_spent_says_the_level_of_its_look() -> None:

@@ -262,17 +262,24 @@ def test_a_version_5_file_reads_without_timing_and_gains_the_tables_when_written
 
 @pytest.mark.parametrize("name", ["h200.duckdb", "cpu-replicas.duckdb"])
 def test_the_committed_databases_read_as_they_are(tmp_path: Path, name: str) -> None:
-    """The results committed before runs stored their timing: read (from a copy), their wall only."""
+    """The committed results (read from a copy): the runs stored before runs stored their timing have their wall
+    only; the mla-kv re-run of 2026-12-03, the first stored with it, has one complete segment whose phases add
+    up to its wall."""
     import shutil
 
     from tests.conftest import REPO
 
     db = tmp_path / name
     shutil.copyfile(REPO / "results" / name, db)
+    timed = "20261203T173415-385529"
     with Store(db, read_only=True) as s:
         runs = s.runs()
-        assert runs and all(s.timing(r.run_id) == ([], []) for r in runs)
+        assert runs and all(s.timing(r.run_id) == ([], []) for r in runs if r.run_id != timed)
         assert any(r.wall_s for r in runs)
+        if name == "h200.duckdb":
+            (segment,), phases = s.timing(timed)
+            assert segment.ended == "complete" and segment.wall_s == pytest.approx(593.5, abs=0.1)
+            assert sum(p.seconds for p in phases) == pytest.approx(segment.wall_s, abs=0.05)
 
 
 def test_a_new_file_has_no_level_column(tmp_path: Path) -> None:
