@@ -91,12 +91,18 @@ def t_quantile(p: float, df: float) -> float:
         return NormalDist().inv_cdf(p)
     if p < 0.5:
         return -t_quantile(1.0 - p, df)
-    lo, hi = 0.0, 1.0
-    while t_cdf(hi, df) < p:
+    return bisect_quantile(lambda x: t_cdf(x, df), p, 1.0)
+
+
+def bisect_quantile(cdf: Callable[[float], float], p: float, hi: float) -> float:
+    """The p quantile of a distribution on [0, inf) with this increasing `cdf`: `hi` doubled until it
+    bounds it, then bisection to ~1e-12 relative."""
+    lo = 0.0
+    while cdf(hi) < p:
         lo, hi = hi, hi * 2.0
     for _ in range(200):
         mid = (lo + hi) / 2.0
-        if t_cdf(mid, df) < p:
+        if cdf(mid) < p:
             lo = mid
         else:
             hi = mid

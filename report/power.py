@@ -18,6 +18,8 @@ import math
 from collections.abc import Callable
 from functools import lru_cache
 
+from report.intervals import bisect_quantile
+
 SD_CONFIDENCE = 0.8  # the planner's SD at its one-sided 80% upper confidence bound
 _STEPS = 128  # Simpson intervals of the chi quadrature (even)
 
@@ -61,18 +63,7 @@ def chi2_quantile(p: float, df: float) -> float:
     """The p quantile of chi-square with `df` (> 0) degrees of freedom, by bisection."""
     if not 0.0 < p < 1.0 or df <= 0:
         raise ValueError(f"need 0 < p < 1 and df > 0, got p={p}, df={df}")
-    lo, hi = 0.0, max(1.0, df)
-    while chi2_cdf(hi, df) < p:
-        lo, hi = hi, 2.0 * hi
-    for _ in range(200):
-        mid = (lo + hi) / 2.0
-        if chi2_cdf(mid, df) < p:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-12 * max(1.0, hi):
-            break
-    return (lo + hi) / 2.0
+    return bisect_quantile(lambda x: chi2_cdf(x, df), p, max(1.0, df))
 
 
 def sd_upper(sd: float, df: float | None, confidence: float = SD_CONFIDENCE) -> float:
