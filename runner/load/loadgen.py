@@ -92,6 +92,7 @@ def run_load(
     busy_poll: bool = False,
     cpus: Collection[int] | None = None,
     balance: str = "least_outstanding",
+    offsets: Sequence[float] | None = None,
 ) -> LoadResult:
     """Run one load point and return a record per request (warmup ones flagged); never raises for
     what happens to requests.
@@ -113,6 +114,8 @@ def run_load(
     pins its model thread to core 0); None leaves them where this process may run.
     `base_url` may list several servers (the replicas of one launch): each request goes to the one
     `balance` picks (`least_outstanding` or `round_robin`, `runner.load.client.Balancer`), across workers.
+    `offsets`: open loop only, the arrival offsets to use instead of drawing them (a replayed
+    trace's timestamps, one per request, the first 0).
     """
     if concurrency is not None and concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -140,8 +143,12 @@ def run_load(
     deadline = start + point_timeout_s if point_timeout_s is not None else math.inf
 
     # Split: closed-loop slots and warmup evenly; open-loop arrivals round-robin in time order.
-    offsets = arrival_times(n, rate_rps, arrival=arrival, burstiness=burstiness, seed=seed) \
-        if rate_rps is not None else None
+    if offsets is not None:
+        if len(offsets) != n:
+            raise ValueError(f"offsets has {len(offsets)} entries for {n} requests")
+        offsets = list(offsets)
+    elif rate_rps is not None:
+        offsets = arrival_times(n, rate_rps, arrival=arrival, burstiness=burstiness, seed=seed)
     plans = []
     for w in range(nw):
         plans.append(WorkerPlan(

@@ -19,10 +19,18 @@ ARRIVALS: tuple[str, ...] = ("poisson", "gamma", "constant")
 
 @dataclass(frozen=True, slots=True)
 class RequestSpec:
-    """One request: a token-id prompt (exact input length) and the number of tokens to generate."""
+    """One request: a token-id prompt (exact input length) and the number of tokens to generate.
+
+    Multi-turn: the turns of one conversation are consecutive requests with the same `conversation`
+    (>= 0) and `turn` 0, 1, ...; turn k > 0 is sent `think_s` seconds after turn k - 1 ended. A
+    single request has `conversation` -1.
+    """
 
     prompt_ids: tuple[int, ...]
     max_tokens: int
+    conversation: int = -1
+    turn: int = 0
+    think_s: float = 0.0
 
 
 class Arrival(NamedTuple):
