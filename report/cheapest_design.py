@@ -67,6 +67,9 @@ class Limits:
     gpu_s: float | None = None  # the most GPU time a design may cost
 
 
+LIMITS = Limits()
+
+
 @dataclass(frozen=True)
 class Design:
     launches: int  # per arm (= blocks)
@@ -88,9 +91,9 @@ def power(components: Components, goal: Goal, launches: int, repeats: int) -> tu
     """(power, the block SD it used) of `launches` per arm with `repeats` each: 0 below two launches or
     without a measured spread."""
     sd, df = components.block(repeats)
-    if launches < 2 or not df:
+    if launches < 2 or not (components.launch_df or components.repeat_df):
         return 0.0, sd
-    if sd > 0:
+    if df:  # a spread measured as exactly 0 has no df and stays 0
         sd = sd_upper(sd, df)
     critical = fixed_critical(launches - 1)
     if goal.inside:
@@ -108,7 +111,7 @@ def _fewest(items: Sequence[tuple[Components, Goal]], repeats: int, most: int) -
     return None
 
 
-def cheapest(items: Sequence[tuple[Components, Goal]], costs: Costs, limits: Limits = Limits()) -> Proposal:
+def cheapest(items: Sequence[tuple[Components, Goal]], costs: Costs, limits: Limits = LIMITS) -> Proposal:
     """The design of least GPU time (ties: fewer launches, then fewer repeats) at which every (components,
     goal) is decided with its power, within `limits`."""
     if not items:

@@ -127,3 +127,10 @@ def test_a_wider_goal_or_a_lower_power_needs_no_more_gpu_time() -> None:
     weak = cheapest([(NOISY_REPEATS, Goal(0.03, power=0.5))], costs).design
     assert near is not None and far is not None and weak is not None
     assert far.gpu_s < near.gpu_s and weak.gpu_s < near.gpu_s
+
+
+def test_a_spread_measured_as_zero_decides_at_two_launches() -> None:
+    exact = Components(0.0, 6, 0.0, 0)
+    assert power(exact, GOAL, 2, 1) == (1.0, 0.0) and power(exact, GOAL, 1, 1) == (0.0, 0.0)
+    got = cheapest([(exact, GOAL)], Costs(60.0, 5.0)).design
+    assert got == Design(2, 1, 130.0, 1.0, 0.0)
