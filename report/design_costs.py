@@ -89,9 +89,9 @@ def read_stored(db: Path, study_id: str, hardware: str) -> Stored:
                     out.start_s.setdefault(launches[lid].engine.configuration, []).append(seconds)
                 continue
             for server in store.servers(run.run_id):
-                place = places.servers.get(base_server_id(server.server_id))
-                if place is not None and server.startup_s:
-                    out.start_s.setdefault(launches[place.launch].engine.configuration, []).append(server.startup_s)
+                at = places.servers.get(base_server_id(server.server_id))
+                if at is not None and server.startup_s:
+                    out.start_s.setdefault(launches[at.launch].engine.configuration, []).append(server.startup_s)
     return out
 
 
@@ -132,9 +132,10 @@ def _components(stored: Stored, hyp: HypothesisStep, keys: Sequence[Key]) -> tup
     if len(keys) == 2:
         pair = paired_spread(stored.blocks, hyp.metric, keys[0], keys[1])
         if pair is not None:
-            cells = [len(v) for v in stored.blocks.get((hyp.metric, keys[0]), {}).values()]
-            repeats = statistics.median(cells) if cells else 1
-            comp = Components(max(pair.sd ** 2 - repeat_var / repeats, 0.0), pair.df, repeat_var, repeat_df)
+            # what the stored block ratios' repeats put in them: each side's repeat variance over its repeats
+            share = math.fsum(v / statistics.median(len(x) for x in stored.blocks[(hyp.metric, k)].values())
+                              for (v, _), k in zip(repeat, keys, strict=True))
+            comp = Components(max(pair.sd ** 2 - share, 0.0), pair.df, repeat_var, repeat_df)
             source = f"paired blocks ({pair.blocks}, df {pair.df}) beyond their repeats"
     if comp.repeat_df == 0 and comp.launch_df:
         source += "; repeats not measured apart (one a launch): all of it taken as between launches"

@@ -17,7 +17,7 @@ from compiler.plan import Plan
 from compiler.plan_compile import compile_study
 from compiler.plan_table import format_plan, markdown_plan
 from report.block_planner import PowerRow
-from report.design_costs import GpuPlan
+from report.design_costs import GpuPlan, format_gpu_plan
 from report.ledger import PointPrediction
 
 
@@ -102,8 +102,6 @@ def plan_text(summary: PlanSummary, markdown: bool = False) -> str:
             text += "\nstep-time model predictions:\n" + prediction_table(summary.predicted)
     if summary.advice is not None:
         from report.block_planner import format_power
-
-        from report.design_costs import format_gpu_plan
 
         text += "\n" + format_power(summary.advice.rows, summary.advice.vllm_version, summary.advice.db)
         if summary.advice.gpu is not None:
