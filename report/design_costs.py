@@ -17,8 +17,8 @@ from compiler.hardware import HardwareError, get_hardware
 from compiler.plan import HypothesisStep, Launch, Plan, budget_points
 from report.block_planner import Cells, Key, config_key, paired_spread, pool
 from report.cheapest_design import LIMITS, POWER, Components, Costs, Goal, Limits, Proposal, cheapest
-from report.intervals import layout, welch_df
-from runner.store.records import base_server_id
+from report.intervals import Layout, layout, welch_df
+from runner.store.records import ServerRecord, base_server_id
 from runner.store.store import Store
 
 START = "start"  # every start phase's name begins with it (runner.execute.segments.PHASES)
@@ -78,21 +78,47 @@ def read_stored(db: Path, study_id: str, hardware: str) -> Stored:
                         if place.block is not None:
                             out.blocks.setdefault(cell, {}).setdefault(f"{run.run_id}|{place.block}", []).append(
                                 math.log(value))
+            servers = store.servers(run.run_id)
+            _server_values(out, run.run_id, servers, launches, places)
             _, phases = store.timing(run.run_id)
             fixed: dict[str, float] = {}
             for ph in phases:
                 if ph.launch_id in launches and (ph.phase.startswith(START) or ph.phase == "stop"):
                     fixed[ph.launch_id] = fixed.get(ph.launch_id, 0.0) + ph.seconds
-            if fixed:
-                out.start_from_phases = True
-                for lid, seconds in fixed.items():
-                    out.start_s.setdefault(launches[lid].engine.configuration, []).append(seconds)
-                continue
-            for server in store.servers(run.run_id):
+            out.start_from_phases |= bool(fixed)
+            for lid, seconds in fixed.items():
+                out.start_s.setdefault(launches[lid].engine.configuration, []).append(seconds)
+            for server in servers if not fixed else ():
                 at = places.servers.get(base_server_id(server.server_id))
                 if at is not None and server.startup_s:
                     out.start_s.setdefault(launches[at.launch].engine.configuration, []).append(server.startup_s)
     return out
+
+
+SERVER_METRICS = ("kv_capacity_tokens", "startup_s")
+
+
+def server_key(launch: Launch) -> Key:
+    """A server metric's configuration: the launch's engine configuration alone."""
+    return ("server", launch.engine.configuration)
+
+
+def _server_values(out: Stored, run_id: str, servers: Sequence[ServerRecord], launches: dict[str, Launch],
+                   places: Layout) -> None:
+    """Each server's own metrics, by launch and block; a start that compiled its graphs where the run's other
+    starts loaded them is left out, as the scoring leaves it out (report.sides.COLD_COMPILE)."""
+    warm_seen = any(s.compile_cache == "warm" for s in servers)
+    for server in servers:
+        at = places.servers.get(base_server_id(server.server_id))
+        if at is None or at.launch not in launches or (warm_seen and server.compile_cache == "cold"):
+            continue
+        for name in SERVER_METRICS:
+            value = server.metric(name)
+            if value is not None and value > 0:
+                cell = (name, server_key(launches[at.launch]))
+                out.launches.setdefault(cell, {}).setdefault(f"{run_id}|{at.launch}", []).append(math.log(value))
+                if at.block is not None:
+                    out.blocks.setdefault(cell, {}).setdefault(f"{run_id}|{at.block}", []).append(math.log(value))
 
 
 @dataclass(frozen=True)
@@ -137,7 +163,7 @@ def _components(stored: Stored, hyp: HypothesisStep, keys: Sequence[Key]) -> tup
                               for (v, _), k in zip(repeat, keys, strict=True))
             comp = Components(max(pair.sd ** 2 - share, 0.0), pair.df, repeat_var, repeat_df)
             source = f"paired blocks ({pair.blocks}, df {pair.df}) beyond their repeats"
-    if comp.repeat_df == 0 and comp.launch_df:
+    if comp.repeat_df == 0 and comp.launch_df and hyp.level != "server":
         source += "; repeats not measured apart (one a launch): all of it taken as between launches"
     return comp, source
 
@@ -185,12 +211,15 @@ def gpu_plan(plan: Plan, db: Path, distances: dict[str, float] | None = None, li
     rows: list[HypothesisDesign] = []
     together = []
     for hyp in plan.hypotheses:
-        if hyp.level == "server":
-            rows.append(HypothesisDesign(hyp.id, Proposal(None, "a server metric: one value per start, not planned")))
-            continue
         sides = [s for s in (hyp.numerator, hyp.denominator) if s is not None]
-        steps = {p.id: (launch, p) for launch in plan.launches for p in launch.points}
-        keys = [config_key(*steps[s.points[0]]) for s in sides]
+        if hyp.level == "server":  # one value per start: repeats buy nothing (none is measured apart)
+            assumed.add("a server metric's every start loads its compiled graphs (one that compiles them is left "
+                        "out of it, so count the first start on a cold cache as extra)")
+            by_id = {launch.id: launch for launch in plan.launches}
+            keys = [server_key(by_id[s.launches[0]]) for s in sides]
+        else:
+            steps = {p.id: (launch, p) for launch in plan.launches for p in launch.points}
+            keys = [config_key(*steps[s.points[0]]) for s in sides]
         goal, meaning = _goal(hyp, (distances or {}).get(hyp.id))
         if not stored.runs:
             rows.append(HypothesisDesign(hyp.id, Proposal(None, "no earlier run of this study on this GPU")))

@@ -44,7 +44,14 @@ claim = "arm a reaches 400 tok/s at c4"
 metric = "output_throughput"
 where = { arm = "a", concurrency = 4 }
 predict = { value = 400, tolerance = 0.05 }
+
+[[hypothesis]]
+id = "capacity"
+claim = "b holds as many KV tokens as a"
+metric = "kv_capacity_tokens"
+predict = { ratio = ["b", "a"], value = 1.0, tolerance = 0.05 }
 '''
+KV = {("a", 1): 1000, ("a", 2): 1010, ("a", 3): 990, ("b", 1): 2000, ("b", 2): 1500, ("b", 3): 2020}
 A = {1: 1.00, 2: 1.01, 3: 0.99}  # launch offsets of arm a
 B = {1: 1.00, 2: 1.02, 3: 0.98}  # arm b's: its block ratios to a are 1.00, 1.0099, 0.9899
 WITHIN = (0.998, 1.002)  # repeats of a launch, in turn
@@ -70,8 +77,10 @@ def _db(tmp: Path, plan: Plan, *, phases: bool = False, gpu: str = "NVIDIA H200"
         store.save_run(RunRecord(run_id="r1", study_id="toy", plan_json=plan.to_json(), gpu_name=gpu,
                                  vllm_version="0.26.0", started_at=datetime(2026, 1, 1), status="complete"))
         for launch in plan.launches:
-            store.record_server(ServerRecord(run_id="r1", server_id=launch.id, arm=launch.arm,
-                                             startup_s=START_S[launch.arm] + launch.launch))
+            store.record_server(ServerRecord(  # b's second start compiled its graphs: left out of the capacity
+                run_id="r1", server_id=launch.id, arm=launch.arm, startup_s=START_S[launch.arm] + launch.launch,
+                kv_capacity_tokens=KV[(launch.arm, launch.launch)],
+                compile_cache="cold" if (launch.arm, launch.launch) == ("b", 2) else "warm"))
             for p in launch.points:
                 offset = (B if p.arm == "b" else A)[p.launch]
                 store.commit_point(PointRecord(
@@ -190,3 +199,17 @@ def test_the_committed_h200_runs_plan_cuda_graphs(tmp_path: Path) -> None:
     assert first.hypothesis == "eager-halves-c1" and first.proposal.design is not None
     assert 2 <= first.proposal.design.launches <= 4 and first.source.startswith("paired blocks")
     assert got.study_costs is not None and 100 < got.study_costs.start_s < 300
+
+
+def test_a_server_metric_is_planned_from_its_warm_starts(tmp_path: Path, study: Path) -> None:
+    """One value per start, so no repeats; b's start that compiled its graphs (1,500 tokens) is left out,
+    as the scoring leaves it out: its blocks 1 and 3 pair with a's."""
+    plan = compile_study(load_study(study))
+    got = gpu_plan(plan, _db(tmp_path, plan))
+    row = {r.hypothesis: r for r in got.rows}["capacity"]
+    assert row.components is not None and row.source == "paired blocks (2, df 1) beyond their repeats"
+    ratios = [KV[("b", k)] / KV[("a", k)] for k in (1, 3)]
+    assert row.components.launch_var == pytest.approx(_log_sd(ratios) ** 2)
+    assert (row.components.repeat_var, row.components.repeat_df) == (0.0, 0)
+    assert row.proposal.design is not None and row.proposal.design.repeats == 1
+    assert any("every start loads its compiled graphs" in a for a in got.assumed)
