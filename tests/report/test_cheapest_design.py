@@ -115,7 +115,8 @@ def test_infeasible_under_a_cap_of_launches_or_of_gpu_time() -> None:
 def test_a_spread_between_launches_never_measured_is_not_guessed() -> None:
     one_launch = Components(0.0, 0, 0.01 ** 2, 12)
     got = cheapest([(one_launch, GOAL)], Costs(60.0, 5.0))
-    assert got.design is None and "2 launches per arm" in got.why_not
+    assert got == Proposal(None, "the spread between launches was not measured: it needs an earlier run of at least "
+                                 "2 launches per arm")
     assert cheapest([], Costs(60.0, 5.0)) == Proposal(None, "nothing to decide")
     # one measured launch df is enough
     assert cheapest([(Components(0.0, 1, 0.01 ** 2, 12), GOAL)], Costs(60.0, 5.0)).design is not None
@@ -134,3 +135,37 @@ def test_a_spread_measured_as_zero_decides_at_two_launches() -> None:
     assert power(exact, GOAL, 2, 1) == (1.0, 0.0) and power(exact, GOAL, 1, 1) == (0.0, 0.0)
     got = cheapest([(exact, GOAL)], Costs(60.0, 5.0)).design
     assert got == Design(2, 1, 130.0, 1.0, 0.0)
+
+
+def test_the_caps_are_inclusive() -> None:
+    free = cheapest([(NOISY_REPEATS, GOAL)], Costs(1.0, 100.0)).design
+    assert free is not None
+    assert free.repeats == 1
+    at = Limits(launches=free.launches, repeats=1)
+    assert cheapest([(NOISY_REPEATS, GOAL)], Costs(1.0, 100.0), at).design == free
+    below = Limits(launches=free.launches - 1, repeats=1)
+    assert cheapest([(NOISY_REPEATS, GOAL)], Costs(1.0, 100.0), below).design is None
+    dear = cheapest([(NOISY_REPEATS, GOAL)], Costs(1000.0, 1.0)).design
+    assert dear is not None and dear.repeats > 3
+    capped = cheapest([(NOISY_REPEATS, GOAL)], Costs(1000.0, 1.0), Limits(repeats=3)).design
+    assert capped is not None and capped.repeats == 3  # as many repeats as allowed, not one more
+
+
+def test_power_asked_exactly_is_enough_and_none_asked_still_needs_two_launches() -> None:
+    exact = Components(0.0, 6, 0.0, 0)
+    assert cheapest([(exact, Goal(0.05, power=1.0))], Costs(60.0, 5.0)).design == Design(2, 1, 130.0, 1.0, 0.0)
+    got = cheapest([(NOISY_REPEATS, Goal(0.05, power=0.0))], Costs(60.0, 5.0)).design
+    assert got is not None and got.launches == 2
+
+
+def test_the_reported_power_is_the_goal_nearest_its_target() -> None:
+    """Two goals: the design's power is the one with the least room over what it asks for."""
+    easy = (NOISY_REPEATS, Goal(0.2, power=0.5))  # far beyond its 50%
+    hard = (NOISY_REPEATS, Goal(0.05, power=0.8))
+    got = cheapest([easy, hard], Costs(100.0, 5.0)).design
+    assert got is not None
+    p_easy, p_hard = (power(c, g, got.launches, got.repeats)[0] for c, g in (easy, hard))
+    assert p_easy - 0.5 > p_hard - 0.8 and p_easy > p_hard
+    assert got.power == p_hard and got.block_sd == power(*hard, got.launches, got.repeats)[1]
+    flipped = cheapest([hard, easy], Costs(100.0, 5.0)).design
+    assert flipped is not None and flipped.power == p_hard
