@@ -93,7 +93,7 @@ def _spreads(cells: Cells) -> tuple[dict[str, Spread], dict[tuple[str, Key], Spr
     by_metric: dict[str, Spread] = {}
     for name in sorted({k[0] for k in cells}):
         merged = [v for k, v in cells.items() if k[0] == name]
-        by_metric[name] = _pool(name, merged)
+        by_metric[name] = pool(name, merged)
     return by_metric, by_config
 
 
@@ -149,16 +149,16 @@ def paired_spread(blocks: Cells, metric: str, top: Key, bottom: Key) -> Paired |
     for cell in sorted(set(a) & set(b)):
         d = math.fsum(a[cell]) / len(a[cell]) - math.fsum(b[cell]) / len(b[cell])
         by_run.setdefault(cell.split("|", 1)[0], []).append(d)
-    pooled = _pool(metric, [by_run])  # each run's block log-ratios as one group: the pooled within SD
+    pooled = pool(metric, [by_run])  # each run's block log-ratios as one group: the pooled within SD
     n = sum(len(ds) for ds in by_run.values())
     return Paired(pooled.within_sd, pooled.within_df, n) if pooled.within_sd is not None else None
 
 
 def _spread(metric: str, launches: dict[str, list[float]]) -> Spread:
-    return _pool(metric, [launches])
+    return pool(metric, [launches])
 
 
-def _pool(metric: str, groups: Sequence[dict[str, list[float]]]) -> Spread:
+def pool(metric: str, groups: Sequence[dict[str, list[float]]]) -> Spread:
     """Pooled within-launch variance of repeats, and between-launch variance of launch means with the
     within part (sW^2 / r) taken out (method of moments, floored at 0), each weighted by its df."""
     w_ss, w_df, b_ss, b_df = 0.0, 0, 0.0, 0

@@ -33,6 +33,7 @@ MODULES=(
   "verdict|report/verdict.py|tests/report/test_scoring_edges.py tests/report/test_scoring.py tests/report/test_sequential.py"
   "intervals|report/intervals.py|tests/report/test_intervals.py tests/report/test_intervals_edges.py"
   "power|report/power.py|tests/report/test_power.py tests/report/test_block_planner.py"
+  "cheapest_design|report/cheapest_design.py|tests/report/test_cheapest_design.py"
   "deciding|report/deciding.py|tests/report/test_one_launch.py tests/report/test_scoring_branches.py"
   "run_compare|report/run_compare.py|tests/report/test_run_compare.py"
   "resume|runner/execute/resume.py|tests/runner/test_resume_blocks.py"

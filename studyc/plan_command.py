@@ -17,6 +17,7 @@ from compiler.plan import Plan
 from compiler.plan_compile import compile_study
 from compiler.plan_table import format_plan, markdown_plan
 from report.block_planner import PowerRow
+from report.design_costs import GpuPlan, format_gpu_plan
 from report.ledger import PointPrediction
 
 
@@ -27,6 +28,7 @@ class Advice:
     rows: list[PowerRow]
     vllm_version: str | None
     db: Path
+    gpu: GpuPlan | None = None  # the cheapest launches x repeats per hypothesis (report.design_costs)
 
 
 @dataclass(frozen=True)
@@ -53,10 +55,12 @@ def plan_study(loaded: LoadedStudy, *, db: Path | None = None, bench: bool = Fal
     commands = bench_commands(plan) if bench else None
     if db is not None and advise:
         from report.audit import audit_studies
-        from report.block_planner import power_plan
+        from report.block_planner import edge_distance, power_plan
+        from report.design_costs import gpu_plan
 
         last = {s.hypothesis: s for s in audit_studies([loaded], [db]).scores if s.run_id is not None}
-        advice = Advice(*power_plan(plan, db, last), db)
+        distances = {h: d for h, s in last.items() if (d := edge_distance(s)) is not None}
+        advice = Advice(*power_plan(plan, db, last), db, gpu_plan(plan, db, distances))
     return PlanSummary(plan, predicted, advice, commands)
 
 
@@ -100,6 +104,8 @@ def plan_text(summary: PlanSummary, markdown: bool = False) -> str:
         from report.block_planner import format_power
 
         text += "\n" + format_power(summary.advice.rows, summary.advice.vllm_version, summary.advice.db)
+        if summary.advice.gpu is not None:
+            text += "\n" + format_gpu_plan(summary.advice.gpu, summary.plan.study_id, summary.advice.db)
     if summary.bench is not None:
         text += "\nthe same load from `vllm bench serve` (start the server with the launch's argv first):\n"
         text += "".join(f"{point_id}:\n  {command}\n" for point_id, command in summary.bench.items())

@@ -1,0 +1,282 @@
+"""What the GPU-time planner (report.cheapest_design) rests on, read from the earlier runs of the same study on
+the same GPU and vLLM version (through runner.store): each configuration's spread between launches and
+between repeats, a launch's start (and stop) from its stored phases or its servers' start time, and a point's
+wall from its stored phases. Then the cheapest design per hypothesis and for the whole study.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from compiler.hardware import HardwareError, get_hardware
+from compiler.plan import HypothesisStep, Launch, Plan, budget_points
+from report.block_planner import Cells, Key, config_key, paired_spread, pool
+from report.cheapest_design import LIMITS, POWER, Components, Costs, Goal, Limits, Proposal, cheapest
+from report.intervals import Layout, layout, welch_df
+from runner.store.records import ServerRecord, base_server_id
+from runner.store.store import Store
+
+START = "start"  # every start phase's name begins with it (runner.execute.segments.PHASES)
+
+
+@dataclass
+class Stored:
+    """The earlier runs' measurements, by configuration: log values per launch and per block, point walls,
+    and a launch's fixed seconds (start and stop) by engine configuration."""
+
+    runs: list[str] = field(default_factory=list)
+    version: str | None = None
+    launches: Cells = field(default_factory=dict)
+    blocks: Cells = field(default_factory=dict)
+    point_s: dict[Key, list[float]] = field(default_factory=dict)
+    start_s: dict[tuple[str, ...], list[float]] = field(default_factory=dict)
+    start_from_phases: bool = False
+
+
+def _same_gpu(gpu_name: str | None, hardware: str) -> bool:
+    try:
+        return bool(gpu_name) and get_hardware(gpu_name or "").name == get_hardware(hardware).name
+    except HardwareError:
+        return False
+
+
+def read_stored(db: Path, study_id: str, hardware: str) -> Stored:
+    """Every valid, exchangeable point and every launch's start of `study_id`'s runs on `hardware` (the newest
+    run's vLLM version only)."""
+    out = Stored()
+    with Store(db, read_only=True) as store:
+        runs = [r for r in store.runs() if r.study_id == study_id and _same_gpu(r.gpu_name, hardware)]
+        runs.sort(key=lambda r: (r.started_at.isoformat() if r.started_at else "", r.run_id))
+        out.version = runs[-1].vllm_version if runs else None
+        for run in (r for r in runs if r.vllm_version == out.version):
+            plan = Plan.from_stored(run.plan_json)
+            if plan is None:
+                continue
+            out.runs.append(run.run_id)
+            launches = {launch.id: launch for launch in plan.launches}
+            steps = {p.id: (launch, p) for launch in plan.launches for p in launch.points}
+            places = layout(plan)
+            for point in store.points(run.run_id):
+                if point.status != "ok" or not point.valid or point.point_id not in steps:
+                    continue
+                key = config_key(*steps[point.point_id])
+                if point.phases_json:
+                    out.point_s.setdefault(key, []).append(math.fsum(json.loads(point.phases_json).values()))
+                place = places.point(point.point_id, point.server_id, point.repeat)
+                if not place.exchangeable:
+                    continue
+                for name, value in vars(point.summary).items():
+                    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+                        cell = (name, key)
+                        out.launches.setdefault(cell, {}).setdefault(f"{run.run_id}|{place.launch}", []).append(
+                            math.log(value))
+                        if place.block is not None:
+                            out.blocks.setdefault(cell, {}).setdefault(f"{run.run_id}|{place.block}", []).append(
+                                math.log(value))
+            servers = store.servers(run.run_id)
+            _server_values(out, run.run_id, servers, launches, places)
+            _, phases = store.timing(run.run_id)
+            fixed: dict[str, float] = {}
+            for ph in phases:
+                if ph.launch_id in launches and (ph.phase.startswith(START) or ph.phase == "stop"):
+                    fixed[ph.launch_id] = fixed.get(ph.launch_id, 0.0) + ph.seconds
+            out.start_from_phases |= bool(fixed)
+            for lid, seconds in fixed.items():
+                out.start_s.setdefault(launches[lid].engine.configuration, []).append(seconds)
+            for server in servers if not fixed else ():
+                at = places.servers.get(base_server_id(server.server_id))
+                if at is not None and server.startup_s:
+                    out.start_s.setdefault(launches[at.launch].engine.configuration, []).append(server.startup_s)
+    return out
+
+
+SERVER_METRICS = ("kv_capacity_tokens", "startup_s")
+
+
+def server_key(launch: Launch) -> Key:
+    """A server metric's configuration: the launch's engine configuration alone."""
+    return ("server", launch.engine.configuration)
+
+
+def _server_values(out: Stored, run_id: str, servers: Sequence[ServerRecord], launches: dict[str, Launch],
+                   places: Layout) -> None:
+    """Each server's own metrics, by launch and block; a start that compiled its graphs where the run's other
+    starts loaded them is left out, as the scoring leaves it out (report.sides.COLD_COMPILE)."""
+    warm_seen = any(s.compile_cache == "warm" for s in servers)
+    for server in servers:
+        at = places.servers.get(base_server_id(server.server_id))
+        if at is None or at.launch not in launches or (warm_seen and server.compile_cache == "cold"):
+            continue
+        for name in SERVER_METRICS:
+            value = server.metric(name)
+            if value is not None and value > 0:
+                cell = (name, server_key(launches[at.launch]))
+                out.launches.setdefault(cell, {}).setdefault(f"{run_id}|{at.launch}", []).append(math.log(value))
+                if at.block is not None:
+                    out.blocks.setdefault(cell, {}).setdefault(f"{run_id}|{at.block}", []).append(math.log(value))
+
+
+@dataclass(frozen=True)
+class HypothesisDesign:
+    """One hypothesis: what it was planned from, and the cheapest design (or why none)."""
+
+    hypothesis: str
+    proposal: Proposal
+    components: Components | None = None
+    costs: Costs | None = None
+    goal: str = ""  # what deciding was taken to mean
+    source: str = ""  # where the spread came from
+
+
+@dataclass(frozen=True)
+class GpuPlan:
+    rows: tuple[HypothesisDesign, ...]
+    study: Proposal  # one design for every hypothesis that has one
+    study_costs: Costs | None
+    runs: tuple[str, ...]
+    version: str | None
+    assumed: tuple[str, ...]
+    limits: Limits = LIMITS
+
+
+def _components(stored: Stored, hyp: HypothesisStep, keys: Sequence[Key]) -> tuple[Components, str]:
+    """The block's variance components: each side's launch and repeat parts added; for a ratio whose two
+    configurations ran in the same blocks, the launch part is what their block ratios leave beyond repeats."""
+    spreads = [pool(hyp.metric, [stored.launches.get((hyp.metric, k), {})]) for k in keys]
+    launch = [((s.launch_sd or 0.0) ** 2, s.launch_df) for s in spreads]
+    repeat = [((s.within_sd or 0.0) ** 2, s.within_df) for s in spreads]
+    repeat_var = math.fsum(v for v, _ in repeat)
+    repeat_df = welch_df(repeat) if repeat_var > 0 else float(min(df for _, df in repeat))
+    launch_df = 0.0 if any(df == 0 for _, df in launch) else welch_df(launch) or float(min(df for _, df in launch))
+    comp = Components(math.fsum(v for v, _ in launch), launch_df, repeat_var, repeat_df)
+    source = "each side's launches and repeats, added"
+    if len(keys) == 2:
+        pair = paired_spread(stored.blocks, hyp.metric, keys[0], keys[1])
+        if pair is not None:
+            # what the stored block ratios' repeats put in them: each side's repeat variance over its repeats
+            share = math.fsum(v / statistics.median(len(x) for x in stored.blocks[(hyp.metric, k)].values())
+                              for (v, _), k in zip(repeat, keys, strict=True))
+            comp = Components(max(pair.sd ** 2 - share, 0.0), pair.df, repeat_var, repeat_df)
+            source = f"paired blocks ({pair.blocks}, df {pair.df}) beyond their repeats"
+    if comp.repeat_df == 0 and comp.launch_df and hyp.level != "server":
+        source += "; repeats not measured apart (one a launch): all of it taken as between launches"
+    return comp, source
+
+
+def _goal(hyp: HypothesisStep, distance: float | None) -> tuple[Goal | None, str]:
+    if distance is not None and distance > 0:
+        return Goal(distance), f"the truth where the last run measured it, {100 * distance:.3g}% from its edge"
+    pred = hyp.prediction
+    if pred.kind == "value" and pred.band:
+        return Goal(math.log1p(float(pred.band)), inside=True), f"the truth at the prediction, band ±{pred.band:.3g}"
+    return None, "no earlier estimate and no band around the prediction"
+
+
+def _costs(stored: Stored, launches: Sequence[Launch], points: Sequence[set[Key]], assumed: set[str]) -> Costs:
+    """A block's starts (and stops) and one repeat of `points` (per launch), from the medians stored; the plan's
+    estimates where nothing was."""
+    start = 0.0
+    for launch in launches:
+        got = stored.start_s.get(launch.engine.configuration)
+        if got:
+            start += statistics.median(got)
+        else:
+            start += launch.estimated_start_s
+            assumed.add("a start never stored is the plan's estimate")
+    point = 0.0
+    for launch, keys in zip(launches, points, strict=True):
+        for p, key in ((p, config_key(launch, p)) for p in launch.points if p.repeat == 1):
+            if key not in keys:
+                continue
+            got = stored.point_s.get(key)
+            if got:
+                point += statistics.median(got)
+            else:
+                point += p.estimated_s
+                assumed.add("a point never stored is the plan's estimate")
+    return Costs(start, point)
+
+
+def gpu_plan(plan: Plan, db: Path, distances: dict[str, float] | None = None, limits: Limits = LIMITS) -> GpuPlan:
+    """Per hypothesis of `plan` (point metrics), the cheapest launches x repeats from `db`; `distances`: a
+    hypothesis' last measured distance to its edge (log scale), the goal where given."""
+    stored = read_stored(db, plan.study_id, plan.hardware)
+    assumed: set[str] = set()
+    first = [launch for launch in plan.launches if launch.block == 1]
+    rows: list[HypothesisDesign] = []
+    together = []
+    for hyp in plan.hypotheses:
+        sides = [s for s in (hyp.numerator, hyp.denominator) if s is not None]
+        if hyp.level == "server":  # one value per start: repeats buy nothing (none is measured apart)
+            assumed.add("a server metric's every start loads its compiled graphs (one that compiles them is left "
+                        "out of it, so count the first start on a cold cache as extra)")
+            by_id = {launch.id: launch for launch in plan.launches}
+            keys = [server_key(by_id[s.launches[0]]) for s in sides]
+        else:
+            steps = {p.id: (launch, p) for launch in plan.launches for p in launch.points}
+            keys = [config_key(*steps[s.points[0]]) for s in sides]
+        goal, meaning = _goal(hyp, (distances or {}).get(hyp.id))
+        if not stored.runs:
+            rows.append(HypothesisDesign(hyp.id, Proposal(None, "no earlier run of this study on this GPU")))
+            continue
+        comp, source = _components(stored, hyp, keys)
+        used = [launch for launch in first if budget_points(launch, [hyp])]
+        trimmed = [{config_key(launch, p) for p in budget_points(launch, [hyp])} for launch in used]
+        costs = _costs(stored, used, trimmed, assumed)
+        if goal is None:
+            rows.append(HypothesisDesign(hyp.id, Proposal(None, meaning), comp, costs, meaning, source))
+            continue
+        proposal = cheapest([(comp, goal)], costs, limits)
+        rows.append(HypothesisDesign(hyp.id, proposal, comp, costs, meaning, source))
+        if proposal.design is not None:
+            together.append((comp, goal))
+    every = [{config_key(launch, p) for p in launch.points} for launch in first]
+    study_costs = _costs(stored, first, every, assumed) if stored.runs else None
+    study = (cheapest(together, study_costs, limits) if together and study_costs is not None
+             else Proposal(None, "no hypothesis has a design"))
+    if stored.runs and not stored.start_from_phases:
+        assumed.add("starts from the servers' stored start time (no phases stored): the stop is left out")
+    return GpuPlan(tuple(rows), study, study_costs, tuple(stored.runs), stored.version, tuple(sorted(assumed)),
+                   limits)
+
+
+NEEDS = ("it needs an earlier run of this study on this GPU with at least 2 launches per arm (the spread between "
+         "launches) and, for its costs, its phases or its servers' start times")
+
+
+def _design(p: Proposal, costs: Costs | None) -> str:
+    d = p.design
+    if d is None:
+        return f"cannot plan: {p.why_not}"
+    per = f" (a block: {costs.start_s:,.0f} s of starts and stops + {costs.point_s:,.1f} s a repeat)" if costs else ""
+    return (f"{d.launches} launches per arm x {d.repeats} repeat{'s' if d.repeats > 1 else ''}, 1 block per launch: "
+            f"{d.gpu_s:,.0f} GPU-s{per}, {d.power:.0%} power")
+
+
+def format_gpu_plan(got: GpuPlan, study_id: str, db: Path) -> str:
+    """The proposal as text lines, with what it assumed."""
+    if not got.runs:
+        return f"GPU time to a decision: no earlier run of {study_id} on this GPU in {db}: {NEEDS}\n"
+    out = [f"GPU time to a decision, from {len(got.runs)} earlier run(s) of {study_id} in {db} (vLLM "
+           f"{got.version or 'unknown'}: {', '.join(got.runs)}):",
+           f"  whole study: {_design(got.study, got.study_costs)}"]
+    for r in got.rows:
+        out.append(f"  {r.hypothesis}: {_design(r.proposal, r.costs)}")
+        if r.components is not None:
+            c = r.components
+            launch = f"{100 * math.sqrt(c.launch_var):.2g}% (df {c.launch_df:.3g})" if c.launch_df else "not measured"
+            repeat = f"{100 * math.sqrt(c.repeat_var):.2g}% (df {c.repeat_df:.3g})" if c.repeat_df else "not measured"
+            out.append(f"    spread between launches {launch}, between repeats {repeat} ({r.source}); "
+                       f"deciding: {r.goal}")
+    told = [f"one block per launch (arms swapped inside a launch are not built); the interval between launches "
+            f"at 95%, a fixed design; {POWER:.0%} power with the block SD at its 80% upper confidence bound; a block "
+            f"costs every arm's start and stop (the median stored per configuration) and a repeat the median wall of "
+            f"its points (warmup, reset, measure, judge); at most {got.limits.launches} launches per arm and "
+            f"{got.limits.repeats} repeats", *got.assumed]
+    out += ["  assumed: " + "; ".join(told)]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,215 @@
+"""The GPU-time planner's inputs read from a real DuckDB file (report.design_costs): the spread between launches
+and repeats, paired blocks, what a start and a point cost; its proposal and `studyc plan --db`'s text."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from compiler.load import load_study
+from compiler.plan import Plan
+from compiler.plan_compile import compile_study
+from report.cheapest_design import Components, Costs, Goal, cheapest
+from report.design_costs import NEEDS, format_gpu_plan, gpu_plan, read_stored
+from runner.store.records import (
+    PhaseRecord,
+    PointRecord,
+    PointSummary,
+    RunRecord,
+    SegmentRecord,
+    ServerRecord,
+)
+from runner.store.store import Store
+from studyc.cli import main
+from tests.conftest import REPO
+from tests.report.helpers import write_study
+
+HYP = '''
+[[hypothesis]]
+id = "same"
+claim = "a and b give the same c1 throughput"
+metric = "output_throughput"
+where = { concurrency = 1 }
+predict = { ratio = ["b", "a"], value = 1.0, tolerance = 0.02 }
+
+[[hypothesis]]
+id = "a-c4"
+claim = "arm a reaches 400 tok/s at c4"
+metric = "output_throughput"
+where = { arm = "a", concurrency = 4 }
+predict = { value = 400, tolerance = 0.05 }
+
+[[hypothesis]]
+id = "capacity"
+claim = "b holds as many KV tokens as a"
+metric = "kv_capacity_tokens"
+predict = { ratio = ["b", "a"], value = 1.0, tolerance = 0.05 }
+'''
+KV = {("a", 1): 1000, ("a", 2): 1010, ("a", 3): 990, ("b", 1): 2000, ("b", 2): 1500, ("b", 3): 2020}
+A = {1: 1.00, 2: 1.01, 3: 0.99}  # launch offsets of arm a
+B = {1: 1.00, 2: 1.02, 3: 0.98}  # arm b's: its block ratios to a are 1.00, 1.0099, 0.9899
+WITHIN = (0.998, 1.002)  # repeats of a launch, in turn
+POINT_S = {1: {"warmup": 1.0, "measure": 4.0}, 4: {"warmup": 2.0, "measure": 8.0, "judge": 0.5}}
+START_S = {"a": 50.0, "b": 70.0}
+
+
+@pytest.fixture
+def study(tmp_path: Path) -> Path:
+    text = write_study(tmp_path, HYP, hardware="h200").read_text().replace("repeats = 3", "repeats = 2\nlaunches = 3")
+    # every repeat exchangeable; arm b a configuration of its own (an engine option)
+    text = text.replace('cache = "keep"\n', "max_num_seqs = 16\n")
+    path = tmp_path / "toy.toml"
+    path.write_text(text)
+    return path
+
+
+def _db(tmp: Path, plan: Plan, *, phases: bool = False, gpu: str = "NVIDIA H200") -> Path:
+    """One run of the toy study: each launch's servers with their start time, or (`phases`) its stored phases
+    (a start of 40 s split in two, and a stop of 2 s)."""
+    db = tmp / "runs.duckdb"
+    with Store(db) as store:
+        store.save_run(RunRecord(run_id="r1", study_id="toy", plan_json=plan.to_json(), gpu_name=gpu,
+                                 vllm_version="0.26.0", started_at=datetime(2026, 1, 1), status="complete"))
+        for launch in plan.launches:
+            store.record_server(ServerRecord(  # b's second start compiled its graphs: left out of the capacity
+                run_id="r1", server_id=launch.id, arm=launch.arm, startup_s=START_S[launch.arm] + launch.launch,
+                kv_capacity_tokens=KV[(launch.arm, launch.launch)],
+                compile_cache="cold" if (launch.arm, launch.launch) == ("b", 2) else "warm"))
+            for p in launch.points:
+                offset = (B if p.arm == "b" else A)[p.launch]
+                store.commit_point(PointRecord(
+                    run_id="r1", point_id=p.id, server_id=launch.id, arm=p.arm, workload=p.workload,
+                    concurrency=p.concurrency, repeat=p.repeat, valid=True,
+                    phases_json=json.dumps(POINT_S[p.concurrency or 0]),
+                    summary=PointSummary(output_throughput=100.0 * (p.concurrency or 0) * offset * WITHIN[(p.repeat - 1) % 2])),
+                    [], [], [])
+        if phases:
+            rows: list[SegmentRecord | PhaseRecord] = [SegmentRecord(1, datetime(2026, 1, 1), wall_s=900.0,
+                                                                     ended="complete")]
+            for i, launch in enumerate(plan.launches):
+                rows += [PhaseRecord(1, 3 * i + 1, launch.id, "start: imports (API process)", 30.0),
+                         PhaseRecord(1, 3 * i + 2, launch.id, "start (unsplit)", 10.0),
+                         PhaseRecord(1, 3 * i + 3, launch.id, "stop", 2.0)]
+            store.put_timing("r1", rows)
+    return db
+
+
+def _log_sd(values: list[float]) -> float:
+    logs = [math.log(v) for v in values]
+    m = sum(logs) / len(logs)
+    return math.sqrt(sum((x - m) ** 2 for x in logs) / (len(logs) - 1))
+
+
+def test_costs_are_the_stored_medians_and_a_budget_blocks_points(tmp_path: Path, study: Path) -> None:
+    plan = compile_study(load_study(study))
+    got = gpu_plan(plan, _db(tmp_path, plan))
+    rows = {r.hypothesis: r for r in got.rows}
+    # starts: the median of each arm's three servers (51, 52, 53 and 71, 72, 73); a repeat: its points' wall
+    assert rows["same"].costs == Costs(52.0 + 72.0, 5.0 + 5.0)
+    assert rows["a-c4"].costs == Costs(52.0, 10.5)  # arm a's launch only, its c4 point only
+    assert got.study_costs == Costs(124.0, 2 * (5.0 + 10.5))  # the whole first block
+    assert got.runs == ("r1",) and got.version == "0.26.0"
+    assert any("servers' stored start time" in a for a in got.assumed)
+
+
+def test_starts_from_stored_phases_count_the_stop(tmp_path: Path, study: Path) -> None:
+    plan = compile_study(load_study(study))
+    got = gpu_plan(plan, _db(tmp_path, plan, phases=True))
+    assert {r.hypothesis: r for r in got.rows}["same"].costs == Costs(2 * 42.0, 10.0)
+    assert not any("servers' stored start time" in a for a in got.assumed)
+    assert read_stored(tmp_path / "runs.duckdb", "toy", "h200").start_from_phases
+
+
+def test_components_of_a_paired_ratio_and_of_one_side(tmp_path: Path, study: Path) -> None:
+    """The ratio's launch part is its block ratios' variance less the repeats' share (2 repeats a launch); one
+    side's is its launches' variance less theirs (method of moments)."""
+    plan = compile_study(load_study(study))
+    rows = {r.hypothesis: r for r in gpu_plan(plan, _db(tmp_path, plan)).rows}
+    within = math.log(WITHIN[1] / WITHIN[0]) ** 2 / 2  # the variance of two repeats' logs
+    ratio = rows["same"].components
+    assert ratio is not None and rows["same"].source == "paired blocks (3, df 2) beyond their repeats"
+    assert ratio.repeat_var == pytest.approx(2 * within) and ratio.repeat_df == pytest.approx(6)
+    pair = _log_sd([B[k] / A[k] for k in (1, 2, 3)]) ** 2
+    assert ratio.launch_var == pytest.approx(pair - 2 * within / 2) and ratio.launch_df == 2
+    one = rows["a-c4"].components
+    assert one is not None and rows["a-c4"].source == "each side's launches and repeats, added"
+    assert one.launch_var == pytest.approx(_log_sd(list(A.values())) ** 2 - within / 2)
+    assert (one.launch_df, one.repeat_df) == (2, 3) and one.repeat_var == pytest.approx(within)
+    # the proposal is the optimiser's on these, the truth at the prediction (both edges of the band)
+    assert rows["a-c4"].goal == "the truth at the prediction, band ±0.05"
+    assert rows["a-c4"].proposal == cheapest([(one, Goal(math.log1p(0.05), inside=True))], rows["a-c4"].costs
+                                             or Costs(0, 0))
+
+
+def test_the_last_runs_distance_is_the_goal_where_given(tmp_path: Path, study: Path) -> None:
+    plan = compile_study(load_study(study))
+    db = _db(tmp_path, plan)
+    got = {r.hypothesis: r for r in gpu_plan(plan, db, {"same": 0.011}).rows}["same"]
+    assert got.goal == "the truth where the last run measured it, 1.1% from its edge"
+    assert got.components is not None and got.costs is not None
+    assert got.proposal == cheapest([(got.components, Goal(0.011))], got.costs)
+    assert gpu_plan(plan, db, {"same": 0.0}).rows[0].goal.startswith("the truth at the prediction")
+
+
+def test_without_stored_runs_it_says_what_it_needs(tmp_path: Path, study: Path) -> None:
+    plan = compile_study(load_study(study))
+    db = _db(tmp_path, plan, gpu="NVIDIA A100-SXM4-80GB")  # another GPU's run: not this study's evidence
+    got = gpu_plan(plan, db)
+    assert got.runs == () and got.study_costs is None and got.study.design is None
+    assert all(r.proposal.why_not == "no earlier run of this study on this GPU" for r in got.rows)
+    assert format_gpu_plan(got, "toy", db) == f"GPU time to a decision: no earlier run of toy on this GPU in {db}: {NEEDS}\n"
+
+
+def test_one_launch_per_arm_is_not_planned_from_its_repeats(tmp_path: Path) -> None:
+    study = tmp_path / "one.toml"  # 3 repeats on one launch per arm
+    study.write_text(write_study(tmp_path, HYP, hardware="h200").read_text().replace("repeats = 3",
+                                                                                     "repeats = 3\nlaunches = 1"))
+    plan = compile_study(load_study(study))
+    got = {r.hypothesis: r for r in gpu_plan(plan, _db(tmp_path, plan)).rows}["a-c4"]
+    assert got.components == Components(0.0, 0, got.components.repeat_var if got.components else 0.0, 2)
+    assert got.proposal.design is None and "2 launches per arm" in got.proposal.why_not
+
+
+def test_plan_command_prints_the_gpu_time_proposal(tmp_path: Path, study: Path) -> None:
+    plan = compile_study(load_study(study))
+    out = CliRunner().invoke(main, ["plan", str(study), "--db", str(_db(tmp_path, plan))])
+    assert out.exit_code == 0, out.output
+    text = out.output[out.output.index("GPU time to a decision"):]
+    assert "from 1 earlier run(s) of toy" in text and "  whole study: " in text
+    line = next(x for x in text.splitlines() if x.startswith("  same: "))
+    assert " launches per arm x " in line and "1 block per launch" in line and "a block: 124 s of starts" in line
+    assert "  assumed: one block per launch" in text and "at most 30 launches per arm and 10 repeats" in text
+
+
+def test_the_committed_h200_runs_plan_cuda_graphs(tmp_path: Path) -> None:
+    """cuda-graphs' three H200 runs: spreads from paired blocks, starts from the servers' start times (none of
+    them stored phases); every hypothesis is far from its edge, so three or four launches per arm do."""
+    db = tmp_path / "h200.duckdb"
+    shutil.copyfile(REPO / "results" / "h200.duckdb", db)
+    plan = compile_study(load_study(REPO / "studies" / "cuda_graphs.toml"))
+    got = gpu_plan(plan, db, {"eager-halves-c1": 0.96})
+    assert len(got.runs) == 3 and got.version == "0.26.0"
+    first = got.rows[0]
+    assert first.hypothesis == "eager-halves-c1" and first.proposal.design is not None
+    assert 2 <= first.proposal.design.launches <= 4 and first.source.startswith("paired blocks")
+    assert got.study_costs is not None and 100 < got.study_costs.start_s < 300
+
+
+def test_a_server_metric_is_planned_from_its_warm_starts(tmp_path: Path, study: Path) -> None:
+    """One value per start, so no repeats; b's start that compiled its graphs (1,500 tokens) is left out,
+    as the scoring leaves it out: its blocks 1 and 3 pair with a's."""
+    plan = compile_study(load_study(study))
+    got = gpu_plan(plan, _db(tmp_path, plan))
+    row = {r.hypothesis: r for r in got.rows}["capacity"]
+    assert row.components is not None and row.source == "paired blocks (2, df 1) beyond their repeats"
+    ratios = [KV[("b", k)] / KV[("a", k)] for k in (1, 3)]
+    assert row.components.launch_var == pytest.approx(_log_sd(ratios) ** 2)
+    assert (row.components.repeat_var, row.components.repeat_df) == (0.0, 0)
+    assert row.proposal.design is not None and row.proposal.design.repeats == 1
+    assert any("every start loads its compiled graphs" in a for a in got.assumed)
