@@ -16,10 +16,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from compiler.engine_options import PARALLEL_OPTIONS
 from compiler.study import Budget, Checks, Prediction, Rung
+from compiler.workload import Shape
 
 SCHEMA_VERSION = 2
 
@@ -47,7 +48,7 @@ class PointStep(Frozen):
     prompt_seed: int
     vocab_lo: int
     vocab_hi: int
-    arrival: Literal["poisson", "gamma"]
+    arrival: Literal["poisson", "gamma", "trace"]
     burstiness: float
     request_timeout_s: float
     point_timeout_s: float | None
@@ -58,6 +59,18 @@ class PointStep(Frozen):
     estimated_s: float
     fingerprint: str
     burst: bool = False  # closed loop measured as one wave on purpose (load.burst); not in the fingerprint
+    shape: Shape | None = Field(
+        default=None, description="Drawn lengths, templates, turns or a trace; None: the classic fixed-length "
+        "workload (input_len and output_len exact; its fingerprint as before shapes existed). With a shape, "
+        "input_len and output_len are the mean prompt and output lengths, rounded.")
+
+    @model_serializer(mode="wrap")
+    def _classic_as_before(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """A classic point serializes without `shape`, so its plan JSON is byte-identical to before."""
+        data = handler(self)
+        if self.shape is None and isinstance(data, dict):
+            data.pop("shape", None)
+        return data
 
     @property
     def rung(self) -> Rung:
