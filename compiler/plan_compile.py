@@ -233,7 +233,7 @@ def _points(
                     "point_timeout_s": load.point_timeout_s,
                 }
                 estimate = estimate_point_s(params, shape, hardware, kv_dtype)
-                keyed = params if launch is None else {**params, "launch": launch}
+                keyed: dict[str, Any] = params if launch is None else {**params, "launch": launch}
                 if form is not None:  # a classic point's fingerprint stays as before shapes existed
                     keyed = {**keyed, "shape": form.fingerprint_payload()}
                 out.append(

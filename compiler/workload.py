@@ -97,6 +97,19 @@ def length_mean(length: Length) -> float:
     return length.mean
 
 
+def length_text(length: Length | None) -> str:
+    """A length as the study page shows it: `128`, `uniform 64-256`, `normal 300 sd 50`, `histogram (4 lengths)`."""
+    if length is None:
+        return "from the trace"
+    if isinstance(length, int):
+        return f"{length:,}"
+    if isinstance(length, Uniform):
+        return f"uniform {length.min:,}-{length.max:,}"
+    if isinstance(length, Histogram):
+        return f"histogram ({len(length.values)} lengths)" if length.values else f"histogram ({length.file})"
+    return f"{length.dist} {length.mean:g} sd {length.sd:g}"
+
+
 def length_floor(length: Length) -> int:
     """The shortest length a draw can have."""
     if isinstance(length, int):
@@ -160,6 +173,15 @@ class Workload(_Strict):
             raise ValueError(f"prefix_len ({self.prefix_len}) must be below the shortest input_len "
                              f"({length_floor(self.input_len)}): every prompt has a part of its own")
         return self
+
+    @property
+    def mean_lengths(self) -> tuple[float, float] | None:
+        """(mean prompt, mean output) of one request before clipping; None for a trace (read from its file)."""
+        if self.input_len is None or self.output_len is None:
+            return None
+        inp, out, t = length_mean(self.input_len), length_mean(self.output_len), self.turns
+        # A conversation's prompts grow turn by turn: turn k holds k+1 user messages and k assistant replies.
+        return inp * (t + 1) / 2 + out * (t - 1) / 2, out
 
     @property
     def classic(self) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 
 from compiler.study import Study
 from compiler.trace import TraceError, TraceRow, parse_histogram, parse_trace
-from compiler.workload import Histogram, Length, Shape, TraceRef, Workload, length_floor, length_mean
+from compiler.workload import Histogram, Length, Shape, TraceRef, Workload, length_floor
 
 Finding = tuple[str, str]  # (dotted key, message)
 DEFAULT_BLOCK_TOKENS = 16  # vLLM's default --block-size on GPUs and on the CPU build
@@ -165,7 +165,7 @@ def shape_of(study: Study, name: str, arm: str, directory: Path) -> tuple[Shape 
     The shape is None for a classic workload (fixed lengths, one turn, no templates, no trace)."""
     work = study.workloads[name]
     if work.classic:
-        return None, float(work.input_len), float(work.output_len)  # type: ignore[arg-type]
+        return None, *(work.mean_lengths or (0.0, 0.0))
     limit = max_model_len(study, arm, directory)
     blocks = block_tokens(study, arm)
     trace_arrivals = study.load.arrival == "trace"
@@ -180,9 +180,8 @@ def shape_of(study: Study, name: str, arm: str, directory: Path) -> tuple[Shape 
     assert inp is not None and out is not None  # the schema requires them without a trace
     shape = Shape(input=inp, output=out, templates=work.templates or 1, turns=work.turns, think_s=work.think_s,
                   max_len=limit, block_tokens=blocks)
-    mi, mo, t = length_mean(inp), length_mean(out), work.turns
-    # A conversation's prompts grow turn by turn: turn k holds k+1 user messages and k assistant replies.
-    return shape, mi * (t + 1) / 2 + mo * (t - 1) / 2, mo
+    mean_in, mean_out = work.model_copy(update={"input_len": inp, "output_len": out}).mean_lengths or (0.0, 0.0)
+    return shape, mean_in, mean_out
 
 
 def conversation_requests(requests: int, turns: int) -> int:
