@@ -10,7 +10,7 @@ import csv
 import io
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 BLOCK_TOKENS = 512  # a Mooncake hash id stands for 512 prompt tokens; the last block of a prompt is partial
 
@@ -32,6 +32,7 @@ class TraceRow:
     input_length: int
     output_length: int
     hash_ids: tuple[int, ...]
+    line: int = field(default=0, compare=False)  # the row's line in its file, for messages
 
 
 def _int(value: object, name: str, line: int, minimum: int) -> int:
@@ -72,7 +73,7 @@ def parse_trace(text: str) -> list[TraceRow]:
         if len(ids) != need:
             raise TraceError(number, f"`hash_ids` has {len(ids)} ids for input_length {inp}: need {need} "
                                      f"(one per {BLOCK_TOKENS}-token block)")
-        rows.append(TraceRow(float(stamp), inp, out, tuple(ids)))
+        rows.append(TraceRow(float(stamp), inp, out, tuple(ids), number))
     if not rows:
         raise TraceError(1, "the trace has no rows")
     return rows

@@ -143,10 +143,10 @@ def _fits(study: Study, directory: Path, name: str, work: Workload, rows: list[T
         if limit is None:
             continue
         if rows:
-            for i, row in enumerate(rows):
+            for row in rows:
                 if row.input_length + row.output_length > limit:
                     yield f"{base}.trace", (
-                        f"{work.trace}: row {i + 1}: input_length + output_length = "
+                        f"{work.trace}:{row.line}: input_length + output_length = "
                         f"{row.input_length + row.output_length} exceeds max_model_len {limit} of arm {arm}")
                     break
             continue
