@@ -106,8 +106,9 @@ def _dataset(point: BenchPoint) -> list[str]:
     inp, out, ratio = point.input_len, point.output_len, 0.0
     if shape is not None and shape.input is not None and shape.output is not None:
         inp, out = round(length_mean(shape.input)), round(length_mean(shape.output))
-        ratios = {_ratio(shape.input), _ratio(shape.output)} - {0.0}
-        ratio = ratios.pop() if len(ratios) == 1 and None not in ratios else 0.0
+        ratios = {_ratio(shape.input), _ratio(shape.output)}
+        found = ratios.pop() if len(ratios) == 1 else None  # the bench draws both lengths with one ratio
+        ratio = found if found is not None else 0.0
     return ["--dataset-name", "random", "--random-input-len", str(inp - point.prefix_len),
             "--random-prefix-len", str(point.prefix_len), "--random-output-len", str(out),
             "--random-range-ratio", f"{ratio:g}"]

@@ -80,6 +80,11 @@ class PointStep(Frozen):
         return data
 
     @property
+    def shape_key(self) -> str | None:
+        """The shape as a comparable string (the trace by content); None for a classic point."""
+        return None if self.shape is None else json.dumps(self.shape.fingerprint_payload(), sort_keys=True)
+
+    @property
     def rung(self) -> Rung:
         """The point's rung of the load ladder: its `concurrency` (closed loop) or its `rate_rps`."""
         return Rung(self.concurrency, self.rate_rps)
@@ -341,15 +346,15 @@ def _gpus_from_argv(argv: Any) -> int:
 def kept_prompts(points: Sequence[PointStep]) -> dict[str, int]:
     """The kept-cache rule, for the points of one launch in run order: point id -> how many of its prompts
     an earlier point of the launch already sent, so that a kept prefix cache holds them (0 under cache =
-    reset). A prompt set is its input and prefix lengths, seed and vocabulary; prompt i of a set is the
+    reset). A prompt set is its input and prefix lengths, seed, vocabulary and shape; prompt i of a set is the
     same on every point that sends it."""
-    sent: dict[tuple[int, ...], int] = {}  # prompt set -> most prompts of it sent on this launch so far
+    sent: dict[tuple[object, ...], int] = {}  # prompt set -> most prompts of it sent on this launch so far
     out: dict[str, int] = {}
     for p in points:
         if p.cache != "keep":
             out[p.id] = 0
             continue
-        prompts = (p.input_len, p.prefix_len, p.prompt_seed, p.vocab_lo, p.vocab_hi)
+        prompts = (p.input_len, p.prefix_len, p.prompt_seed, p.vocab_lo, p.vocab_hi, p.shape_key)
         before = sent.get(prompts, 0)
         out[p.id] = min(before, p.requests)
         sent[prompts] = max(before, p.requests)

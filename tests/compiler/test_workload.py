@@ -181,3 +181,22 @@ def test_multi_turn_requests_round_up_to_whole_conversations(tmp_path: Path) -> 
     assert point.input_len == round(10 * 2 + 4 * 1)  # the mean prompt over the turns: 10, 24, 38
     exact = compile_study(load_study(write(tmp_path, "input_len = 10\noutput_len = 4\nturns = 5\n")))
     assert exact.points[0].requests == 5
+
+
+def test_bench_equivalent_of_shapes(tmp_path: Path) -> None:
+    from compiler.bench_equivalent import bench_argv
+
+    def argv(body: str) -> str:
+        point = compile_study(load_study(write(tmp_path, body))).points[0]
+        return " ".join(bench_argv(point, base_url="http://h:1", model="m"))
+
+    both = argv('input_len = { dist = "uniform", min = 50, max = 150 }\noutput_len = { dist = "uniform", min = 5, max = 15 }\n')
+    assert "--random-input-len 100 --random-prefix-len 0 --random-output-len 10 --random-range-ratio 0.5" in both
+    one = argv('input_len = { dist = "uniform", min = 50, max = 150 }\noutput_len = 10\n')
+    assert "--random-range-ratio 0 " in one  # one ratio cannot draw one length and fix the other
+    assert "--dataset-name prefix_repetition --prefix-repetition-prefix-len 32 --prefix-repetition-suffix-len 32 " \
+        "--prefix-repetition-num-prefixes 4 --prefix-repetition-output-len 8" in argv(
+            "input_len = 64\noutput_len = 8\nprefix_len = 32\ntemplates = 4\n")
+    replay = argv(f'trace = "{trace_file(tmp_path)}"\n')
+    assert "--dataset-name timed_trace" in replay and "--timed-trace-chunk-hash-size 512" in replay
+    assert "--no-self-timed" in replay
