@@ -55,7 +55,7 @@ class PointStep(Frozen):
     prompt_seed: int
     vocab_lo: int
     vocab_hi: int
-    arrival: Literal["poisson", "gamma", "trace"]
+    arrival: Literal["poisson", "gamma", "constant", "trace"]
     burstiness: float
     request_timeout_s: float
     point_timeout_s: float | None

@@ -133,10 +133,10 @@ class Load(Strict):
     rate: list[PositiveFloat] | None = Field(
         default=None, description="Open-loop ladder: request arrival rates in requests/s."
     )
-    arrival: Literal["poisson", "gamma", "trace"] = Field(
+    arrival: Literal["poisson", "gamma", "constant", "trace"] = Field(
         default="poisson",
-        description="Open-loop arrival process; `trace`: the timestamps of each workload's trace, rescaled so their "
-        "mean rate is the rung's rate (the burst shape kept).",
+        description="Open-loop arrival process: poisson, gamma (shape `burstiness`), constant (equal gaps), or "
+        "`trace`: the timestamps of each workload's trace, rescaled so their mean rate is the rung's rate.",
     )
     burstiness: float = Field(default=1.0, gt=0, description="Gamma shape (1.0 = Poisson).")
     requests: PositiveInt | list[PositiveInt] = Field(

@@ -66,6 +66,8 @@ def trace_file(tmp_path: Path, rows: list[dict] | None = None, name: str = "t.js
     'input_len = 64\noutput_len = 8\nprefix_len = 32\ntemplates = 4\n',
     'input_len = 64\noutput_len = 8\nturns = 3\nthink_s = 0.5\n',
     'input_len = 100\noutput_len = 100\nturns = 2\n',  # 2 x (100 + 100) = 400 fits 512
+    'input_len = 100\noutput_len = 28\nturns = 4\n',  # 4 x 128 = 512: exactly fits
+    'input_len = { dist = "uniform", min = 300, max = 400 }\noutput_len = { dist = "uniform", min = 212, max = 300 }\n',
 ])
 def test_each_kind_validates(tmp_path: Path, body: str) -> None:
     assert validate(write(tmp_path, body)) == (0, f"{tmp_path / 's.toml'}: ok (0 hypotheses)\n")
@@ -200,3 +202,14 @@ def test_bench_equivalent_of_shapes(tmp_path: Path) -> None:
     replay = argv(f'trace = "{trace_file(tmp_path)}"\n')
     assert "--dataset-name timed_trace" in replay and "--timed-trace-chunk-hash-size 512" in replay
     assert "--no-self-timed" in replay
+
+
+def test_constant_arrivals_plan_and_run_evenly(tmp_path: Path) -> None:
+    from compiler.bench_equivalent import bench_argv
+    from runner.load.workload import arrival_times
+
+    point = compile_study(load_study(write(tmp_path, "input_len = 8\noutput_len = 4\n",
+                                           load='rate = [4.0]\narrival = "constant"'))).points[0]
+    assert point.arrival == "constant"
+    assert arrival_times(3, point.rate_rps or 0.0, arrival=point.arrival) == [0.0, 0.25, 0.5]
+    assert "--burstiness 1000" in " ".join(bench_argv(point, base_url="http://h:1", model="m"))
