@@ -23,6 +23,8 @@ from __future__ import annotations
 import shlex
 from typing import Protocol
 
+from compiler.workload import Shape, Uniform, length_mean
+
 REQUEST_BODY = {
     "model": "SERVED_NAME",
     "prompt": "[token ids, exactly input_len of them]",
@@ -67,11 +69,7 @@ def bench_argv(point: BenchPoint, *, base_url: str, model: str, tokenizer: str |
     if served_name:
         argv += ["--served-model-name", served_name]
     argv += [
-        "--dataset-name", "random",
-        "--random-input-len", str(point.input_len - point.prefix_len),
-        "--random-prefix-len", str(point.prefix_len),
-        "--random-output-len", str(point.output_len),
-        "--random-range-ratio", "0",
+        *_dataset(point),
         "--num-prompts", str(point.requests),
         "--ignore-eos",
         "--temperature", "0",
@@ -84,12 +82,46 @@ def bench_argv(point: BenchPoint, *, base_url: str, model: str, tokenizer: str |
         argv += ["--request-rate", "inf", "--max-concurrency", str(point.concurrency or point.requests)]
     else:
         # studyc's poisson is gamma with shape 1, the bench's default burstiness
-        shape = 1.0 if point.arrival == "poisson" else point.burstiness
+        shape = {"poisson": 1.0, "constant": 1000.0}.get(point.arrival, point.burstiness)
         argv += ["--request-rate", f"{point.rate_rps:g}", "--burstiness", f"{shape:g}"]
         if point.concurrency is not None:
             argv += ["--max-concurrency", str(point.concurrency)]
     argv += ["--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,95,99"]
     return argv
+
+
+def _dataset(point: BenchPoint) -> list[str]:
+    """The bench's dataset options: `random` (uniform lengths in [L(1-r), L(1+r)], the same r for input and
+    output), `prefix_repetition` for few-shot templates, `timed_trace` for a Mooncake trace."""
+    shape: Shape | None = getattr(point, "shape", None)  # a PointStep's; a point without one is classic
+    if shape is not None and shape.trace is not None:
+        argv = ["--dataset-name", "timed_trace", "--dataset-path", shape.trace.path,
+                "--timed-trace-chunk-hash-size", "512", "--timed-trace-sec-multiplier", "0.001"]
+        return argv + ([] if shape.trace_arrivals else ["--no-self-timed"])
+    if shape is not None and shape.templates > 1 and isinstance(shape.input, int) and isinstance(shape.output, int):
+        return ["--dataset-name", "prefix_repetition", "--prefix-repetition-prefix-len", str(point.prefix_len),
+                "--prefix-repetition-suffix-len", str(shape.input - point.prefix_len),
+                "--prefix-repetition-num-prefixes", str(shape.templates),
+                "--prefix-repetition-output-len", str(shape.output)]
+    inp, out, ratio = point.input_len, point.output_len, 0.0
+    if shape is not None and shape.input is not None and shape.output is not None:
+        inp, out = round(length_mean(shape.input)), round(length_mean(shape.output))
+        ratios = {_ratio(shape.input), _ratio(shape.output)}
+        found = ratios.pop() if len(ratios) == 1 else None  # the bench draws both lengths with one ratio
+        ratio = found if found is not None else 0.0
+    return ["--dataset-name", "random", "--random-input-len", str(inp - point.prefix_len),
+            "--random-prefix-len", str(point.prefix_len), "--random-output-len", str(out),
+            "--random-range-ratio", f"{ratio:g}"]
+
+
+def _ratio(length: object) -> float | None:
+    """The bench's range ratio that draws this length: 0 for a fixed one, (max - min) / (max + min) for a
+    uniform one; None for any other distribution (no bench equivalent)."""
+    if isinstance(length, int):
+        return 0.0
+    if isinstance(length, Uniform):
+        return round((length.max - length.min) / (length.max + length.min), 6)
+    return None
 
 
 def bench_command(point: BenchPoint, *, base_url: str, model: str, tokenizer: str | None = None,
@@ -104,4 +136,12 @@ DIFFERENCES = (
     "random ids, re-tokenized by the server",
     "prefix: studyc's shared prefix comes from its own seed; the bench draws its own",
     "timing: studyc stamps a token at the socket read that carried it; the bench after parsing each chunk",
+    "drawn lengths: the bench's random dataset draws both lengths uniformly with one range ratio; normal, "
+    "lognormal and histogram lengths, or two different ranges, have no equivalent (the command gives the means)",
+    "constant arrivals: the bench has none; the command gives gamma with burstiness 1000 (gaps within ~3% of "
+    "even)",
+    "multi-turn conversations: `vllm bench serve` has no such dataset (the command sends the turns as "
+    "independent requests of the mean length)",
+    "trace replay: vLLM's timed_trace (0.32) replays the timestamps as recorded; studyc rescales them to the "
+    "rung's rate and draws each 512-token block's ids from its own seed",
 )

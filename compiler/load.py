@@ -175,6 +175,8 @@ def _split_tags(raw: Any, data: Any, kind: str) -> tuple[tuple[Any, ...], str | 
         elif isinstance(part, str) and isinstance(current, dict) and part in current:
             current = current[part]
             loc.append(part)
+        elif isinstance(current, dict) and isinstance(part, str) and current.get("dist") == part:
+            continue  # the tag pydantic adds for a length distribution's `dist`
         elif isinstance(part, str) and (not last or kind != "missing") and _is_union_tag(part):
             if tag is None:
                 tag, head = part, tuple(loc)
@@ -189,6 +191,8 @@ def _kind_of_tag(tag: str | None) -> str:
         return "a value"
     if tag.startswith(("list[", "tuple[")):
         return "a list"
+    if tag.startswith("tagged-union["):  # a length distribution (compiler.workload.Distribution)
+        return "a distribution table { dist = \"uniform\" | \"normal\" | \"lognormal\" | \"histogram\", ... }"
     base = tag.removeprefix("constrained-")
     return {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false"}.get(
         base, "a table" if base[:1].isupper() else f"a {base}"
@@ -206,6 +210,9 @@ def _schema_problem(name: str, lines: dict[str, int], loc: tuple[Any, ...], err:
             message += f" (known: {', '.join(sorted(known))})" if not close else ""
     elif err["type"] == "missing":
         message = "required key is missing"
+    elif err["type"] == "union_tag_invalid":
+        ctx = err.get("ctx", {})
+        message = f"unknown {str(ctx.get('discriminator', 'kind')).strip(chr(39))} {ctx.get('tag')!r} (known: {ctx.get('expected_tags')})"
     elif message.startswith("Value error, "):
         message = message[len("Value error, "):]
     message = message.replace("Input should be", "should be")

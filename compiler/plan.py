@@ -16,10 +16,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from compiler.engine_options import PARALLEL_OPTIONS
 from compiler.study import Budget, Checks, Prediction, Rung
+from compiler.workload import Shape
 
 SCHEMA_VERSION = 2
 
@@ -47,7 +55,7 @@ class PointStep(Frozen):
     prompt_seed: int
     vocab_lo: int
     vocab_hi: int
-    arrival: Literal["poisson", "gamma"]
+    arrival: Literal["poisson", "gamma", "constant", "trace"]
     burstiness: float
     request_timeout_s: float
     point_timeout_s: float | None
@@ -58,6 +66,23 @@ class PointStep(Frozen):
     estimated_s: float
     fingerprint: str
     burst: bool = False  # closed loop measured as one wave on purpose (load.burst); not in the fingerprint
+    shape: Shape | None = Field(
+        default=None, description="Drawn lengths, templates, turns or a trace; None: the classic fixed-length "
+        "workload (input_len and output_len exact; its fingerprint as before shapes existed). With a shape, "
+        "input_len and output_len are the mean prompt and output lengths, rounded.")
+
+    @model_serializer(mode="wrap")
+    def _classic_as_before(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """A classic point serializes without `shape`, so its plan JSON is byte-identical to before."""
+        data = handler(self)
+        if self.shape is None and isinstance(data, dict):
+            data.pop("shape", None)
+        return data
+
+    @property
+    def shape_key(self) -> str | None:
+        """The shape as a comparable string (the trace by content); None for a classic point."""
+        return None if self.shape is None else json.dumps(self.shape.fingerprint_payload(), sort_keys=True)
 
     @property
     def rung(self) -> Rung:
@@ -321,15 +346,15 @@ def _gpus_from_argv(argv: Any) -> int:
 def kept_prompts(points: Sequence[PointStep]) -> dict[str, int]:
     """The kept-cache rule, for the points of one launch in run order: point id -> how many of its prompts
     an earlier point of the launch already sent, so that a kept prefix cache holds them (0 under cache =
-    reset). A prompt set is its input and prefix lengths, seed and vocabulary; prompt i of a set is the
+    reset). A prompt set is its input and prefix lengths, seed, vocabulary and shape; prompt i of a set is the
     same on every point that sends it."""
-    sent: dict[tuple[int, ...], int] = {}  # prompt set -> most prompts of it sent on this launch so far
+    sent: dict[tuple[object, ...], int] = {}  # prompt set -> most prompts of it sent on this launch so far
     out: dict[str, int] = {}
     for p in points:
         if p.cache != "keep":
             out[p.id] = 0
             continue
-        prompts = (p.input_len, p.prefix_len, p.prompt_seed, p.vocab_lo, p.vocab_hi)
+        prompts = (p.input_len, p.prefix_len, p.prompt_seed, p.vocab_lo, p.vocab_hi, p.shape_key)
         before = sent.get(prompts, 0)
         out[p.id] = min(before, p.requests)
         sent[prompts] = max(before, p.requests)

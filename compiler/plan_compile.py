@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import random
+from pathlib import Path
 from typing import Any, Literal
 
 from compiler.engine_options import parallel_gpus
@@ -15,6 +16,7 @@ from compiler.plan import Block, BlockDesign, Engine, Launch, Plan, PointStep, m
 from compiler.plan_estimate import estimate_point_s
 from compiler.plan_resolve import plan_hypotheses
 from compiler.study import Study
+from compiler.workload_check import conversation_requests, shape_of
 
 
 def fingerprint(payload: Any) -> str:
@@ -77,7 +79,8 @@ def compile_study(loaded: LoadedStudy) -> Plan:
     for block in design.blocks:
         for order, launch_id in enumerate(block.launches, start=1):
             arm_name, index = _launch_key(launch_id, study.study.id)
-            launches += _launch_steps(study, arm_name, index, block, order, launch_id, arms[arm_name], hardware)
+            launches += _launch_steps(study, arm_name, index, block, order, launch_id, arms[arm_name], hardware,
+                                      directory)
     required = [s for s in launches if s.required]
     total = sum(_launch_s(s) for s in required)
     most = sum(_launch_s(s) for s in launches)
@@ -166,13 +169,13 @@ def _launch_s(step: Launch) -> float:
 
 def _launch_steps(
     study: Study, arm_name: str, index: int, block: Block, order: int, lid: str, built: dict[str, Any],
-    hardware: Any,
+    hardware: Any, directory: str,
 ) -> list[Launch]:
     arm = study.arms[arm_name]
     vocab_hi = built["shape"].vocab_size if built["shape"] else 32000
     multi = lid.endswith(f"/L{index}")
     points = _points(study, arm_name, lid, index if multi else None, block.index, arm.cache or study.load.cache,
-                     vocab_hi, built["shape"], hardware, built["kv_cache_dtype"])
+                     vocab_hi, built["shape"], hardware, built["kv_cache_dtype"], directory)
     common = {k: v for k, v in built.items() if k != "shape"}
     common.update(arm=arm_name, launch=index, block=block.index, order=order, required=block.required)
     if study.load.server == "per-point":
@@ -205,28 +208,34 @@ def _serve_argv(
 
 def _points(
     study: Study, arm: str, lid: str, launch: int | None, block: int, cache: Literal["reset", "keep"], vocab: int,
-    shape: Any, hardware: Any, kv_dtype: str,
+    shape: Any, hardware: Any, kv_dtype: str, directory: str,
 ) -> list[PointStep]:
     """The points of one launch, repeats interleaved. `launch` is None for an arm's only launch: its ids and
     fingerprints are those of schema v1, so stored runs still resume."""
     load = study.load
     vocab_lo, vocab_hi = 16, max(32, int(vocab * 0.9))
     out: list[PointStep] = []
+    shapes = {name: shape_of(study, name, arm, Path(directory)) for name in study.workloads}
     for repeat in range(1, load.repeats + 1):
         for wname, work in study.workloads.items():
+            form, mean_in, mean_out = shapes[wname]
             for index, rung in enumerate(load.ladder):
                 requests = load.requests_at(index)
+                if form is not None:  # multi-turn: whole conversations
+                    requests = conversation_requests(requests, form.turns)
                 params = {
                     "arm": arm, "workload": wname, "concurrency": rung.concurrency,
                     "rate_rps": rung.rate_rps, "repeat": repeat, "requests": requests,
-                    "warmup": load.warmup, "cache": cache, "input_len": work.input_len,
-                    "output_len": work.output_len, "prefix_len": work.prefix_len, "prompt_seed": work.seed,
+                    "warmup": load.warmup, "cache": cache, "input_len": round(mean_in),
+                    "output_len": round(mean_out), "prefix_len": work.prefix_len, "prompt_seed": work.seed,
                     "vocab_lo": vocab_lo, "vocab_hi": vocab_hi, "arrival": load.arrival,
                     "burstiness": load.burstiness, "request_timeout_s": load.request_timeout_s,
                     "point_timeout_s": load.point_timeout_s,
                 }
                 estimate = estimate_point_s(params, shape, hardware, kv_dtype)
-                keyed = params if launch is None else {**params, "launch": launch}
+                keyed: dict[str, Any] = params if launch is None else {**params, "launch": launch}
+                if form is not None:  # a classic point's fingerprint stays as before shapes existed
+                    keyed = {**keyed, "shape": form.fingerprint_payload()}
                 out.append(
                     PointStep.model_validate({
                         "id": f"{lid}/{wname}/{rung.id_label}/r{repeat}",
@@ -234,6 +243,7 @@ def _points(
                         "burst": load.burst and rung.concurrency is not None,
                         "estimated_s": estimate,
                         "fingerprint": fingerprint(keyed),
+                        "shape": form,
                         **params,
                     })
                 )

@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from compiler.workload import Workload
+
 SLUG = r"^[a-z0-9][a-z0-9_-]*$"
 RESERVED_ARM_KEYS = ("description", "env", "cache", "replicas", "balance", "launches", "model")
 # Launches per arm and repeats per launch. On an H200 two launches of one configuration differed by
@@ -102,23 +104,6 @@ class Arm(Strict):
         return data
 
 
-class Workload(Strict):
-    input_len: int = Field(ge=1, le=1_000_000, description="Prompt tokens per request (exact: token-id prompts).")
-    output_len: int = Field(
-        ge=1, le=1_000_000, description="Output tokens per request (exact: ignore_eos + max_tokens)."
-    )
-    prefix_len: int = Field(
-        default=0, ge=0, description="Leading prompt tokens shared by every request: designed prefix reuse."
-    )
-    seed: int = Field(default=0, ge=0, description="Seed of the token-id prompts.")
-
-    @model_validator(mode="after")
-    def _prefix_fits(self) -> Workload:
-        if self.prefix_len > self.input_len:
-            raise ValueError(f"prefix_len ({self.prefix_len}) exceeds input_len ({self.input_len})")
-        return self
-
-
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 
@@ -148,7 +133,11 @@ class Load(Strict):
     rate: list[PositiveFloat] | None = Field(
         default=None, description="Open-loop ladder: request arrival rates in requests/s."
     )
-    arrival: Literal["poisson", "gamma"] = Field(default="poisson", description="Open-loop arrival process.")
+    arrival: Literal["poisson", "gamma", "constant", "trace"] = Field(
+        default="poisson",
+        description="Open-loop arrival process: poisson, gamma (shape `burstiness`), constant (equal gaps), or "
+        "`trace`: the timestamps of each workload's trace, rescaled so their mean rate is the rung's rate.",
+    )
     burstiness: float = Field(default=1.0, gt=0, description="Gamma shape (1.0 = Poisson).")
     requests: PositiveInt | list[PositiveInt] = Field(
         default=64, description="Measured requests per point: one number, or one per ladder level."
@@ -191,6 +180,8 @@ class Load(Strict):
     def _one_ladder(self) -> Load:
         if (self.concurrency is None) == (self.rate is None):
             raise ValueError("give exactly one of `concurrency` (closed loop) or `rate` (open loop)")
+        if self.arrival == "trace" and self.rate is None:
+            raise ValueError("arrival = \"trace\" replays a trace's timestamps at a `rate`: give `rate`, not `concurrency`")
         rungs = len(self.ladder)
         if isinstance(self.requests, list) and len(self.requests) != rungs:
             raise ValueError(f"`requests` has {len(self.requests)} entries for {rungs} ladder levels")

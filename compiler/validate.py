@@ -19,6 +19,7 @@ from compiler.predict_env import env_names
 from compiler.predict_resolve import check_predictions
 from compiler.select import merge, resolve
 from compiler.study import Study, Where
+from compiler.workload_check import check_workloads
 
 RUNNER_OWNED = {"host", "port", "api-key", "model"}
 Finding = tuple[str, str]  # (dotted key, message)
@@ -32,6 +33,7 @@ def cross_check(study: Study, directory: Path) -> list[Finding]:
         *_check_engine_keys(study),
         *_check_design(study),
         *_check_hypotheses(study),
+        *check_workloads(study, directory),
         *check_predictions(study, directory),
     ]
 

@@ -59,7 +59,7 @@ def config_key(launch: Launch, point: PointStep) -> Key:
     """What makes two measurements the same configuration: the launch's engine configuration (its argv,
     see `compiler.plan.Engine`), the workload's shape, the cache policy and the load level."""
     return (launch.engine.configuration, point.input_len, point.output_len, point.prefix_len, point.cache,
-            point.concurrency, point.rate_rps)
+            point.concurrency, point.rate_rps, point.shape_key)
 
 
 def _same_gpu(gpu_name: str | None, hardware: str) -> bool:

@@ -14,6 +14,7 @@ from compiler.hardware import Hardware
 from compiler.load import LoadedStudy
 from compiler.modelmath import ModelShape, describe
 from compiler.study import Study
+from compiler.workload import length_text
 from report import charts, forest, score_text
 from report.audit import spec_differs
 from report.context import StudyContext
@@ -294,7 +295,7 @@ def _arms(study: Study) -> tuple[ArmRow, ...]:
 
 
 def _workloads(study: Study) -> tuple[WorkloadRow, ...]:
-    return tuple(WorkloadRow(name, f"{w.input_len:,}", f"{w.output_len:,}", f"{w.prefix_len:,}", str(w.seed))
+    return tuple(WorkloadRow(name, length_text(w.input_len), length_text(w.output_len), f"{w.prefix_len:,}", str(w.seed))
                  for name, w in sorted(study.workloads.items()))
 
 

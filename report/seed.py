@@ -198,8 +198,10 @@ def roofline_fractions(ctx: StudyContext, hyp: Hypothesis, s: Score) -> tuple[Fr
     if model.shape is None or spec is None or cal is None:
         return ()
     shape, dtype, kv = model.shape, model.dtype, model.kv_dtype
-    workload = study.workloads[target.workload]
-    context = workload.input_len + workload.output_len / 2
+    means = study.workloads[target.workload].mean_lengths
+    if means is None:  # a replayed trace: its lengths are in its file, not the study
+        return ()
+    context = means[0] + means[1] / 2
 
     def fraction(label: str, hw: Hardware) -> Fraction | None:
         roof = build_env(shape, hw, dtype=dtype, kv_dtype=kv)["roofline.decode_tokens_per_s"]

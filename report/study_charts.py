@@ -141,10 +141,12 @@ def _roofline(ctx: StudyContext, data: RunData) -> tuple[Chart | None, str]:
         if p.status != "ok" or not tput or p.arm not in shapes or p.workload not in study.workloads:
             continue
         shape, dtype, kv = shapes[p.arm]
-        w = study.workloads[p.workload]
+        means = study.workloads[p.workload].mean_lengths
+        if means is None:  # a replayed trace: its lengths are in its file, not the study
+            continue
         ladder_value = p.concurrency if p.concurrency is not None else p.rate_rps
         batch = max(1.0, p.metric("mean_in_flight") or float(ladder_value or 0.0))
-        placed = decode_placement(shape, dtype, kv, cal, batch, w.input_len + w.output_len / 2, tput)
+        placed = decode_placement(shape, dtype, kv, cal, batch, means[0] + means[1] / 2, tput)
         points.append({"series": _series(loaded, p.arm, p.workload), **_rung(p),
                        "intensity": placed.intensity, "flops_per_s": placed.flops_per_s, "fraction": placed.fraction})
     if not points:

@@ -103,10 +103,13 @@ def judge(
     thresholds: Checks,
     client_ceiling_chunks_per_s: float | None,
     client_stall_s: float | None = None,
+    expected: checks_mod.Expectation | None = None,
 ) -> Judgement:
     """Summary and checks of one point. `records` may include warmup requests: they are left out of
     the statistics, and reconciliation checks that they ended before the window opened.
-    `client_stall_s`: the load generator's longest loop stall in the window (None: not measured)."""
+    `client_stall_s`: the load generator's longest loop stall in the window (None: not measured).
+    `expected`: each measured request's max_tokens and the hit rate the workload's shared prefixes allow
+    (None: output_len for every request and no shared prefix, the classic workload)."""
     measured = [r for r in records if not r.warmup]
     burst = checks_mod.is_burst(step)
     client = summarize(measured, step.concurrency, burst=burst)
@@ -142,14 +145,21 @@ def judge(
     steady = steady_requests(measured, phase) if phase is not None else measured
     evidence = checks_mod.Evidence(
         cache=server.cache,
-        outputs=[checks_mod.Output(r.output_tokens, r.chunks) for r in measured if r.ok],
+        outputs=[checks_mod.Output(r.output_tokens, r.chunks, _asked(expected, r.index)) for r in measured if r.ok],
         halves_gap=halves_gap(steady),
         client_ceiling_chunks_per_s=client_ceiling_chunks_per_s,
         reconciliation=rec,
         fidelity=fidelity,
         open_allowance=open_loop_allowance(measured) if step.concurrency is None else None,
+        expected_hit_rate=expected.hit_rate if expected is not None else 0.0,
     )
     found = checks_mod.evaluate(step, summary, thresholds=thresholds, evidence=evidence)
     valid, flagged = checks_mod.verdict(found)
     return Judgement(summary=summary, checks=tuple(found), valid=valid, flagged=flagged,
                      reason=checks_mod.verdict_reason(found))
+
+
+def _asked(expected: checks_mod.Expectation | None, index: int) -> int | None:
+    if expected is None or not 0 <= index < len(expected.output_tokens):
+        return None
+    return expected.output_tokens[index]

@@ -14,11 +14,15 @@ import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from compiler.plan import Plan
+from compiler.plan import Plan, PointStep
+from runner.checks.checks import Expectation
+from runner.checks.expect import point_expectation
 from runner.checks.judge import ServerSide, judge
 from runner.execute import replicas
+from runner.load.trace_file import trace_rows
 from runner.store.store import Store
 from studyc import __version__
+from studyc.errors import EngineError
 
 
 @dataclass
@@ -26,6 +30,15 @@ class RecheckReport:
     points: int = 0
     changed: int = 0
     details: list[str] = field(default_factory=list)
+
+
+def _expected(step: PointStep) -> Expectation | None:
+    """The point's expected lengths and hits, from its seeded requests; None (the classic judgement) when
+    a replayed trace can no longer be read as the plan had it."""
+    try:
+        return point_expectation(step, trace_rows(step))
+    except EngineError:
+        return None
 
 
 def recheck(db: Path) -> RecheckReport:
@@ -46,7 +59,7 @@ def recheck(db: Path) -> RecheckReport:
                 records = store.request_records(run.run_id, point.point_id)
                 judged = judge(step, records, ServerSide.stored(point), thresholds=plan.checks,
                                client_ceiling_chunks_per_s=run.client_ceiling_chunks_per_s,
-                               client_stall_s=point.summary.client_stall_max_s)
+                               client_stall_s=point.summary.client_stall_max_s, expected=_expected(step))
                 if point.replicas_json:  # run on replicas: judge each one's counters again
                     rows = json.loads(point.replicas_json)
                     judged = replicas.with_check(judged, replicas.replica_check(point.point_id, rows))

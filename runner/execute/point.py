@@ -17,10 +17,14 @@ from typing import Any
 
 from compiler.plan import PointStep
 from compiler.study import Checks
+from compiler.trace import TraceRow
 from runner.checks import cache
+from runner.checks.expect import expectation
 from runner.checks.judge import Judgement, judge, observe
 from runner.execute import replicas
-from runner.load.loadgen import RequestSpec, make_prompts, run_load
+from runner.load.loadgen import RequestSpec, run_load
+from runner.load.shapes import Requests, point_requests
+from runner.load.trace_file import trace_rows
 from runner.measure import prometheus
 from runner.measure.nvml import NvmlSample, NvmlSampler
 from runner.store.records import RequestRecord, TelemetrySample
@@ -83,24 +87,22 @@ class PointOutcome:
         return (self.judgement.summary.window_s or 0.0) if self.judgement else 0.0
 
 
-def _requests(point: PointStep, count: int, salt: str) -> list[RequestSpec]:
-    prompts = make_prompts(
-        count, point.input_len, vocab_lo=point.vocab_lo, vocab_hi=point.vocab_hi,
-        seed=point.prompt_seed, prefix_len=point.prefix_len, salt=salt,
-    )
-    return [RequestSpec(prompt_ids=p, max_tokens=point.output_len) for p in prompts]
+def _requests(point: PointStep, count: int, salt: str, rows: list[TraceRow] | None = None) -> Requests:
+    return point_requests(point, count, salt, trace_rows=rows)
 
 
 def _load(
-    endpoint: Endpoint, point: PointStep, specs: list[RequestSpec], cpus: tuple[int, ...] | None,
+    endpoint: Endpoint, point: PointStep, requests: Requests, cpus: tuple[int, ...] | None,
     warmup: list[RequestSpec] | None = None,
 ) -> Any:
-    """Measured requests, or (with `warmup`) warmup requests alone, which the load generator flags."""
+    """Measured requests, or (with `warmup`) warmup requests alone, which the load generator flags.
+    A trace replayed at its own timestamps brings its arrival offsets."""
+    arrival = "poisson" if point.arrival == "trace" else point.arrival  # unused when offsets are given
     return run_load(
-        endpoint.urls, endpoint.model, specs, balance=endpoint.balance, warmup=warmup or (), api_key=endpoint.api_key,
-        concurrency=point.concurrency, rate_rps=point.rate_rps, arrival=point.arrival,
+        endpoint.urls, endpoint.model, requests.specs, balance=endpoint.balance, warmup=warmup or (),
+        api_key=endpoint.api_key, concurrency=point.concurrency, rate_rps=point.rate_rps, arrival=arrival,
         burstiness=point.burstiness, seed=point.prompt_seed, request_timeout_s=point.request_timeout_s,
-        point_timeout_s=point.point_timeout_s, cpus=cpus,
+        point_timeout_s=point.point_timeout_s, cpus=cpus, offsets=requests.offsets,
     )
 
 
@@ -149,10 +151,11 @@ def run_point(point: PointStep, endpoint: Endpoint, ctx: PointContext) -> PointO
         phase_start = now
 
     try:
+        trace = trace_rows(point)
         warm: list[RequestRecord] = []
         if point.warmup:
-            warmup = _requests(point, point.warmup, "warmup")
-            warm = list(_load(endpoint, point, [], ctx.client_cpus, warmup=warmup).records)
+            warmup = _requests(point, point.warmup, "warmup", trace).specs
+            warm = list(_load(endpoint, point, Requests([]), ctx.client_cpus, warmup=warmup).records)
         phase("warmup")
         if point.cache == "reset":
             out.reset = cache.reset_all(endpoint.urls, endpoint.api_key)  # every replica's own cache
@@ -162,7 +165,8 @@ def run_point(point: PointStep, endpoint: Endpoint, ctx: PointContext) -> PointO
         phase("scrape_before")
         nvml = NvmlSampler(ctx.gpu_index)
         with nvml:
-            result = _load(endpoint, point, _requests(point, point.requests, "measured"), ctx.client_cpus)
+            measured = _requests(point, point.requests, "measured", trace)
+            result = _load(endpoint, point, measured, ctx.client_cpus)
             afters = replicas.scrape_all(endpoint.urls, endpoint.api_key)  # right after the last request ended
             after = replicas.merge(afters, edge="after")
         phase("measure")
@@ -178,7 +182,8 @@ def run_point(point: PointStep, endpoint: Endpoint, ctx: PointContext) -> PointO
     out.counters_before_json, out.counters_after_json = prometheus.edge_json(before), prometheus.edge_json(after)
     server = observe(out.reset.ok if out.reset else None, before, after, out.telemetry)
     out.judgement = judge(point, warm + records, server, thresholds=ctx.thresholds,
-                          client_ceiling_chunks_per_s=ctx.client_ceiling_chunks_per_s, client_stall_s=result.stall_s)
+                          client_ceiling_chunks_per_s=ctx.client_ceiling_chunks_per_s, client_stall_s=result.stall_s,
+                          expected=expectation(point, measured.specs))
     if endpoint.replicas:
         rows = replicas.replica_rows(endpoint.server_ids, befores, afters, records,
                                      result.replicas[-len(records):] if records else ())
