@@ -57,6 +57,7 @@ class RequestRecord:
     `token_times_s` holds the arrival time of each content-bearing SSE chunk (a chunk can carry
     several tokens); chunks that arrived in the same socket read share one timestamp, which is the
     earliest moment the client could know of them. Token counts come from the final `usage` event.
+    `conversation` and `turn`: the request's place in a multi-turn conversation (-1 and 0: a single request).
     """
 
     index: int
@@ -72,6 +73,8 @@ class RequestRecord:
     ok: bool
     error: str | None
     status: int | None
+    conversation: int = -1
+    turn: int = 0
 
 
 @dataclass(frozen=True)
