@@ -173,7 +173,7 @@ def run_load(
     wspecs = tuple(warmup)
     open_loop = rate_rps is not None or offsets is not None
     pinned = tuple(sorted(cpus)) if cpus else None
-    if workers is None:
+    if workers is None:  # auto_workers reads a rate as "open loop": a replayed trace is one without a rate
         workers = auto_workers(concurrency, rate_rps if rate_rps is not None or not open_loop else 1.0, n,
                                cpus=len(pinned) if pinned else None)
     inprocess = workers == 0
