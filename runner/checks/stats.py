@@ -64,12 +64,25 @@ def window(records: Sequence[RequestRecord]) -> Window | None:
 def steady_phase(records: Sequence[RequestRecord], concurrency: int) -> Window | None:
     """Closed loop: the phase where every slot is busy, from the C-th send to the last send (the
     client refills a slot the moment it frees, so in between C requests are in flight; before is
-    the ramp, after is the drain). None for a single wave (no send after the first C)."""
-    sends = sorted(r.sent_s for r in records if not r.warmup)
+    the ramp, after is the drain). None for a single wave (no send after the first C).
+    Multi-turn, a slot holds a conversation: the sends that count are the first turns'."""
+    sends = sorted(r.sent_s for r in records if not r.warmup and r.turn == 0)
     if len(sends) <= concurrency:
         return None
     start, end = sends[concurrency - 1], sends[-1]
     return Window(start, end) if end > start else None
+
+
+def thinking(records: Sequence[RequestRecord]) -> list[tuple[float, float]]:
+    """Multi-turn: the think spans, from a turn's end to when the next turn was due (its scheduled
+    time), after every turn that succeeded (a failed turn ends its conversation)."""
+    ends = {(r.conversation, r.turn): r for r in records if r.conversation >= 0 and not r.warmup}
+    out = []
+    for r in ends.values():
+        prev = ends.get((r.conversation, r.turn - 1)) if r.turn else None
+        if prev is not None and prev.ok:
+            out.append((prev.end_s, r.scheduled_s))
+    return out
 
 
 def steady_requests(records: Sequence[RequestRecord], phase: Window) -> list[RequestRecord]:
@@ -134,8 +147,12 @@ def summarize(records: Sequence[RequestRecord], concurrency: int | None, *, burs
     elif closed:
         # lambda * W in its exact finite-window form: each request's time inside the phase, summed,
         # over the phase's length (completions/s times the mean latency carries a boundary error of
-        # about W / T, tens of percent over a few waves).
-        lam_w, expected = in_flight, float(concurrency or 0)
+        # about W / T, tens of percent over a few waves). Multi-turn, a slot holds a conversation, so
+        # its think time counts too: a thinking conversation is not a request in flight, but an idle
+        # client is neither, and only the latter must make lambda * W fall short of C.
+        think = thinking(measured)
+        lam_w = in_flight + in_flight_integral(think, win.start_s, win.end_s) / span if think else in_flight
+        expected = float(concurrency or 0)
     else:
         lam_w, expected = open_loop_little(measured, ok)
     return replace(

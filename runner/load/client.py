@@ -1,22 +1,18 @@
 """The load generator's HTTP client: keep-alive connections on raw asyncio protocols, one streamed
 `/v1/completions` request at a time each, read by `runner.load.sse` with one clock reading per socket read.
 
-`Client.request` never raises for what happens to a request: it appends an `Outcome`.
+`Client.request` never raises for what happens to a request: it appends an `Outcome` (and returns it).
 
-Replicas: a Client may hold several targets (the servers of one launch) and a `Balancer` that picks
-one per request, the way a production load balancer would: least outstanding requests (the target
-with the fewest requests in flight, ties to the lowest index; the default) or round robin (in turn).
-Worker processes of one point share the balancer's state through a small file under flock(2), so
-"outstanding" counts every worker's requests.
+Replicas: a Client may hold several targets (the servers of one launch) and a `Balancer`
+(`runner.load.balance`) that picks one per request; a later turn of a conversation asks for the replica
+its first turn went to.
 """
 
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import json
 import math
-import os
 import time
 from array import array
 from collections.abc import Callable, Mapping, Sequence
@@ -24,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
+from runner.load.balance import BALANCE_POLICIES, Balancer
 from runner.load.sse import ProtocolError, ResponseScanner
 from runner.load.workload import RequestSpec
 
@@ -62,83 +59,6 @@ class Outcome(NamedTuple):
     error: str | None
     status: int | None
     replica: int = 0  # index of the target (server) that answered it
-
-
-BALANCE_POLICIES = ("least_outstanding", "round_robin")
-
-
-class Balancer:
-    """Picks a target per request: `least_outstanding` (fewest in flight, ties to the lowest index) or
-    `round_robin`. State is local, or shared by worker processes through a file (`path`): n+1 int64
-    slots (in-flight count per target, then the round-robin sequence) read and written under flock."""
-
-    def __init__(self, policy: str, n: int, path: str | None = None) -> None:
-        if policy not in BALANCE_POLICIES:
-            raise ValueError(f"balance must be one of {', '.join(BALANCE_POLICIES)}, got {policy!r}")
-        if n < 1:
-            raise ValueError("a balancer needs at least one target")
-        self.policy = policy
-        self.n = n
-        self.path = path
-        self._fd = os.open(path, os.O_RDWR) if path is not None else None
-        self._state = [0] * (n + 1)
-
-    @staticmethod
-    def create_shared(n: int, path: str) -> None:
-        """Write the zeroed state file that worker processes open with `Balancer(policy, n, path)`."""
-        with open(path, "wb") as fh:
-            fh.write(bytes(8 * (n + 1)))
-
-    def _update(self, fn: Any) -> int:
-        fd = self._fd
-        if fd is None:
-            return int(fn(self._state))
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            raw = os.pread(fd, 8 * (self.n + 1), 0)
-            state = [int.from_bytes(raw[8 * i: 8 * i + 8], "little", signed=True) for i in range(self.n + 1)]
-            out = fn(state)
-            os.pwrite(fd, b"".join(v.to_bytes(8, "little", signed=True) for v in state), 0)
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        return int(out)
-
-    def pick(self) -> int:
-        """The target of the next request; counts it as outstanding until `release`."""
-        return self._update(self._pick)
-
-    def _pick(self, state: list[int]) -> int:
-        n = self.n
-        if self.policy == "round_robin":
-            i = state[n] % n
-            state[n] += 1
-        else:
-            i = min(range(n), key=lambda k: (state[k], k))
-        state[i] += 1
-        return i
-
-    def release(self, i: int) -> None:
-        def dec(state: list[int]) -> int:
-            state[i] -= 1
-            return 0
-
-        if self.n > 1:
-            self._update(dec)
-
-    def outstanding(self) -> list[int]:
-        got: list[int] = []
-
-        def read(state: list[int]) -> int:
-            got.extend(state[: self.n])
-            return 0
-
-        self._update(read)
-        return got
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
 
 
 @dataclass(frozen=True)
@@ -322,17 +242,18 @@ class Client:
         )
         return conn
 
-    async def request(self, index: int, spec: RequestSpec, warmup: bool, scheduled: float) -> None:
+    async def request(self, index: int, spec: RequestSpec, warmup: bool, scheduled: float,
+                      replica: int | None = None) -> Outcome:
+        """Send one request and record its outcome; `replica`: this server, not the balancer's pick."""
         if len(self.targets) == 1:
-            await self._request(index, spec, warmup, scheduled, 0)
-            return
-        replica = self.balancer.pick()
+            return await self._request(index, spec, warmup, scheduled, 0)
+        replica = self.balancer.pick() if replica is None else self.balancer.hold(replica)
         try:
-            await self._request(index, spec, warmup, scheduled, replica)
+            return await self._request(index, spec, warmup, scheduled, replica)
         finally:
             self.balancer.release(replica)
 
-    async def _request(self, index: int, spec: RequestSpec, warmup: bool, scheduled: float, replica: int) -> None:
+    async def _request(self, index: int, spec: RequestSpec, warmup: bool, scheduled: float, replica: int) -> Outcome:
         loop = asyncio.get_running_loop()
         payload = self._encode(index, spec, warmup, replica)
         idle = self.pools[replica]
@@ -351,11 +272,9 @@ class Client:
                 try:
                     conn = await self._connect(limit - now(), replica)
                 except TimeoutError:
-                    self._failed(index, warmup, scheduled, sent, why_late, replica)
-                    return
+                    return self._failed(index, warmup, scheduled, sent, why_late, replica)
                 except OSError as e:
-                    self._failed(index, warmup, scheduled, sent, f"connect failed: {e}", replica)
-                    return
+                    return self._failed(index, warmup, scheduled, sent, f"connect failed: {e}", replica)
             if attempt:
                 sent = now()
             fut = loop.create_future()
@@ -382,14 +301,17 @@ class Client:
             conn.transport.close()
         if err is None:
             err = scan.failure()
-        self.outcomes.append(Outcome(
+        out = Outcome(
             index, warmup, scheduled, sent, conn.first, conn.end, conn.runs.tobytes(), scan.prompt_tokens,
             scan.output_tokens, scan.chunks, err is None, err, scan.status, replica,
-        ))
+        )
+        self.outcomes.append(out)
+        return out
 
-    def _failed(self, index: int, warmup: bool, scheduled: float, sent: float, err: str, replica: int = 0) -> None:
-        self.outcomes.append(Outcome(index, warmup, scheduled, sent, None, now(), b"", 0, 0, 0, False, err, None,
-                                     replica))
+    def _failed(self, index: int, warmup: bool, scheduled: float, sent: float, err: str, replica: int = 0) -> Outcome:
+        out = Outcome(index, warmup, scheduled, sent, None, now(), b"", 0, 0, 0, False, err, None, replica)
+        self.outcomes.append(out)
+        return out
 
     def arm(self, deadline: float) -> None:
         self.deadline = deadline

@@ -20,12 +20,14 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
 
-from runner.load.client import Balancer, Client, Endpoint, Outcome, now
+from runner.load.balance import Balancer
+from runner.load.client import Client, Endpoint, Outcome, now
+from runner.load.turns import closed_conversations, conversation
 from runner.load.workload import Arrival, RequestSpec
 
 __all__ = ["WorkerPlan", "Warmup", "run_inprocess", "run_processes"]
@@ -56,6 +58,9 @@ class WorkerPlan:
     cpus: tuple[int, ...] | None = None
     replicas: tuple[Endpoint, ...] = ()  # several servers behind the balancer (`target` is the first)
     balance: str = "least_outstanding"
+    # Multi-turn: each conversation's (first, end) index range; slots take, and arrivals start, these
+    # (the counter and `open_loop` index them). None: every request single, sent as it is taken.
+    conversations: tuple[tuple[int, int], ...] | None = None
 
     @property
     def targets(self) -> tuple[Endpoint, ...]:
@@ -162,6 +167,10 @@ class _Worker:
         self.stall_s = stall + period_s
 
     async def _closed(self) -> None:
+        if self.plan.conversations is not None:
+            slots = max(1, self.plan.worker_concurrency or 1)
+            await closed_conversations(self.client, self.plan.specs, self.plan.conversations, self.take, slots)
+            return
         specs = self.plan.specs
         take = self.take
         client = self.client
@@ -178,13 +187,19 @@ class _Worker:
     async def _open(self, t0: float, arrivals: tuple[Arrival, ...]) -> None:
         specs = self.plan.specs
         sem = asyncio.Semaphore(self.plan.worker_concurrency) if self.plan.worker_concurrency else None
-        tasks: set[asyncio.Task[None]] = set()
+        tasks: set[asyncio.Task[Any]] = set()
         loop = asyncio.get_running_loop()
         client = self.client
+        units = self.plan.conversations
+
+        def begin(i: int, due: float) -> Coroutine[Any, Any, Any]:
+            if units is None:
+                return client.request(i, specs[i], False, due)
+            return conversation(client, specs, units[i][0], units[i][1], due)
 
         async def capped(i: int, due: float) -> None:
             try:
-                await client.request(i, specs[i], False, due)
+                await begin(i, due)
             finally:
                 sem.release()  # type: ignore[union-attr]
 
@@ -205,7 +220,7 @@ class _Worker:
                     break
                 task = loop.create_task(capped(i, due))
             else:
-                task = loop.create_task(client.request(i, specs[i], False, due))
+                task = loop.create_task(begin(i, due))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
         if tasks:

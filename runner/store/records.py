@@ -57,6 +57,7 @@ class RequestRecord:
     `token_times_s` holds the arrival time of each content-bearing SSE chunk (a chunk can carry
     several tokens); chunks that arrived in the same socket read share one timestamp, which is the
     earliest moment the client could know of them. Token counts come from the final `usage` event.
+    `conversation` and `turn`: the request's place in a multi-turn conversation (-1 and 0: a single request).
     """
 
     index: int
@@ -72,6 +73,8 @@ class RequestRecord:
     ok: bool
     error: str | None
     status: int | None
+    conversation: int = -1
+    turn: int = 0
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,7 @@ class PointSummary:
     # The steady phase (closed loop: from the C-th send to the last send, every slot busy): the
     # requests that ran wholly inside it. Rates, TPOT, ITL and the Little's Law terms are its own.
     steady_requests: int | None = None
-    little_lambda_w: float | None = None  # lambda * W from the records, compared with the configured load
+    little_lambda_w: float | None = None  # lambda * W from the records (closed multi-turn: + think time), vs the load
     server_in_flight: float | None = None  # the server's e2e histogram sum over the window / window length
     client_in_flight: float | None = None  # the client's in-flight average over the same whole window
     # Open loop: latencies from the scheduled time (send-based ones are ttft_*/e2e_*) and the client's lag.

@@ -41,7 +41,7 @@ POINT = PointRecord("run-1", "toy/a/w/c4/r1", server_id="toy/a", arm="a", worklo
                                          itl_p99_s=0.01, prefix_queries=10.0, prefix_hits=0.0),
                     valid=True, flagged=False, phases_json="{}", server_warnings=("WARNING z",), reset_attempts=2)
 REQUESTS = [RequestRecord(0, True, 0.0, 0.0, 0.1, 1.0, (0.1, 0.5), 16, 8, 2, True, None, 200),
-            RequestRecord(1, False, 1.0, 1.1, None, 2.0, (), 16, 0, 0, False, "boom", None)]
+            RequestRecord(1, False, 1.0, 1.1, None, 2.0, (), 16, 0, 0, False, "boom", None, conversation=3, turn=1)]
 CHECKS = [CheckResult(POINT.point_id, "errors", True, "fail", 0.0, 0.0, "ok"),
           CheckResult(POINT.point_id, "warmup_sufficient", False, "warn", None, 0.1, "n/a")]
 TELEMETRY = [TelemetrySample(POINT.point_id, "nvml", 0.5, power_w=300.0, energy_j=10.0),
@@ -222,19 +222,35 @@ def test_a_version_5_file_reads_as_it_is_and_gains_provenance_when_written(tmp_p
         assert s.points("run-1") == [POINT] and s.servers("run-1")[0].machine_id is None
     assert "set_aside" not in columns_of_points(db)
     with Store(db) as s:
-        assert s._version() == str(SCHEMA_VERSION) == "6" and s.points("run-1") == [POINT]
+        assert s._version() == str(SCHEMA_VERSION) == "7" and s.points("run-1") == [POINT]
         s.record_server(replace(SERVER, machine_id="m1", gpu_serial="s1"))
         assert s.servers("run-1")[0].machine_id == "m1"
     assert "set_aside" in columns_of_points(db)
 
 
-def test_an_unknown_newer_version_is_refused(tmp_path: Path) -> None:
-    db = filled(tmp_path / "v7.duckdb")
+def test_a_version_6_file_reads_its_requests_as_single_and_gains_turns_when_written(tmp_path: Path) -> None:
+    db = filled(tmp_path / "v6.duckdb")
     con = duckdb.connect(str(db))
-    con.execute("UPDATE meta SET value = '7' WHERE key = 'schema_version'")
+    for column in ("conversation", "turn"):
+        con.execute(f"ALTER TABLE requests DROP COLUMN {column}")
+    con.execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
+    con.close()
+    single = [REQUESTS[0], replace(REQUESTS[1], conversation=-1, turn=0)]
+    with Store(db, read_only=True) as s:  # read as it is: a request without a turn is a single request
+        assert s.request_records("run-1", POINT.point_id) == single
+    with Store(db) as s:
+        assert s._version() == "7" and s.request_records("run-1", POINT.point_id) == single
+        s.commit_point(POINT, REQUESTS, CHECKS, TELEMETRY)
+        assert s.request_records("run-1", POINT.point_id) == REQUESTS
+
+
+def test_an_unknown_newer_version_is_refused(tmp_path: Path) -> None:
+    db = filled(tmp_path / "v8.duckdb")
+    con = duckdb.connect(str(db))
+    con.execute("UPDATE meta SET value = '8' WHERE key = 'schema_version'")
     con.close()
     for read_only in (True, False):
-        with pytest.raises(StoreError, match="schema version 7"):
+        with pytest.raises(StoreError, match="schema version 8"):
             Store(db, read_only=read_only)
 
 
@@ -254,7 +270,7 @@ def test_a_version_5_file_reads_without_timing_and_gains_the_tables_when_written
         assert s.points("run-1") == [POINT] and s.timing("run-1") == ([], [])
         assert "phases" not in s.counts("run-1") and s.counts("run-1")["points"] == 1
     with Store(db) as s:
-        assert s._version() == "6" and s.timing("run-1") == ([], [])
+        assert s._version() == str(SCHEMA_VERSION) and s.timing("run-1") == ([], [])
         s.put_timing("run-1", [SEGMENT, *PHASES])
     with Store(db, read_only=True) as s:
         assert s.timing("run-1") == ([SEGMENT], PHASES)
