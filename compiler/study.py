@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from compiler.slo import Search, Slo
+
 SLUG = r"^[a-z0-9][a-z0-9_-]*$"
 RESERVED_ARM_KEYS = ("description", "env", "cache", "replicas", "balance", "launches", "model")
 # Launches per arm and repeats per launch. On an H200 two launches of one configuration differed by
@@ -148,6 +150,11 @@ class Load(Strict):
     rate: list[PositiveFloat] | None = Field(
         default=None, description="Open-loop ladder: request arrival rates in requests/s."
     )
+    search: Search | None = Field(
+        default=None,
+        description="Capacity search instead of a ladder: per launch and workload, the highest load whose "
+        "SLO attainment holds [slo].attainment (needs [slo]; runs once per launch, load.repeats aside).",
+    )
     arrival: Literal["poisson", "gamma"] = Field(default="poisson", description="Open-loop arrival process.")
     burstiness: float = Field(default=1.0, gt=0, description="Gamma shape (1.0 = Poisson).")
     requests: PositiveInt | list[PositiveInt] = Field(
@@ -189,8 +196,12 @@ class Load(Strict):
 
     @model_validator(mode="after")
     def _one_ladder(self) -> Load:
-        if (self.concurrency is None) == (self.rate is None):
-            raise ValueError("give exactly one of `concurrency` (closed loop) or `rate` (open loop)")
+        given = [k for k in ("concurrency", "rate", "search") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of `concurrency` (closed loop), `rate` (open loop) or `search` "
+                             "(capacity search)" + (f", not {' and '.join(given)}" if given else ""))
+        if self.search is not None and isinstance(self.requests, list):
+            raise ValueError("a capacity search takes one number of `requests` per probe, not a list")
         rungs = len(self.ladder)
         if isinstance(self.requests, list) and len(self.requests) != rungs:
             raise ValueError(f"`requests` has {len(self.requests)} entries for {rungs} ladder levels")
@@ -323,6 +334,9 @@ class Study(Strict):
     checks: Checks = Field(default_factory=Checks, description="Validity thresholds.")
     design: Design = Field(default_factory=Design, description="Block order seed, sequential budget, GPUs.")
     hypothesis: list[Hypothesis] = Field(default_factory=list, description="Predictions to score.")
+    slo: Slo | None = Field(
+        default=None, description="Per-request objectives: goodput counts the requests that meet them all."
+    )
 
     @field_validator("arms", "workloads")
     @classmethod
