@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from compiler.plan import PointStep, SearchStep
 
@@ -116,3 +116,14 @@ def replay(search: SearchStep, levels: dict[float, bool | None]) -> tuple[list[P
             break
         done.append(Probe(level, levels[level]))
     return done, found(search.lo, search.hi, search.probes, integer, done)
+
+
+def probe_of(searches: Sequence[SearchStep], point: Any) -> PointStep | None:
+    """The probe step a stored point (a `PointRecord`: its id, concurrency and rate) was measured as; None
+    when it is no search's probe."""
+    for search in searches:
+        if point.point_id.startswith(search.id + "/"):
+            level = point.concurrency if search.over == "concurrency" else point.rate_rps
+            if level is not None:
+                return probe_point(search, float(level))
+    return None

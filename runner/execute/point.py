@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from compiler.plan import PointStep
+from compiler.slo import Slo
 from compiler.study import Checks
 from runner.checks import cache
 from runner.checks.judge import Judgement, judge, observe
@@ -52,6 +53,7 @@ class PointContext:
     gpu_index: int
     clock_origin_s: float  # time.monotonic() at run start: telemetry times are stored relative to it
     client_cpus: tuple[int, ...] | None = None  # pin the load generator's workers here
+    slo: Slo | None = None  # the study's [slo]: goodput and SLO attainment are read by it
 
 
 @dataclass
@@ -178,7 +180,8 @@ def run_point(point: PointStep, endpoint: Endpoint, ctx: PointContext) -> PointO
     out.counters_before_json, out.counters_after_json = prometheus.edge_json(before), prometheus.edge_json(after)
     server = observe(out.reset.ok if out.reset else None, before, after, out.telemetry)
     out.judgement = judge(point, warm + records, server, thresholds=ctx.thresholds,
-                          client_ceiling_chunks_per_s=ctx.client_ceiling_chunks_per_s, client_stall_s=result.stall_s)
+                          client_ceiling_chunks_per_s=ctx.client_ceiling_chunks_per_s, client_stall_s=result.stall_s,
+                          slo=ctx.slo)
     if endpoint.replicas:
         rows = replicas.replica_rows(endpoint.server_ids, befores, afters, records,
                                      result.replicas[-len(records):] if records else ())

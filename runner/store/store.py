@@ -52,8 +52,8 @@ from runner.store.tables import (
 )
 from studyc.errors import StoreError
 
-SCHEMA_VERSION = 6
-READS_AS_CURRENT = ("4", "5")  # read-only, these versions are read as they are: only columns the reads ignore differ
+SCHEMA_VERSION = 7
+READS_AS_CURRENT = ("4", "5", "6")  # read-only, these versions are read as they are: only columns the reads ignore differ
 DROPPED = (("points", "level"),)  # (table, column) a migration removes
 
 R = TypeVar("R")
@@ -133,7 +133,7 @@ class Store(Merging):
     # -- migration ------------------------------------------------------------------------------
 
     def _migrate(self, found: str) -> None:
-        if found not in ("1", "2", "3", "4", "5"):
+        if found not in ("1", "2", "3", "4", "5", "6"):
             raise StoreError(f"{self.path}: schema version {found}, this studyc reads {SCHEMA_VERSION}")
         with self.transaction():
             self.con.execute(schema_sql())  # the tables added since (CREATE ... IF NOT EXISTS)
