@@ -38,13 +38,13 @@ class Found:
 
     @property
     def detail(self) -> str:
-        return {
-            "running": "still searching",
-            "resolved": f"holds at {self.held:g}, fails at {self.failed:g}",
-            "above": f"holds at the top of the range ({self.held:g}): raise hi",
-            "below": f"fails at the bottom of the range ({self.failed:g}): lower lo",
-            "unresolved": "stopped by an invalid probe",
-        }[self.status]
+        if self.status == "resolved":
+            return f"holds at {self.held:g}, fails at {self.failed:g}"
+        if self.status == "above":
+            return f"holds at the top of the range ({self.held:g}): raise hi"
+        if self.status == "below":
+            return f"fails at the bottom of the range ({self.failed:g}): lower lo"
+        return "stopped by an invalid probe" if self.status == "unresolved" else "still searching"
 
 
 def holds(attainment: float | None, target: float) -> bool | None:
