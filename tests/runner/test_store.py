@@ -222,20 +222,36 @@ def test_a_version_5_file_reads_as_it_is_and_gains_provenance_when_written(tmp_p
         assert s.points("run-1") == [POINT] and s.servers("run-1")[0].machine_id is None
     assert "set_aside" not in columns_of_points(db)
     with Store(db) as s:
-        assert s._version() == str(SCHEMA_VERSION) == "6" and s.points("run-1") == [POINT]
+        assert s._version() == str(SCHEMA_VERSION) == "7" and s.points("run-1") == [POINT]
         s.record_server(replace(SERVER, machine_id="m1", gpu_serial="s1"))
         assert s.servers("run-1")[0].machine_id == "m1"
     assert "set_aside" in columns_of_points(db)
 
 
 def test_an_unknown_newer_version_is_refused(tmp_path: Path) -> None:
-    db = filled(tmp_path / "v7.duckdb")
+    db = filled(tmp_path / "v8.duckdb")
     con = duckdb.connect(str(db))
-    con.execute("UPDATE meta SET value = '7' WHERE key = 'schema_version'")
+    con.execute("UPDATE meta SET value = '8' WHERE key = 'schema_version'")
     con.close()
     for read_only in (True, False):
-        with pytest.raises(StoreError, match="schema version 7"):
+        with pytest.raises(StoreError, match="schema version 8"):
             Store(db, read_only=read_only)
+
+
+def test_a_version_6_file_reads_without_slo_attainment_and_gains_it_when_written(tmp_path: Path) -> None:
+    db = filled(tmp_path / "v6.duckdb")
+    con = duckdb.connect(str(db))
+    con.execute("ALTER TABLE points DROP COLUMN slo_attainment")
+    con.execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
+    con.close()
+    with Store(db, read_only=True) as s:  # read as it is: the column it lacks reads None
+        assert s.points("run-1") == [POINT] and s.points("run-1")[0].summary.slo_attainment is None
+    assert "slo_attainment" not in columns_of_points(db)
+    with Store(db) as s:
+        assert s._version() == "7" and s.points("run-1") == [POINT]
+        s.commit_point(replace(POINT, point_id="p2", summary=replace(POINT.summary, slo_attainment=0.75)), [], [], [])
+        assert {p.point_id: p.summary.slo_attainment for p in s.points("run-1")}["p2"] == 0.75
+    assert "slo_attainment" in columns_of_points(db)
 
 
 
@@ -254,7 +270,7 @@ def test_a_version_5_file_reads_without_timing_and_gains_the_tables_when_written
         assert s.points("run-1") == [POINT] and s.timing("run-1") == ([], [])
         assert "phases" not in s.counts("run-1") and s.counts("run-1")["points"] == 1
     with Store(db) as s:
-        assert s._version() == "6" and s.timing("run-1") == ([], [])
+        assert s._version() == "7" and s.timing("run-1") == ([], [])
         s.put_timing("run-1", [SEGMENT, *PHASES])
     with Store(db, read_only=True) as s:
         assert s.timing("run-1") == ([SEGMENT], PHASES)
