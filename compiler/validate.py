@@ -44,6 +44,10 @@ def study_warnings(study: Study) -> list[Finding]:
         for name, arm in study.arms.items() if arm.replicas == 1 and "balance" in arm.model_fields_set
     ]
     load = study.load
+    search = load.search
+    if search is not None and search.over == "concurrency" and not load.burst and load.requests_at(0) <= search.hi:
+        found.append(("load.requests", f"{load.requests_at(0)} requests at the search's top concurrency "
+                      f"{search.hi:g} is one wave, not a steady state: give more requests than the concurrency"))
     if load.concurrency is None or load.burst:
         return found
     for index, concurrency in enumerate(load.concurrency):

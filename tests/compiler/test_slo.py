@@ -171,3 +171,22 @@ def test_plan_shows_the_search_and_its_estimate(tmp_path: Path) -> None:
     assert "2 capacity search(es) of up to 8 probe point(s)" in result.output
     assert "capacity/large/w/search" in result.output and "up to 4 probes (hi, lo, then bisection)" in result.output
     assert "capacity ratio of 1 capacity search(es) over 1 capacity search(es)" in result.output
+
+
+def test_a_search_whose_top_is_one_wave_warns(tmp_path: Path) -> None:
+    loaded, problems = check_file(_variant(tmp_path, ("requests = 16", "requests = 8")))
+    assert problems == [] and loaded is not None
+    assert [(w.path, w.line) for w in loaded.warnings] == [("load.requests", 36)]
+    assert "8 requests at the search's top concurrency 8 is one wave" in loaded.warnings[0].message
+    loaded, _ = check_file(_variant(tmp_path, ("requests = 16", "requests = 9")))
+    assert loaded is not None and loaded.warnings == ()
+
+
+def test_the_bench_equivalent_carries_the_slo_as_goodput(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["plan", str(_variant(tmp_path, ("ttft_ms = 400", "ttft_ms = 400\ntpot_ms = 25\n"
+                                                                       "itl_ms = 9"))), "--bench"])
+    assert result.exit_code == 0, result.output
+    assert "--max-concurrency 8 --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,95,99 " \
+           "--goodput ttft:400 tpot:25\n" in result.output
+    plain = CliRunner().invoke(main, ["plan", str(ROOT / "studies/quickstart.toml"), "--bench"])
+    assert plain.exit_code == 0 and "--goodput" not in plain.output

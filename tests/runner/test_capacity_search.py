@@ -17,11 +17,12 @@ from report.capacity import probe_rows, wilson
 from report.results import read_run
 from report.score_model import Why
 from report.scoring import score_study
+from runner.checks.recheck import recheck
 from runner.checks.stats import meets_slo
 from runner.store.store import Store
 from tests.conftest import REPO, vllm_missing
 
-pytestmark = [pytest.mark.vllm, pytest.mark.skipif(vllm_missing() is not None, reason=str(vllm_missing()))]
+NEEDS_VLLM = [pytest.mark.vllm, pytest.mark.skipif(vllm_missing() is not None, reason=str(vllm_missing()))]
 
 STUDY = """
 [study]
@@ -70,6 +71,8 @@ predict = {{ value = 2, relation = ">=" }}
 """
 
 
+@NEEDS_VLLM[0]
+@NEEDS_VLLM[1]
 def test_a_capacity_search_brackets_the_capacity_on_the_real_server(tmp_path: Path) -> None:
     study = tmp_path / "capacity.toml"
     study.write_text(STUDY.format(model=REPO / "models/tiny-qwen3"))
@@ -106,3 +109,30 @@ def test_a_capacity_search_brackets_the_capacity_on_the_real_server(tmp_path: Pa
     score = score_study(load_study(study), read_run(db, run.run_id))[0]
     assert score.measured == found.capacity and score.n == 1 and score.point_ids == (search.id,)
     assert score.verdict == "inconclusive" and Why.ONE_LAUNCH in {r.why for r in score.reasons}, score.reasons
+    # Judged again from the stored requests, the probes keep their checks and their attainment.
+    assert recheck(db).changed == 0
+    with Store(db, read_only=True) as store:
+        again = {p.point_id: p.summary.slo_attainment for p in store.points(run.run_id)}
+    assert again == {p.point_id: p.summary.slo_attainment for p in points}
+
+
+def test_a_launch_with_only_searches_left_is_run_and_one_with_nothing_is_not(tmp_path: Path) -> None:
+    from compiler.plan_compile import compile_study
+    from runner.execute.driver import Driver, Progress, RunOptions, RunReport
+    from runner.execute.launch import LaunchSpec
+
+    study = tmp_path / "capacity.toml"
+    study.write_text(STUDY.format(model=REPO / "models/tiny-qwen3"))
+    plan = compile_study(load_study(study))
+    launch = plan.launches[0]
+    options = RunOptions(db=tmp_path / "r.duckdb", engine_command=[], python_argv=[], runs_dir=tmp_path)
+    with Store(tmp_path / "r.duckdb") as store:
+        driver = Driver(store, "run-1", plan, RunReport("run-1"), Progress(), {}, options)
+
+        def spec(searches: tuple) -> LaunchSpec:  # type: ignore[type-arg]
+            return LaunchSpec(launch=launch, points=(), run_id="run-1", placement=None,  # type: ignore[arg-type]
+                              ctx=None, engine_command=(), log_dir=tmp_path, key_dir=tmp_path,  # type: ignore[arg-type]
+                              startup_timeout_s=1.0, searches=searches)
+
+        assert launch.points == () and driver.wanted(spec(launch.searches))
+        assert not driver.wanted(spec(()))
