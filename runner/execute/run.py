@@ -124,7 +124,8 @@ def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) 
             specs.append(replace(_spec(launch, points, placed, ctx, run_id, options, gpu_host,
                                        fresh_server_ids(launch, taken)), searches=searches))
         report.points_skipped = len(plan.points) - sum(len(sp.points) for sp in specs)
-        progress.start(len(plan.points), report.points_skipped)
+        # A capacity search counts its most probes: the bar may finish short of its total.
+        progress.start(len(plan.points) + sum(q.probes for sp in specs for q in sp.searches), report.points_skipped)
         driver = Driver(store, run_id, plan, report, progress, predictions, options, origin=origin)
         driver.timeline = timeline
         status = "interrupted"

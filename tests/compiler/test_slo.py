@@ -190,3 +190,14 @@ def test_the_bench_equivalent_carries_the_slo_as_goodput(tmp_path: Path) -> None
            "--goodput ttft:400 tpot:25\n" in result.output
     plain = CliRunner().invoke(main, ["plan", str(ROOT / "studies/quickstart.toml"), "--bench"])
     assert plain.exit_code == 0 and "--goodput" not in plain.output
+
+
+def test_progress_counts_the_searches_most_probes_and_their_estimate(tmp_path: Path) -> None:
+    from studyc.progress import most_points, remaining_s
+
+    plan = compile_study(load_study(_variant(tmp_path)))
+    assert most_points(plan) == 2 * 4
+    assert remaining_s(plan, set(), set(), 1.0) == pytest.approx(plan.estimated_s, abs=0.2)
+    first = plan.launches[0]
+    assert remaining_s(plan, set(), {first.id}, 1.0) == pytest.approx(
+        plan.estimated_s - first.estimated_start_s - first.searches[0].estimated_s, abs=0.2)

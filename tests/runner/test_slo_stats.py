@@ -60,24 +60,33 @@ def test_a_failed_request_meets_nothing_and_no_slo_means_completed() -> None:
 
 
 def open_loop() -> list[RequestRecord]:
-    """Four measured requests over [0, 4] s: TTFTs 0.1, 0.2, 0.3 s and one failed; a warmup one outside."""
+    """Five measured requests over [0, 6] s: TTFTs 0.1, 0.2, 0.3, 0.1 s and one failed; a warmup one outside."""
     return [req(-5.0, -4.9, -4.0, warmup=True), req(0.0, 0.1, 1.0), req(1.0, 1.2, 2.0), req(2.0, 2.3, 4.0),
-            req(3.0, None, 3.5, ok=False)]
+            req(3.0, None, 3.5, ok=False), req(4.0, 4.1, 6.0)]
 
 
 def test_goodput_and_attainment_over_the_window() -> None:
     s = summarize(open_loop(), None, slo=Slo(ttft_ms=200))
-    assert s.window_s == pytest.approx(4.0)
-    assert s.request_throughput == pytest.approx(3 / 4)
-    assert s.goodput == pytest.approx(2 / 4)
-    assert s.slo_attainment == pytest.approx(2 / 4)  # 2 of 4 measured (the failed one counts, the warmup not)
+    assert s.window_s == pytest.approx(6.0)
+    assert s.request_throughput == pytest.approx(4 / 6)
+    assert s.goodput == pytest.approx(3 / 6)
+    assert s.slo_attainment == pytest.approx(3 / 5)  # 3 of 5 measured (the failed one counts, the warmup not)
 
 
 def test_without_an_slo_goodput_is_every_completed_request() -> None:
     s = summarize(open_loop(), None)
-    assert s.goodput == s.request_throughput == pytest.approx(3 / 4) and s.slo_attainment is None
+    assert s.goodput == s.request_throughput == pytest.approx(4 / 6) and s.slo_attainment is None
 
 
 def test_attainment_of_all_and_none() -> None:
     assert summarize(open_loop()[:4], None, slo=Slo(ttft_ms=300)).slo_attainment == 1.0
     assert summarize(open_loop()[:4], None, slo=Slo(ttft_ms=50)).slo_attainment == 0.0
+
+
+def test_closed_loop_goodput_is_over_the_steady_phase() -> None:
+    # two slots, three waves of 1 s: the steady phase runs from the 2nd send (t=0) to the last (t=2)
+    rows = [req(t, t + 0.1 + 0.3 * (t == 1.0), t + 1.0) for t in (0.0, 1.0, 2.0) for _ in range(2)]
+    s = summarize(rows, 2, slo=Slo(ttft_ms=200))
+    assert s.window_s == pytest.approx(2.0) and s.request_throughput == pytest.approx(4 / 2)  # ends at 1 and 2
+    assert s.goodput == pytest.approx(2 / 2)  # the two ending at 2 s missed their TTFT
+    assert s.slo_attainment == pytest.approx(4 / 6)
