@@ -62,8 +62,9 @@ class BenchPoint(Protocol):
 
 
 def bench_argv(point: BenchPoint, *, base_url: str, model: str, tokenizer: str | None = None,
-               served_name: str | None = None, vllm: str = "vllm") -> list[str]:
-    """`vllm bench serve` arguments offering the point's load: same lengths, sampling and count."""
+               served_name: str | None = None, vllm: str = "vllm", goodput: str = "") -> list[str]:
+    """`vllm bench serve` arguments offering the point's load: same lengths, sampling and count; `goodput`:
+    the study's [slo] as the bench's `--goodput` pairs (`compiler.slo.Slo.bench_goodput`)."""
     argv = [*shlex.split(vllm), "bench", "serve", "--backend", "vllm", "--endpoint", "/v1/completions",
             "--base-url", base_url, "--model", model, "--tokenizer", tokenizer or model]
     if served_name:
@@ -87,6 +88,8 @@ def bench_argv(point: BenchPoint, *, base_url: str, model: str, tokenizer: str |
         if point.concurrency is not None:
             argv += ["--max-concurrency", str(point.concurrency)]
     argv += ["--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,95,99"]
+    if goodput:
+        argv += ["--goodput", *goodput.split()]
     return argv
 
 
@@ -125,10 +128,10 @@ def _ratio(length: object) -> float | None:
 
 
 def bench_command(point: BenchPoint, *, base_url: str, model: str, tokenizer: str | None = None,
-                  served_name: str | None = None, vllm: str = "vllm") -> str:
+                  served_name: str | None = None, vllm: str = "vllm", goodput: str = "") -> str:
     """The same as one shell line."""
     return shlex.join(bench_argv(point, base_url=base_url, model=model, tokenizer=tokenizer,
-                                 served_name=served_name, vllm=vllm))
+                                 served_name=served_name, vllm=vllm, goodput=goodput))
 
 
 DIFFERENCES = (

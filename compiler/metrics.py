@@ -1,6 +1,7 @@
 """The catalogue of metrics a hypothesis may name: what each means, its unit, and its level.
 
-Point metrics are stored per point and repeat by the runner; server metrics once per server.
+Point metrics are stored per point and repeat by the runner; server metrics once per server; a search metric
+once per launch, recomputed from its capacity search's probe points (compiler.capacity).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Literal
 class Metric:
     name: str
     unit: str
-    level: Literal["point", "server"]
+    level: Literal["point", "server", "search"]
     description: str
     higher_is_better: bool = True
 
@@ -38,7 +39,11 @@ METRICS: dict[str, Metric] = {
         Metric("total_throughput", "tok/s", "point", "Prompt + output tokens per second"),
         Metric("request_throughput", "req/s", "point", "Completed requests per second"),
         Metric("chunk_throughput", "chunks/s", "point", "Streamed SSE chunks per second seen by the client"),
-        Metric("goodput", "req/s", "point", "Requests per second that completed without error"),
+        Metric("goodput", "req/s", "point",
+               "Requests per second over the window that met every objective of [slo] (without one: every "
+               "completed request)"),
+        Metric("slo_attainment", "ratio", "point",
+               "Share of the measured requests that met every objective of [slo] (a failed one met none)"),
         *_latency("ttft", "Time to first token"),
         *_latency("itl", "Inter-token (inter-chunk) latency"),
         *_latency("tpot", "Time per output token after the first"),
@@ -52,5 +57,7 @@ METRICS: dict[str, Metric] = {
         Metric("sm_clock_mean_mhz", "MHz", "point", "Mean SM clock during the point"),
         Metric("kv_capacity_tokens", "tokens", "server", "KV-cache capacity the server reports"),
         Metric("startup_s", "s", "server", "Server start to /health", False),
+        Metric("capacity", "load", "search",
+               "Highest concurrency (or rate) of a capacity search whose slo_attainment held [slo].attainment"),
     ]
 }

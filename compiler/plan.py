@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from compiler.engine_options import PARALLEL_OPTIONS
+from compiler.slo import Slo
 from compiler.study import Budget, Checks, Prediction, Rung
 from compiler.workload import Shape
 
@@ -88,6 +89,23 @@ class PointStep(Frozen):
     def rung(self) -> Rung:
         """The point's rung of the load ladder: its `concurrency` (closed loop) or its `rate_rps`."""
         return Rung(self.concurrency, self.rate_rps)
+
+
+class SearchStep(Frozen):
+    """A capacity search on one launch and workload. Its probes cannot be listed in advance (each depends on
+    the last one's attainment, `compiler.capacity`); each is its template point at the probed load, with the
+    id <search id>/c<level>/r1 (or rate<level>) and all of a point's checks."""
+
+    id: str = Field(description="study/arm[/L<launch>]/workload/search.")
+    arm: str
+    workload: str
+    over: Literal["concurrency", "rate"]
+    lo: float
+    hi: float
+    probes: int = Field(description="Most probes: hi, lo, then bisection.")
+    attainment: float = Field(description="A probe holds when its slo_attainment is at least this.")
+    template: PointStep = Field(description="The probe point at `hi`; every probe is a copy at its own load.")
+    estimated_s: float = Field(description="probes x the template point's estimate (hi is the slowest level).")
 
 
 class Engine(Frozen):
@@ -170,6 +188,7 @@ class Launch(Frozen):
     estimated_start_s: float
     fingerprint: str = Field(description="Of the argv and env: equal for every launch of an arm.")
     points: tuple[PointStep, ...]
+    searches: tuple[SearchStep, ...] = Field(default=(), description="Capacity searches, run after the points.")
 
     @model_validator(mode="before")
     @classmethod
@@ -210,7 +229,8 @@ class HypothesisSide(Frozen):
     workload: str | None
     concurrency: int | None
     rate_rps: float | None
-    points: tuple[str, ...] = Field(description="Point ids, every launch and repeat; empty for a server metric.")
+    points: tuple[str, ...] = Field(description="Point ids, every launch and repeat; empty for a server metric; "
+                                    "the search ids for a search metric.")
     launches: tuple[str, ...] = Field(default=(), description="Launch ids the points run on (or the metric "
                                       "is read from).")
     servers: tuple[str, ...] = Field(description="Server ids of those launches (one per replica).")
@@ -226,7 +246,7 @@ class HypothesisStep(Frozen):
     claim: str
     metric: str
     unit: str
-    level: Literal["point", "server"]
+    level: Literal["point", "server", "search"]
     source: str
     prediction: Prediction
     points: tuple[str, ...] = Field(description="Every point id the measurement rests on (both sides).")
@@ -266,6 +286,7 @@ class Plan(Frozen):
     estimated_max_s: float = Field(description="Every block the budget allows, one launch at a time.")
     estimate_basis: str
     hypotheses: tuple[HypothesisStep, ...] = ()
+    slo: Slo | None = Field(default=None, description="The study's [slo]: goodput and slo_attainment are read by it.")
 
     @model_validator(mode="before")
     @classmethod
@@ -285,7 +306,11 @@ class Plan(Frozen):
         return sum(s.replicas for s in self.launches if s.required)
 
     def to_json(self) -> str:
-        return self.model_dump_json(indent=2)
+        # Fields a plan without an SLO or a search leaves at their defaults are left out: its bytes, as before them.
+        drop: dict[str, Any] = {} if self.slo is not None else {"slo": True}
+        if not any(s.searches for s in self.launches):
+            drop["launches"] = {"__all__": {"searches"}}
+        return self.model_dump_json(indent=2, exclude=drop or None)
 
     @classmethod
     def from_stored(cls, text: str | None) -> Plan | None:

@@ -12,10 +12,10 @@ from typing import Any, Literal
 
 from compiler.engine_options import parallel_gpus
 from compiler.load import LoadedStudy
-from compiler.plan import Block, BlockDesign, Engine, Launch, Plan, PointStep, mark_cold
+from compiler.plan import Block, BlockDesign, Engine, Launch, Plan, PointStep, SearchStep, mark_cold
 from compiler.plan_estimate import estimate_point_s
 from compiler.plan_resolve import plan_hypotheses
-from compiler.study import Study
+from compiler.study import Rung, Study
 from compiler.workload_check import conversation_requests, shape_of
 
 
@@ -98,8 +98,10 @@ def compile_study(loaded: LoadedStudy) -> Plan:
         estimate_basis=(
             f"{len(required)} launch(es) one at a time, each starting its servers in {start_s:.0f} s; decode at "
             f"75% of the {hardware.name} spec-sheet bandwidth roofline, with a per-step floor; prefill ignored"
+            + ("; a capacity search as its probes x its point at hi" if study.load.search else "")
         ),
         hypotheses=tuple(plan_hypotheses(study, launches)),
+        slo=study.slo,
     )
 
 
@@ -164,7 +166,7 @@ def _launch_key(launch: str, study_id: str) -> tuple[str, int]:
 
 
 def _launch_s(step: Launch) -> float:
-    return step.estimated_start_s + sum(p.estimated_s for p in step.points)
+    return step.estimated_start_s + sum(p.estimated_s for p in step.points) + sum(s.estimated_s for s in step.searches)
 
 
 def _launch_steps(
@@ -176,12 +178,16 @@ def _launch_steps(
     multi = lid.endswith(f"/L{index}")
     points = _points(study, arm_name, lid, index if multi else None, block.index, arm.cache or study.load.cache,
                      vocab_hi, built["shape"], hardware, built["kv_cache_dtype"], directory)
+    searches = _searches(study, arm_name, lid, index if multi else None, block.index,
+                         arm.cache or study.load.cache, vocab_hi, built["shape"], hardware, built["kv_cache_dtype"],
+                         directory)
     common = {k: v for k, v in built.items() if k != "shape"}
     common.update(arm=arm_name, launch=index, block=block.index, order=order, required=block.required)
     if study.load.server == "per-point":
         fresh = [p.model_copy(update={"exchangeable": True, "not_exchangeable_because": ""}) for p in points]
         return [Launch(id=p.id, server_ids=_server_ids(p.id, arm.replicas), points=(p,), **common) for p in fresh]
-    return [Launch(id=lid, server_ids=_server_ids(lid, arm.replicas), points=tuple(points), **common)]
+    return [Launch(id=lid, server_ids=_server_ids(lid, arm.replicas), points=tuple(points), searches=searches,
+                   **common)]
 
 
 def _server_ids(lid: str, replicas: int) -> tuple[str, ...]:
@@ -213,38 +219,65 @@ def _points(
     """The points of one launch, repeats interleaved. `launch` is None for an arm's only launch: its ids and
     fingerprints are those of schema v1, so stored runs still resume."""
     load = study.load
-    vocab_lo, vocab_hi = 16, max(32, int(vocab * 0.9))
     out: list[PointStep] = []
     shapes = {name: shape_of(study, name, arm, Path(directory)) for name in study.workloads}
     for repeat in range(1, load.repeats + 1):
-        for wname, work in study.workloads.items():
-            form, mean_in, mean_out = shapes[wname]
+        for wname in study.workloads:
             for index, rung in enumerate(load.ladder):
-                requests = load.requests_at(index)
-                if form is not None:  # multi-turn: whole conversations
-                    requests = conversation_requests(requests, form.turns)
-                params = {
-                    "arm": arm, "workload": wname, "concurrency": rung.concurrency,
-                    "rate_rps": rung.rate_rps, "repeat": repeat, "requests": requests,
-                    "warmup": load.warmup, "cache": cache, "input_len": round(mean_in),
-                    "output_len": round(mean_out), "prefix_len": work.prefix_len, "prompt_seed": work.seed,
-                    "vocab_lo": vocab_lo, "vocab_hi": vocab_hi, "arrival": load.arrival,
-                    "burstiness": load.burstiness, "request_timeout_s": load.request_timeout_s,
-                    "point_timeout_s": load.point_timeout_s,
-                }
-                estimate = estimate_point_s(params, shape, hardware, kv_dtype)
-                keyed: dict[str, Any] = params if launch is None else {**params, "launch": launch}
-                if form is not None:  # a classic point's fingerprint stays as before shapes existed
-                    keyed = {**keyed, "shape": form.fingerprint_payload()}
-                out.append(
-                    PointStep.model_validate({
-                        "id": f"{lid}/{wname}/{rung.id_label}/r{repeat}",
-                        "launch": launch or 1, "block": block,
-                        "burst": load.burst and rung.concurrency is not None,
-                        "estimated_s": estimate,
-                        "fingerprint": fingerprint(keyed),
-                        "shape": form,
-                        **params,
-                    })
-                )
+                out.append(_point(study, arm, wname, rung, load.requests_at(index), repeat, cache, vocab,
+                                  f"{lid}/{wname}/{rung.id_label}/r{repeat}", launch, block, shape, hardware, kv_dtype,
+                                  shapes[wname]))
     return list(mark_cold(out))
+
+
+def _searches(
+    study: Study, arm: str, lid: str, launch: int | None, block: int, cache: Literal["reset", "keep"], vocab: int,
+    shape: Any, hardware: Any, kv_dtype: str, directory: str,
+) -> tuple[SearchStep, ...]:
+    """One capacity search per workload on this launch; its template is the probe at `hi`."""
+    search, slo = study.load.search, study.slo
+    if search is None or slo is None:
+        return ()
+    out = []
+    for wname in study.workloads:
+        rung = Rung(concurrency=int(search.hi)) if search.over == "concurrency" else Rung(rate_rps=search.hi)
+        sid = f"{lid}/{wname}/search"
+        template = _point(study, arm, wname, rung, study.load.requests_at(0), 1, cache, vocab,
+                          f"{sid}/{rung.id_label}/r1", launch, block, shape, hardware, kv_dtype,
+                          shape_of(study, wname, arm, Path(directory)))
+        out.append(SearchStep(
+            id=sid, arm=arm, workload=wname, over=search.over, lo=search.lo, hi=search.hi, probes=search.probes,
+            attainment=slo.attainment, template=template,
+            estimated_s=round(search.probes * template.estimated_s, 1),
+        ))
+    return tuple(out)
+
+
+def _point(
+    study: Study, arm: str, wname: str, rung: Rung, requests: int, repeat: int, cache: Literal["reset", "keep"],
+    vocab: int, point_id: str, launch: int | None, block: int, shape: Any, hardware: Any, kv_dtype: str,
+    shaped: tuple[Any, float, float],
+) -> PointStep:
+    """One point; `shaped` is the workload's (shape or None, mean input, mean output) from `shape_of`."""
+    load, work = study.load, study.workloads[wname]
+    form, mean_in, mean_out = shaped
+    if form is not None:  # multi-turn: whole conversations
+        requests = conversation_requests(requests, form.turns)
+    params = {
+        "arm": arm, "workload": wname, "concurrency": rung.concurrency,
+        "rate_rps": rung.rate_rps, "repeat": repeat, "requests": requests,
+        "warmup": load.warmup, "cache": cache, "input_len": round(mean_in),
+        "output_len": round(mean_out), "prefix_len": work.prefix_len, "prompt_seed": work.seed,
+        "vocab_lo": 16, "vocab_hi": max(32, int(vocab * 0.9)), "arrival": load.arrival,
+        "burstiness": load.burstiness, "request_timeout_s": load.request_timeout_s,
+        "point_timeout_s": load.point_timeout_s,
+    }
+    estimate = estimate_point_s(params, shape, hardware, kv_dtype)
+    keyed: dict[str, Any] = params if launch is None else {**params, "launch": launch}
+    if form is not None:  # a classic point's fingerprint stays as before shapes existed
+        keyed = {**keyed, "shape": form.fingerprint_payload()}
+    return PointStep.model_validate({
+        "id": point_id, "launch": launch or 1, "block": block,
+        "burst": load.burst and rung.concurrency is not None,
+        "estimated_s": estimate, "fingerprint": fingerprint(keyed), "shape": form, **params,
+    })

@@ -34,9 +34,14 @@ def hypothesis_step(hyp: Hypothesis, numerator: HypothesisSide, denominator: Hyp
 
 def plan_hypotheses(study: Study, launches: Sequence[Launch]) -> list[HypothesisStep]:
     """Every hypothesis of a study resolved onto the compiled launches: each side's points (every launch
-    and repeat), the launches they run on (every launch of the arm for a server metric) and their servers."""
+    and repeat; a search metric: its searches, one per launch), the launches they run on (every launch of the
+    arm for a server metric) and their servers."""
     def side(target: Target, level: str) -> HypothesisSide:
         on = [s for s in launches if s.arm == target.arm]
+        if level == "search":
+            found = [(s, q.id) for s in on for q in s.searches if q.workload == target.workload]
+            return hypothesis_side(target, [i for _, i in found], [s.id for s, _ in found],
+                                   [i for s, _ in found for i in s.server_ids])
         points = [
             p.id for s in on for p in s.points
             if level == "point" and p.workload == target.workload

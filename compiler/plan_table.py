@@ -12,14 +12,16 @@ def summary(plan: Plan) -> list[str]:
     required = [s for s in plan.launches if s.required]
     blocks = [b for b in design.blocks if b.required]
     points = sum(len(s.points) for s in required)
+    searches = [q for s in required for q in s.searches]
     starts = sum(s.replicas for s in required)
     start_s = sum(s.estimated_start_s for s in required)
     gpus = sorted({s.gpus for s in plan.launches})
     per_launch = "/".join(str(g) for g in gpus)
     lines = [
         f"  {len(blocks)} block(s) of {len(design.launches)} arm(s), {len(required)} launch(es), "
-        f"{design.repeats} repeat(s) per launch, {points} point(s); block order seed {design.seed} "
-        f"(from {design.seed_from})",
+        f"{design.repeats} repeat(s) per launch, {points} point(s)"
+        + (f", {len(searches)} capacity search(es) of up to {sum(q.probes for q in searches)} probe point(s)"
+           if searches else "") + f"; block order seed {design.seed} (from {design.seed_from})",
         f"  {starts} server start(s) ~{fmt.duration(start_s)}, GPUs per launch {per_launch}"
         + (f" of {design.gpus} available" if design.gpus is not None else ""),
         f"  estimated {fmt.duration(plan.estimated_s)} one launch at a time on {plan.hardware}"
@@ -67,6 +69,11 @@ def _launch_lines(launch: Launch) -> list[str]:
         mark = "  not exchangeable: first send on a kept cache" if not p.exchangeable else ""
         lines.append(f"  {p.id:<44} {p.cache:<6} {p.requests:>8} {p.warmup:>6} {shape:>11} "
                      f"{fmt.duration(p.estimated_s):>8}{mark}")
+    for q in launch.searches:
+        t = q.template
+        lines.append(f"  {q.id:<44} {t.cache:<6} {t.requests:>8} {t.warmup:>6} {t.input_len}/{t.output_len:<5} "
+                     f"{fmt.duration(q.estimated_s):>8}  search {q.over} {q.lo:g}..{q.hi:g}, up to {q.probes} "
+                     f"probes (hi, lo, then bisection), holds at slo_attainment >= {q.attainment:g}")
     lines.append("")
     return lines
 
@@ -84,6 +91,8 @@ def _sides(hyp: HypothesisStep) -> str:
     def count(side: HypothesisSide) -> str:
         if hyp.level == "server":
             return f"{len(side.servers)} server(s)"
+        if hyp.level == "search":
+            return f"{len(side.points)} capacity search(es)"
         on = f" on {len(side.launches)} launches" if len(side.launches) > 1 else ""
         return f"{len(side.points)} point(s){on}"
 
@@ -105,6 +114,11 @@ def markdown_plan(plan: Plan) -> str:
         for p in launch.points:
             lines.append(f"| {launch.id} | {p.id} | {p.cache} | {p.requests} | {p.warmup} | "
                          f"{p.input_len}/{p.output_len} | {fmt.duration(p.estimated_s)} | {launch.block} | {launch.gpus} |")
+        for q in launch.searches:
+            t = q.template
+            lines.append(f"| {launch.id} | {q.id} (search {q.over} {q.lo:g}..{q.hi:g}, up to {q.probes} probes) | "
+                         f"{t.cache} | {t.requests} | {t.warmup} | {t.input_len}/{t.output_len} | "
+                         f"{fmt.duration(q.estimated_s)} | {launch.block} | {launch.gpus} |")
     if plan.hypotheses:
         lines += ["", "| hypothesis | metric | measured on | predicted |", "|---|---|---|---|"]
         lines += [f"| {h.id} | {h.metric} | {_sides(h)} | {predicted(h)} |" for h in plan.hypotheses]

@@ -39,12 +39,14 @@ def merge(base: Where, side: str | Where | None) -> Where:
 
 
 def candidates(study: Study, where: Where, metric: str) -> list[Target]:
-    """Every point (or server) the selector matches."""
+    """Every point (or server, or search) the selector matches."""
     load = study.load
     arms = [a for a in study.arms if where.arm in (None, a)]
     if METRICS[metric].level == "server":
         return [Target(a, None) for a in arms]
     workloads = [w for w in study.workloads if where.workload in (None, w)]
+    if METRICS[metric].level == "search":  # one capacity per launch and workload: no rung to pick
+        return [Target(a, w) for a in arms for w in workloads] if load.search is not None else []
     if load.concurrency is not None:
         rungs = [r for r in load.ladder if where.concurrency in (None, r.concurrency)]
     else:

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from compiler.slo import Search, Slo
 from compiler.workload import Workload
 
 SLUG = r"^[a-z0-9][a-z0-9_-]*$"
@@ -133,6 +134,11 @@ class Load(Strict):
     rate: list[PositiveFloat] | None = Field(
         default=None, description="Open-loop ladder: request arrival rates in requests/s."
     )
+    search: Search | None = Field(
+        default=None,
+        description="Capacity search instead of a ladder: per launch and workload, the highest load whose "
+        "SLO attainment holds [slo].attainment (needs [slo]; runs once per launch, load.repeats aside).",
+    )
     arrival: Literal["poisson", "gamma", "constant", "trace"] = Field(
         default="poisson",
         description="Open-loop arrival process: poisson, gamma (shape `burstiness`), constant (equal gaps), or "
@@ -178,10 +184,15 @@ class Load(Strict):
 
     @model_validator(mode="after")
     def _one_ladder(self) -> Load:
-        if (self.concurrency is None) == (self.rate is None):
-            raise ValueError("give exactly one of `concurrency` (closed loop) or `rate` (open loop)")
+        given = [k for k in ("concurrency", "rate", "search") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of `concurrency` (closed loop), `rate` (open loop) or `search` "
+                             "(capacity search)" + (f", not {' and '.join(given)}" if given else ""))
+        if self.search is not None and isinstance(self.requests, list):
+            raise ValueError("a capacity search takes one number of `requests` per probe, not a list")
         if self.arrival == "trace" and self.rate is None:
-            raise ValueError("arrival = \"trace\" replays a trace's timestamps at a `rate`: give `rate`, not `concurrency`")
+            raise ValueError("arrival = \"trace\" replays a trace's timestamps at a `rate`: give `rate`, not "
+                             "`concurrency` or `search`")
         rungs = len(self.ladder)
         if isinstance(self.requests, list) and len(self.requests) != rungs:
             raise ValueError(f"`requests` has {len(self.requests)} entries for {rungs} ladder levels")
@@ -314,6 +325,9 @@ class Study(Strict):
     checks: Checks = Field(default_factory=Checks, description="Validity thresholds.")
     design: Design = Field(default_factory=Design, description="Block order seed, sequential budget, GPUs.")
     hypothesis: list[Hypothesis] = Field(default_factory=list, description="Predictions to score.")
+    slo: Slo | None = Field(
+        default=None, description="Per-request objectives: goodput counts the requests that meet them all."
+    )
 
     @field_validator("arms", "workloads")
     @classmethod

@@ -32,6 +32,7 @@ def cross_check(study: Study, directory: Path) -> list[Finding]:
         *_check_models(study, directory),
         *_check_engine_keys(study),
         *_check_design(study),
+        *_check_search(study),
         *_check_hypotheses(study),
         *check_workloads(study, directory),
         *check_predictions(study, directory),
@@ -45,6 +46,10 @@ def study_warnings(study: Study) -> list[Finding]:
         for name, arm in study.arms.items() if arm.replicas == 1 and "balance" in arm.model_fields_set
     ]
     load = study.load
+    search = load.search
+    if search is not None and search.over == "concurrency" and not load.burst and load.requests_at(0) <= search.hi:
+        found.append(("load.requests", f"{load.requests_at(0)} requests at the search's top concurrency "
+                      f"{search.hi:g} is one wave, not a steady state: give more requests than the concurrency"))
     if load.concurrency is None or load.burst:
         return found
     for index, concurrency in enumerate(load.concurrency):
@@ -161,6 +166,34 @@ def _check_models(study: Study, directory: Path) -> Iterator[Finding]:
         yield "model.tokenizer", f"no such folder: {study.model.tokenizer}"
 
 
+NEEDS_SLO = {
+    "goodput": "goodput counts the requests that meet the study's [slo] (without one it is request_throughput)",
+    "slo_attainment": "slo_attainment is the share of requests that meet the study's [slo]",
+    "capacity": "capacity is the highest load whose slo_attainment holds [slo].attainment",
+}
+
+
+def _check_search(study: Study) -> Iterator[Finding]:
+    """A capacity search needs an [slo] to hold and one server across its probes."""
+    if study.load.search is None:
+        return
+    if study.slo is None:
+        yield "load.search", "a capacity search needs an [slo] table: a probe holds when its requests meet it"
+    if study.load.server == "per-point":
+        yield "load.server", "a capacity search probes one server launch: use server = \"per-arm\""
+
+
+def _check_metric_fits(study: Study, metric: str, key: str) -> Iterator[Finding]:
+    """Metrics that need an [slo] or a search, and point metrics a search study has no fixed point for."""
+    if metric in NEEDS_SLO and study.slo is None:
+        yield key, f"{NEEDS_SLO[metric]}: add an [slo] table"
+    level = METRICS[metric].level
+    if level == "search" and study.load.search is None:
+        yield key, "capacity needs a capacity search: give load.search instead of a ladder"
+    elif level == "point" and study.load.search is not None:
+        yield key, "a capacity search study has no fixed load points: predict `capacity` or a server metric"
+
+
 def _check_hypotheses(study: Study) -> Iterator[Finding]:
     seen: set[str] = set()
     for index, hyp in enumerate(study.hypothesis):
@@ -172,6 +205,10 @@ def _check_hypotheses(study: Study) -> Iterator[Finding]:
             close = difflib.get_close_matches(hyp.metric, METRICS, n=1, cutoff=0.6)
             hint = f"; did you mean '{close[0]}'?" if close else " (see `studyc metrics`)"
             yield f"{base}.metric", f"unknown metric '{hyp.metric}'{hint}"
+            continue
+        misfit = list(_check_metric_fits(study, hyp.metric, f"{base}.metric"))
+        if misfit:
+            yield from misfit
             continue
         yield from _check_where(study, hyp.where, f"{base}.where")
         ratio = hyp.predict.ratio
@@ -203,12 +240,15 @@ def _check_where(study: Study, where: Where, key: str) -> Iterator[Finding]:
     if where.workload is not None and where.workload not in study.workloads:
         yield f"{key}.workload", f"unknown workload '{where.workload}'{_did_you_mean(where.workload, study.workloads)}"
     load = study.load
-    if where.concurrency is not None:
+    if load.search is not None and (where.concurrency is not None or where.rate is not None):
+        yield f"{key}.{'rate' if where.concurrency is None else 'concurrency'}", (
+            "a capacity search has no ladder to select a level from: leave the level out")
+    elif where.concurrency is not None:
         if load.concurrency is None:
             yield f"{key}.concurrency", "this study's ladder is `load.rate`; select by `rate`"
         elif where.concurrency not in load.concurrency:
             yield f"{key}.concurrency", f"{where.concurrency} is not in load.concurrency {load.concurrency}"
-    if where.rate is not None:
+    elif where.rate is not None:
         if load.rate is None:
             yield f"{key}.rate", "this study's ladder is `load.concurrency`; select by `concurrency`"
         elif float(where.rate) not in [float(r) for r in load.rate]:

@@ -205,3 +205,26 @@ def timeseries_chart(rows: Sequence[Row], title: str) -> alt.FacetChart:
                  alt.Tooltip("value:Q", format=",.3g")],
     ).properties(width=WIDTH, height=110)
     return base.facet(row=alt.Row("quantity:N", title=title)).resolve_scale(y="independent")
+
+
+def capacity_chart(probes: Sequence[Row], capacities: Sequence[Row], target: float, ladder: Ladder) -> Any:
+    """SLO attainment against load per arm, one line per launch's search with each probe's 95% Wilson
+    interval as a rule, the attainment a level must hold (dashed) and each launch's capacity as a vertical
+    rule. Rows: arm, launch, <ladder field>, attainment, low, high; capacities: arm, launch, capacity."""
+    x = _ladder_axis(probes, ladder)
+    y = alt.Y("attainment:Q", title="SLO attainment", axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1]))
+    line = alt.Chart(_data(probes)).mark_line(point=True).encode(
+        x=x, y=y, color=_arm_color(), detail="launch:N",
+        tooltip=[alt.Tooltip("arm:N"), alt.Tooltip("launch:N"), alt.Tooltip(f"{ladder.field}:Q"),
+                 alt.Tooltip("attainment:Q", format=".1%"), alt.Tooltip("low:Q", format=".1%", title="95% low"),
+                 alt.Tooltip("high:Q", format=".1%", title="95% high")])
+    spread = alt.Chart(_data(probes)).mark_rule(strokeWidth=2, opacity=0.5).encode(
+        x=x, y="low:Q", y2="high:Q", color=_arm_color())
+    need = alt.Chart(_data([{"what": "attainment to hold", "target": target}])).mark_rule(color="#c62828").encode(
+        y=alt.Y("target:Q"), strokeDash=_dash_legend("attainment to hold"))
+    layers: list[Any] = [line, spread, need]
+    if capacities:
+        layers.append(alt.Chart(_data(capacities)).mark_rule(strokeDash=[2, 2]).encode(
+            x=alt.X("capacity:Q"), color=_arm_color(),
+            tooltip=[alt.Tooltip("arm:N"), alt.Tooltip("launch:N"), alt.Tooltip("capacity:Q", format="~g")]))
+    return _sized(alt.layer(*layers))

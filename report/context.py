@@ -130,6 +130,9 @@ def resolve_hypothesis(study: Study, hyp: Hypothesis, data: RunData | None, plan
     servers = sorted({s.server_id: s.arm for s in data.servers}.items()) if data is not None else []
 
     def side(target: Target) -> HypothesisSide:
+        if metric.level == "search":
+            return hypothesis_side(target, [q.id for launch in (plan.launches if plan else ()) for q in launch.searches
+                                            if (q.arm, q.workload) == (target.arm, target.workload)])
         points = () if metric.level == "server" else tuple(
             i for i, arm, workload, concurrency, rate_rps in steps
             if (arm, workload, concurrency, rate_rps) == (target.arm, target.workload, target.concurrency,

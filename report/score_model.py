@@ -33,6 +33,7 @@ class Why(StrEnum):
     STRADDLES = "straddles edge"  # the interval (at its look's level) contains a band edge: inconclusive
     EARLY_LOOK = "early look"  # uses fewer blocks than the run: its interval is read at the look of those blocks
     SPLIT_HOSTS = "split across hosts"  # a block whose points ran on two hosts: left out of the pairing
+    SEARCH_OPEN = "search open"  # a capacity search found no bracket (held at hi, failed at lo) or was cut short
 
 
 SPLIT = "split across hosts: block"  # how a split block's observations say why they are left out (report.sides)
@@ -68,6 +69,8 @@ class Reason:
             return f"{self.point}: status {self.detail}"
         if w is Why.SERVER_FAILED:
             return f"{self.point}: server failed ({self.detail or 'no detail'})"
+        if w is Why.SEARCH_OPEN:
+            return f"{self.point}: capacity search without a capacity: {self.detail}"
         if w is Why.STRADDLES:
             edge = fmt.quantity(self.edge, self.unit, measured=False)
             return (f"the {self.label or '95% interval'} straddles the band edge {edge}: what would decide it: "
@@ -103,7 +106,7 @@ class Reason:
 
     @property
     def invalidates(self) -> bool:
-        return self.why in (Why.FAILED_CHECK, Why.POINT_STATUS, Why.SERVER_FAILED)
+        return self.why in (Why.FAILED_CHECK, Why.POINT_STATUS, Why.SERVER_FAILED, Why.SEARCH_OPEN)
 
 
 @dataclass(frozen=True)

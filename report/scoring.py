@@ -27,6 +27,7 @@ from compiler.metrics import METRICS
 from compiler.modelconfig import ModelError
 from compiler.study import Hypothesis
 from report import deciding
+from report.capacity import search_side
 from report.context import StudyContext, build_context, side_label
 from report.intervals import Critical, Interval, Layout, fixed_critical, mean_interval, ratio_interval
 from report.prediction import Resolved, resolve_prediction
@@ -111,9 +112,12 @@ def _score(ctx: StudyContext, hyp: Hypothesis, failed: dict[str, list[CheckResul
     cal, spec = resolved
 
     side_list: list[MeasuredSide] = []
+    searches = {q.id: q for launch in ctx.plan.launches for q in launch.searches} if ctx.plan else {}
     if data is not None and metric is not None:
         for plan_side in plan_sides:
-            if metric.level == "server":
+            if metric.level == "search":
+                side_list.append(search_side(data, plan_side.points, searches, failed, ctx.layout))
+            elif metric.level == "server":
                 side_list.append(server_side(data, plan_side.servers, hyp.metric, ctx.layout))
             else:
                 side_list.append(point_side(data, plan_side.points, hyp.metric, failed, ctx.layout))

@@ -9,9 +9,11 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from compiler.capacity import replay
 from compiler.load import LoadedStudy
 from compiler.modelmath import ModelShape, decode_placement, roofline_flops_per_s
 from report import charts
+from report.capacity import probe_rows, wilson
 from report.context import StudyContext
 from report.page_models import Chart
 from report.results import RunData
@@ -25,7 +27,34 @@ def _rung(p: PointRecord) -> dict[str, Any]:
 
 
 def _ladder(loaded: LoadedStudy) -> charts.Ladder:
-    return charts.CONCURRENCY if loaded.study.load.concurrency else charts.RATE
+    load = loaded.study.load
+    closed = load.concurrency or (load.search is not None and load.search.over == "concurrency")
+    return charts.CONCURRENCY if closed else charts.RATE
+
+
+def _capacity(ctx: StudyContext, data: RunData, ladder: charts.Ladder) -> Chart | None:
+    """SLO attainment against load per arm with each launch's capacity marked (a capacity search study)."""
+    searches = [q for launch in ctx.plan.launches for q in launch.searches] if ctx.plan else []
+    probes, marks = [], []
+    for q in searches:
+        launch = q.id.rsplit("/", 2)[0]
+        rows = probe_rows(data, q)
+        for r in rows:
+            if r.attainment is not None:
+                low, high = wilson(round(r.attainment * r.requests), r.requests) or (r.attainment, r.attainment)
+                probes.append({"arm": q.arm, "launch": launch, "workload": q.workload, ladder.field: r.level,
+                               "attainment": r.attainment, "low": low, "high": high})
+        _, found = replay(q, {r.level: r.held for r in rows})
+        if found.capacity is not None:
+            marks.append({"arm": q.arm, "launch": launch, "capacity": found.capacity})
+    if not probes:
+        return None
+    target = searches[0].attainment
+    return Chart("capacity", "SLO attainment against load", f"Share of each probe's requests meeting every "
+                 f"objective of [slo] vs {ladder.title}, one line per launch's search (rule: the 95% Wilson "
+                 f"interval of the share); dashed: the {fmt.percent(target)} a level must hold; dotted vertical: "
+                 "each launch's capacity, the highest level that held.",
+                 charts.spec(charts.capacity_chart(probes, marks, target, ladder)))
 
 
 def _point_rows(data: RunData, metric: str, key: str, scale: float = 1.0) -> list[dict[str, Any]]:
@@ -58,6 +87,9 @@ def study_charts(ctx: StudyContext, data: RunData) -> tuple[list[Chart], list[st
                              charts.spec(charts.latency_chart(rows, what, ladder))))
         else:
             notes.append(f"no {what} measured")
+    capacity = _capacity(ctx, data, ladder)
+    if capacity is not None:
+        out.append(capacity)
     roof, why = _roofline(ctx, data)
     if roof is not None:
         out.append(roof)

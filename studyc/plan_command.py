@@ -65,11 +65,12 @@ def plan_study(loaded: LoadedStudy, *, db: Path | None = None, bench: bool = Fal
 
 
 def bench_commands(plan: Plan) -> dict[str, str]:
-    """point id -> the `vllm bench serve` command offering that point's load."""
+    """point id -> the `vllm bench serve` command offering that point's load (a search: its probe at hi)."""
+    goodput = plan.slo.bench_goodput() if plan.slo else ""
     return {
         point.id: bench_command(point, base_url="http://127.0.0.1:8000", model=launch.model_dir,
-                                served_name=launch.served_model_name)
-        for launch in plan.launches for point in launch.points
+                                served_name=launch.served_model_name, goodput=goodput)
+        for launch in plan.launches for point in (*launch.points, *(q.template for q in launch.searches))
     }
 
 
@@ -77,7 +78,7 @@ def plan_json(summary: PlanSummary) -> str:
     """The plan as JSON; each point also with `predicted` and `bench_equivalent` when they were asked for."""
     if summary.predicted is None and summary.bench is None:
         return summary.plan.to_json()
-    data = summary.plan.model_dump(mode="json")
+    data = json.loads(summary.plan.to_json())  # the plan's own JSON, with its fields left out where it leaves them
     for launch in data["launches"]:
         for point in launch["points"]:
             if summary.predicted is not None:

@@ -32,12 +32,18 @@ def remaining_s(plan: Plan, done_points: set[str], started_servers: set[str], pa
     total = 0.0
     for launch in plan.launches:
         left = [p for p in launch.points if p.id not in done_points]
-        if not left:
+        searches = [] if launch.id in started_servers else list(launch.searches)  # a capacity search: its most probes
+        if not left and not searches:
             continue
         if launch.id not in started_servers:
             total += launch.estimated_start_s
-        total += sum(p.estimated_s for p in left)
+        total += sum(p.estimated_s for p in left) + sum(q.estimated_s for q in searches)
     return total * pace
+
+
+def most_points(plan: Plan) -> int:
+    """The plan's points, and the most probes its capacity searches may measure."""
+    return len(plan.points) + sum(q.probes for launch in plan.launches for q in launch.searches)
 
 
 def eta_text(seconds: float) -> str:
@@ -101,7 +107,9 @@ class LiveProgress(driver.Progress):
         failed = [c.name for c in (judgement.checks if judgement is not None else ()) if not c.passed]
         extra = f" checks: {', '.join(failed)}" if failed else ""
         error = f" ({outcome.error})" if outcome.error else ""
-        count = f"[{len(self.done) + self.skipped}/{len(self.plan.points)}, {eta}]"
+        most = most_points(self.plan)
+        of = f"{most}" if most == len(self.plan.points) else f"at most {most}"
+        count = f"[{len(self.done) + self.skipped}/{of}, {eta}]"
         self.console.print(f"  {point.id}: {mark} {rate}{extra}{error} {count}", markup=False, highlight=False)
 
     def message(self, text: str) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from compiler.plan import PointStep
+from compiler.slo import Slo
 from compiler.study import Checks
 from runner.checks import checks as checks_mod
 from runner.checks.cache import CacheState
@@ -104,15 +105,17 @@ def judge(
     client_ceiling_chunks_per_s: float | None,
     client_stall_s: float | None = None,
     expected: checks_mod.Expectation | None = None,
+    slo: Slo | None = None,
 ) -> Judgement:
     """Summary and checks of one point. `records` may include warmup requests: they are left out of
     the statistics, and reconciliation checks that they ended before the window opened.
     `client_stall_s`: the load generator's longest loop stall in the window (None: not measured).
     `expected`: each measured request's max_tokens and the hit rate the workload's shared prefixes allow
-    (None: output_len for every request and no shared prefix, the classic workload)."""
+    (None: output_len for every request and no shared prefix, the classic workload). `slo`: the study's
+    [slo], which goodput and SLO attainment are read by."""
     measured = [r for r in records if not r.warmup]
     burst = checks_mod.is_burst(step)
-    client = summarize(measured, step.concurrency, burst=burst)
+    client = summarize(measured, step.concurrency, burst=burst, slo=slo)
     before, after = server.before, server.after
     rec, step_s, in_server = None, None, None
     if before is not None and after is not None:

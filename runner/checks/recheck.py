@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from compiler.capacity import probe_of
 from compiler.plan import Plan, PointStep
 from runner.checks.checks import Expectation
 from runner.checks.expect import point_expectation
@@ -49,17 +50,19 @@ def recheck(db: Path) -> RecheckReport:
             if plan is None:
                 continue
             steps = {p.id: p for p in plan.points}
+            searches = [q for launch in plan.launches for q in launch.searches]
             stored: dict[str, set[tuple[str, str]]] = {}
             for check in store.checks(run.run_id):
                 stored.setdefault(check.point_id, set()).add((check.name, str(check.status)))
             for point in store.points(run.run_id):
-                step = steps.get(point.point_id)
+                step = steps.get(point.point_id) or probe_of(searches, point)
                 if step is None or point.status != "ok":
                     continue
                 records = store.request_records(run.run_id, point.point_id)
                 judged = judge(step, records, ServerSide.stored(point), thresholds=plan.checks,
                                client_ceiling_chunks_per_s=run.client_ceiling_chunks_per_s,
-                               client_stall_s=point.summary.client_stall_max_s, expected=_expected(step))
+                               client_stall_s=point.summary.client_stall_max_s, expected=_expected(step),
+                               slo=plan.slo)
                 if point.replicas_json:  # run on replicas: judge each one's counters again
                     rows = json.loads(point.replicas_json)
                     judged = replicas.with_check(judged, replicas.replica_check(point.point_id, rows))

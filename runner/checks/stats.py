@@ -10,6 +10,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from compiler.slo import Slo
 from runner.store.records import PointSummary, RequestRecord, TelemetrySample
 
 
@@ -100,13 +101,34 @@ def _tokens_in(r: RequestRecord, win: Window) -> float:
     return inside * r.output_tokens / len(times)
 
 
-def summarize(records: Sequence[RequestRecord], concurrency: int | None, *, burst: bool = False) -> PointSummary:
+def meets_slo(r: RequestRecord, slo: Slo | None) -> bool:
+    """Whether one request meets every objective, as `vllm bench serve --goodput` judges it: a completed
+    request whose TTFT, TPOT ((end - first token) / (output tokens - 1), 0 for one token) and end-to-end
+    latency are each at most its limit, all from the send; ITL, which the bench does not judge, as every gap
+    between two of its chunks at most the limit. A failed request meets none; no SLO: every completed one."""
+    if not r.ok:
+        return False
+    if slo is None:
+        return True
+    if r.first_token_s is None:
+        return False  # completed without a token: no TTFT to meet
+    tpot = (r.end_s - r.first_token_s) / (r.output_tokens - 1) if r.output_tokens > 1 else 0.0
+    gaps = [b - a for a, b in zip(r.token_times_s, r.token_times_s[1:], strict=False)]
+    values = {"ttft": r.first_token_s - r.sent_s, "tpot": tpot, "e2el": r.end_s - r.sent_s,
+              "itl": max(gaps, default=0.0)}
+    return all(values[k] <= limit for k, limit in slo.limits_s().items())
+
+
+def summarize(records: Sequence[RequestRecord], concurrency: int | None, *, burst: bool = False,
+              slo: Slo | None = None) -> PointSummary:
     """Throughput, latency distributions and Little's Law terms of one point's measured requests
     (the server-side fields of the summary are left None: the judge fills them).
 
     Closed loop (not a burst): rates over the steady phase, latency distributions over the requests
     that ran wholly inside it; without a steady phase (one wave) over the whole window, and
     `steady_requests` is 0 so the `steady_state` check fails. Open loop and bursts: the whole window.
+    Goodput counts the requests completed in that window that meet `slo` (`meets_slo`); SLO attainment is
+    the share of all measured requests that do (a failed one does not), as the bench counts them.
     """
     measured = [r for r in records if not r.warmup]
     ok = [r for r in measured if r.ok]
@@ -161,7 +183,8 @@ def summarize(records: Sequence[RequestRecord], concurrency: int | None, *, burs
         output_throughput=out_tok / span,
         total_throughput=(out_tok + in_tok) / span,
         request_throughput=len(done) / span,
-        goodput=len(done) / span,
+        goodput=sum(1 for r in done if meets_slo(r, slo)) / span,
+        slo_attainment=sum(1 for r in measured if meets_slo(r, slo)) / len(measured) if slo is not None else None,
         chunk_throughput=chunk_n / span,
         ttft_mean_s=t[0], ttft_p50_s=t[1], ttft_p90_s=t[2], ttft_p95_s=t[3], ttft_p99_s=t[4],
         itl_mean_s=i[0], itl_p50_s=i[1], itl_p90_s=i[2], itl_p95_s=i[3], itl_p99_s=i[4],

@@ -164,7 +164,7 @@ class Driver:
 
     def wanted(self, spec: LaunchSpec) -> bool:
         """Whether to run the launch: it has points left and is required, or its budget block is."""
-        if not spec.points:
+        if not spec.points and not spec.searches:
             return False
         if spec.launch.required or self.more(spec.launch.block):
             return True
@@ -219,7 +219,7 @@ def run_phases(specs: list[LaunchSpec], driver: Driver, execute: Callable[[list[
             if spec.launch.required or spec.launch.block != block or not driver.wanted(spec):
                 continue
             spec = driver.trimmed(spec)
-            if spec.points:
+            if spec.points or spec.searches:
                 phase.append(spec)
             else:
                 driver.report.launches_not_needed.append(spec.launch.id)

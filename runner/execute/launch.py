@@ -19,7 +19,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from compiler.plan import Launch, PointStep
+from compiler.plan import Launch, PointStep, SearchStep
 from runner.execute.point import (
     Endpoint,
     PointContext,
@@ -29,6 +29,7 @@ from runner.execute.point import (
     log_warnings,
     run_point,
 )
+from runner.execute.search import run_search
 from runner.measure.host import host_identity
 from runner.server.engine import VllmServer
 from runner.server.pinning import pin_engine, pin_front_end
@@ -60,6 +61,7 @@ class LaunchSpec:
     # Ids for this launch's servers when they differ from the plan's: a resumed launch starts new
     # servers, which must not overwrite the rows of the ones that measured its earlier points.
     server_ids: tuple[str, ...] = ()
+    searches: tuple[SearchStep, ...] = ()  # capacity searches still to run, after the points
 
     @property
     def servers(self) -> tuple[str, ...]:
@@ -257,7 +259,8 @@ def _measure(spec: LaunchSpec, servers: list[Any], infos: list[Any], emit: Calla
     cpus = ",".join(str(c) for c in spec.placement.client_cpus or ())
     owner = point_owner(spec)
     emit(StartedEvent(launch))
-    for k, point in enumerate(spec.points):
+
+    def measure(point: PointStep) -> PointOutcome:
         if cancel.event.is_set():
             raise KeyboardInterrupt
         emit(PointStartEvent(point))
@@ -268,5 +271,11 @@ def _measure(spec: LaunchSpec, servers: list[Any], infos: list[Any], emit: Calla
             emit(PointEvent(launch, outcome, owner, device, cpus))
             raise EngineError(f"server {launch.id} died during {point.id}")
         emit(PointEvent(launch, outcome, owner, device, cpus))
+        return outcome
+
+    for k, point in enumerate(spec.points):
+        outcome = measure(point)
         if k == 0 and interlude is not None:
             interlude(partial(run_point, point, endpoint, spec.ctx), outcome)
+    for search in spec.searches:
+        run_search(search, measure)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from compiler.plan import PointStep
+from compiler.slo import Slo
 from compiler.study import Checks
 from compiler.trace import TraceRow
 from runner.checks import cache
@@ -56,6 +57,7 @@ class PointContext:
     gpu_index: int
     clock_origin_s: float  # time.monotonic() at run start: telemetry times are stored relative to it
     client_cpus: tuple[int, ...] | None = None  # pin the load generator's workers here
+    slo: Slo | None = None  # the study's [slo]: goodput and SLO attainment are read by it
 
 
 @dataclass
@@ -183,7 +185,7 @@ def run_point(point: PointStep, endpoint: Endpoint, ctx: PointContext) -> PointO
     server = observe(out.reset.ok if out.reset else None, before, after, out.telemetry)
     out.judgement = judge(point, warm + records, server, thresholds=ctx.thresholds,
                           client_ceiling_chunks_per_s=ctx.client_ceiling_chunks_per_s, client_stall_s=result.stall_s,
-                          expected=expectation(point, measured.specs))
+                          expected=expectation(point, measured.specs), slo=ctx.slo)
     if endpoint.replicas:
         rows = replicas.replica_rows(endpoint.server_ids, befores, afters, records,
                                      result.replicas[-len(records):] if records else ())

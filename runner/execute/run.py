@@ -104,6 +104,7 @@ def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) 
             gpu_index=options.gpu_index,
             clock_origin_s=origin,
             client_cpus=parse_cpus(options.client_cpus, gpu_present=bool(run.nvml_available)),
+            slo=plan.slo,
         )
         gpu_host = bool(run.nvml_available)
         devices = resolve_devices(options.gpus, gpu_host=gpu_host, gpu_index=options.gpu_index)
@@ -117,10 +118,14 @@ def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) 
         taken = {s.server_id for s in store.servers(run_id)}  # a resumed run's servers keep their rows
         for launch, placed in zip(plan.launches, placements, strict=True):
             points = tuple(p for p in launch.points if done.get(p.id) != p.fingerprint)
-            specs.append(_spec(launch, points, placed, ctx, run_id, options, gpu_host,
-                               fresh_server_ids(launch, taken)))
+            # A search with probes stored is not run again (its next probe depends on the last, measured on the
+            # server that stopped); one cut short reads as such in the report (compiler.capacity.replay).
+            searches = tuple(q for q in launch.searches if not any(i.startswith(q.id + "/") for i in done))
+            specs.append(replace(_spec(launch, points, placed, ctx, run_id, options, gpu_host,
+                                       fresh_server_ids(launch, taken)), searches=searches))
         report.points_skipped = len(plan.points) - sum(len(sp.points) for sp in specs)
-        progress.start(len(plan.points), report.points_skipped)
+        # A capacity search counts its most probes: the bar may finish short of its total.
+        progress.start(len(plan.points) + sum(q.probes for sp in specs for q in sp.searches), report.points_skipped)
         driver = Driver(store, run_id, plan, report, progress, predictions, options, origin=origin)
         driver.timeline = timeline
         status = "interrupted"

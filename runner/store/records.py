@@ -149,6 +149,9 @@ class PointSummary:
     # The load generator's longest event-loop stall in the measured window (runner.load.workers): an upper
     # bound on how late it read any chunk. None: not measured (points stored before it was).
     client_stall_max_s: float | None = None
+    # Share of the measured requests meeting every [slo] objective (runner.checks.stats.meets_slo); None: the
+    # study has no [slo], or the point was stored before schema 7.
+    slo_attainment: float | None = None
 
     def metric(self, name: str) -> float | None:
         """A metric by name, as a float (None where unmeasured); KeyError for a name it lacks."""

@@ -12,10 +12,11 @@ no longer written; the step-time model's `points.predicted_*` and `prediction_no
 `stopped_at`, `points.device`/`client_cpus`/`replicas_json`), 5 (`points.level` dropped: a point's rung is
 its `concurrency` or `rate_rps`), 6 (provenance: `servers.machine_id`/`hostname`/`gpu_uuid`/`gpu_serial`,
 `runs.study_toml_sha256`, `points.set_aside`; the `segments` and `phases` tables: where a run's wall time
-went), 7 (multi-turn: `requests.conversation`/`turn`). A database opened for writing is migrated in place
-(columns added, dropped ones removed); one opened read-only at an older version is refused with the command
-that migrates it, except versions 4 to 6, read as they are (their missing columns read None, or the field's
-default: a request of a version 6 file reads as a single request; a missing table reads as empty).
+went), 7 (multi-turn: `requests.conversation`/`turn`; `points.slo_attainment`: the share of a point's
+requests meeting the study's [slo]). A database opened for writing is migrated in place (columns added,
+dropped ones removed); one opened read-only at an older version is refused with the command that migrates
+it, except versions 4 to 6, read as they are (their missing columns read None, or the field's default: a
+request of a version 6 file reads as a single request; a missing table reads as empty).
 """
 
 from __future__ import annotations

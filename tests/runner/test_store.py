@@ -254,6 +254,22 @@ def test_an_unknown_newer_version_is_refused(tmp_path: Path) -> None:
             Store(db, read_only=read_only)
 
 
+def test_a_version_6_file_reads_without_slo_attainment_and_gains_it_when_written(tmp_path: Path) -> None:
+    db = filled(tmp_path / "v6.duckdb")
+    con = duckdb.connect(str(db))
+    con.execute("ALTER TABLE points DROP COLUMN slo_attainment")
+    con.execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
+    con.close()
+    with Store(db, read_only=True) as s:  # read as it is: the column it lacks reads None
+        assert s.points("run-1") == [POINT] and s.points("run-1")[0].summary.slo_attainment is None
+    assert "slo_attainment" not in columns_of_points(db)
+    with Store(db) as s:
+        assert s._version() == "7" and s.points("run-1") == [POINT]
+        s.commit_point(replace(POINT, point_id="p2", summary=replace(POINT.summary, slo_attainment=0.75)), [], [], [])
+        assert {p.point_id: p.summary.slo_attainment for p in s.points("run-1")}["p2"] == 0.75
+    assert "slo_attainment" in columns_of_points(db)
+
+
 
 def v5_file(path: Path) -> Path:
     """A version 5 database: today's tables without `segments` and `phases`."""

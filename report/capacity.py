@@ -1,0 +1,97 @@
+"""The measured side of a capacity hypothesis: one capacity per launch, recomputed from the search's stored
+probe points by replaying the search (compiler.capacity.replay), never stored on its own.
+
+The interval on a capacity is between launches, like a server metric's: each launch searched once, its
+capacity is one value, and the t interval (or, for a ratio, the paired one by block) is taken over the
+launches' capacities (report.intervals). The probes' own attainment is a binomial proportion; its Wilson
+interval (`wilson`) is shown beside each probe, never used for the verdict. A launch whose search has no
+capacity (an invalid probe, no bracket in the range, or a search cut short) makes the hypothesis invalid,
+naming the probe or the search and why: a launch left out silently would bias the ratio.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from compiler.capacity import replay
+from compiler.plan import SearchStep
+from report.intervals import Layout, Obs, Place
+from report.results import RunData
+from report.score_model import Reason, Why
+from report.sides import MeasuredSide
+from runner.store.records import CheckResult, PointRecord
+
+
+@dataclass(frozen=True)
+class ProbeRow:
+    """One stored probe of a search, as the pages show it."""
+
+    point_id: str
+    level: float
+    attainment: float | None
+    requests: int
+    valid: bool
+    held: bool | None
+
+
+def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
+    """The Wilson score interval of a binomial proportion (95% by default); None for n = 0."""
+    if n <= 0:
+        return None
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def probe_rows(data: RunData, search: SearchStep) -> list[ProbeRow]:
+    """The search's stored probes, by load."""
+    out = []
+    for p in _probes(data, search):
+        level = _level(p, search)
+        if level is None:
+            continue
+        attainment = p.summary.slo_attainment
+        held = None if not (p.status == "ok" and p.valid) or attainment is None else attainment >= search.attainment
+        out.append(ProbeRow(p.point_id, level, attainment, p.summary.requests_ok + p.summary.requests_failed,
+                            p.status == "ok" and p.valid, held))
+    return sorted(out, key=lambda r: r.level)
+
+
+def search_side(data: RunData, ids: Sequence[str], searches: Mapping[str, SearchStep],
+                failed_checks: dict[str, list[CheckResult]], design: Layout) -> MeasuredSide:
+    """One side of a capacity hypothesis: a capacity per search (one search per launch) that stored probes."""
+    side = MeasuredSide()
+    for sid in ids:
+        search = searches.get(sid)
+        if search is None:
+            continue
+        rows = {r.level: r for r in probe_rows(data, search)}
+        if not rows:
+            continue
+        side.rows += 1
+        side.point_ids.append(sid)
+        done, result = replay(search, {level: r.held for level, r in rows.items()})
+        if result.status == "resolved" and result.capacity is not None:
+            launch = sid.rsplit("/", 2)[0]  # study/arm[/L<k>]/workload/search -> its launch id
+            place = design.servers.get(launch) or design.servers.get(f"{launch}/s1") or Place(launch, None)
+            side.values.append(Obs(sid, result.capacity, place.launch, place.block, 1))
+        elif result.status == "unresolved":
+            bad = rows[done[-1].level]
+            checks = tuple(sorted({c.name for c in failed_checks.get(bad.point_id, []) if c.severity == "fail"}))
+            side.invalid.append(Reason(Why.FAILED_CHECK, point=bad.point_id, checks=checks))
+        else:
+            side.invalid.append(Reason(Why.SEARCH_OPEN, point=sid,
+                                       detail=result.detail if result.status != "running" else "cut short"))
+    return side
+
+
+def _probes(data: RunData, search: SearchStep) -> list[PointRecord]:
+    return [p for p in data.points if p.point_id.startswith(search.id + "/")]
+
+
+def _level(p: PointRecord, search: SearchStep) -> float | None:
+    level = p.concurrency if search.over == "concurrency" else p.rate_rps
+    return None if level is None else float(level)

@@ -1,0 +1,140 @@
+"""The capacity search's choice of the next probe and what it found, pure: bracket, bisection, probe count,
+the attainment boundary, and the replay the report makes from stored probes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from compiler.capacity import Probe, found, holds, next_level, probe_of, probe_point, replay
+from compiler.load import load_study
+from compiler.plan import SearchStep
+from compiler.plan_compile import compile_study
+from tests.compiler.test_slo import CAPACITY
+
+
+def search(lo: float, hi: float, probes: int, integer: bool, capacity: float) -> list[float]:
+    """The levels a search probes when every level up to `capacity` holds and every one above fails."""
+    done: list[Probe] = []
+    while (level := next_level(lo, hi, probes, integer, done)) is not None:
+        done.append(Probe(level, level <= capacity))
+    return [p.level for p in done]
+
+
+def test_hi_first_then_lo_then_bisection() -> None:
+    assert search(1, 16, 10, True, 5) == [16, 1, 8, 4, 6, 5]
+    r = found(1, 16, 10, True, [Probe(x, x <= 5) for x in (16, 1, 8, 4, 6, 5)])
+    assert (r.status, r.capacity, r.held, r.failed, r.probes) == ("resolved", 5, 5, 6, 6)
+    assert r.detail == "holds at 5, fails at 6"
+
+
+def test_hi_holds_is_above_the_range_after_one_probe() -> None:
+    assert search(1, 16, 10, True, 16) == [16]
+    r = found(1, 16, 10, True, [Probe(16, True)])
+    assert (r.status, r.capacity, r.held) == ("above", None, 16) and "raise hi" in r.detail
+
+
+def test_lo_fails_is_below_the_range_after_two_probes() -> None:
+    assert search(2, 16, 10, True, 1) == [16, 2]
+    r = found(2, 16, 10, True, [Probe(16, False), Probe(2, False)])
+    assert (r.status, r.capacity, r.failed) == ("below", None, 2) and "lower lo" in r.detail
+
+
+def test_lo_holding_exactly_brackets() -> None:
+    assert search(2, 3, 10, True, 2) == [3, 2]
+    assert found(2, 3, 10, True, [Probe(3, False), Probe(2, True)]).capacity == 2
+
+
+def test_integer_bisection_stops_one_apart() -> None:
+    # 4 and 5: one apart, nothing between them to probe
+    levels = search(1, 8, 12, True, 4)
+    assert levels == [8, 1, 4, 6, 5] and found(1, 8, 12, True, [Probe(x, x <= 4) for x in levels]).capacity == 4
+    # two apart: the middle one is probed
+    assert next_level(1, 8, 12, True, [Probe(8, False), Probe(1, True), Probe(4, True), Probe(6, False)]) == 5
+    assert next_level(1, 8, 12, True, [Probe(8, False), Probe(1, True), Probe(4, True), Probe(5, False)]) is None
+
+
+@pytest.mark.parametrize("capacity", range(1, 16))
+def test_integer_search_finds_every_capacity_exactly(capacity: int) -> None:
+    levels = search(1, 16, 12, True, capacity)
+    r = found(1, 16, 12, True, [Probe(x, x <= capacity) for x in levels])
+    assert (r.status, r.capacity, r.failed) == ("resolved", capacity, capacity + 1)
+    assert len(levels) == len(set(levels)) <= 2 + 4  # hi, lo, then log2(15) rounded up
+
+
+def test_the_probe_budget_is_the_most_probes() -> None:
+    assert search(1, 100, 4, True, 37) == [100, 1, 50, 25]
+    r = found(1, 100, 4, True, [Probe(x, x <= 37) for x in (100, 1, 50, 25)])
+    assert (r.status, r.capacity, r.failed, r.probes) == ("resolved", 25, 50, 4)
+    assert search(1, 100, 3, True, 37) == [100, 1, 50]
+    assert search(1, 100, 2, True, 37) == [100, 1]
+    assert found(1, 100, 2, True, [Probe(100, False), Probe(1, True)]).capacity == 1
+
+
+def test_rate_bisects_halves_until_the_probes_are_spent() -> None:
+    assert search(1.0, 9.0, 5, False, 4.2) == [9.0, 1.0, 5.0, 3.0, 4.0]
+    assert found(1.0, 9.0, 5, False, [Probe(x, x <= 4.2) for x in (9.0, 1.0, 5.0, 3.0, 4.0)]).capacity == 4.0
+    assert next_level(1.0, 9.0, 5, False, [Probe(9.0, False), Probe(1.0, True), Probe(5.0, True), Probe(7.0, False)]) \
+        == 6.0
+
+
+def test_an_invalid_probe_stops_the_search_unresolved() -> None:
+    done = [Probe(16, False), Probe(1, True), Probe(8, None)]
+    assert next_level(1, 16, 10, True, done) is None
+    r = found(1, 16, 10, True, done)
+    assert (r.status, r.capacity) == ("unresolved", None) and r.detail == "stopped by an invalid probe"
+    assert found(1, 16, 10, True, [Probe(16, None)]).status == "unresolved"
+
+
+def test_running_until_two_probes() -> None:
+    assert found(1, 16, 10, True, []).status == "running" and next_level(1, 16, 10, True, []) == 16
+    assert found(1, 16, 10, True, [Probe(16, False)]).status == "running"
+    assert next_level(1, 16, 10, True, [Probe(16, False)]) == 1
+
+
+def test_attainment_holds_at_the_target_itself() -> None:
+    assert holds(0.95, 0.95) is True
+    assert holds(0.9499, 0.95) is False
+    assert holds(1.0, 1.0) is True
+    assert holds(None, 0.95) is None
+
+
+@pytest.fixture(scope="module")
+def steps() -> list[SearchStep]:
+    plan = compile_study(load_study(CAPACITY))
+    return [q for launch in plan.launches for q in launch.searches]
+
+
+def test_probe_points_carry_their_level_id_and_own_fingerprint(steps: list[SearchStep]) -> None:
+    q = steps[0]
+    a, b = probe_point(q, 4.0), probe_point(q, 5.0)
+    assert (a.id, a.concurrency, a.rate_rps, a.requests) == (f"{q.id}/c4/r1", 4, None, 16)
+    assert a.fingerprint != b.fingerprint != q.template.fingerprint and probe_point(q, 4.0) == a
+    rate = q.model_copy(update={"over": "rate"})
+    r = probe_point(rate, 2.5)
+    assert (r.id, r.concurrency, r.rate_rps) == (f"{q.id}/rate2.5/r1", None, 2.5)
+
+
+class Row:
+    def __init__(self, point_id: str, concurrency: int | None, rate_rps: float | None = None) -> None:
+        self.point_id, self.concurrency, self.rate_rps = point_id, concurrency, rate_rps
+
+
+def test_a_stored_probe_maps_back_to_its_step(steps: list[SearchStep]) -> None:
+    q = steps[0]
+    assert probe_of(steps, Row(f"{q.id}/c3/r1", 3)) == probe_point(q, 3.0)
+    assert probe_of(steps, Row("capacity/other/w/c3/r1", 3)) is None
+    assert probe_of(steps, Row(f"{q.id}/c3/r1", None)) is None
+
+
+def test_replay_follows_the_stored_probes(steps: list[SearchStep]) -> None:
+    q = steps[0]  # concurrency 1..8, 4 probes
+    held: Callable[[float], bool] = lambda x: x <= 3  # noqa: E731
+    stored = {x: held(x) for x in (8.0, 1.0, 4.0, 2.0)}
+    done, r = replay(q, stored)
+    assert [p.level for p in done] == [8.0, 1.0, 4.0, 2.0] and (r.status, r.capacity) == ("resolved", 2.0)
+    done, r = replay(q, {8.0: False, 1.0: True})  # cut short before its third probe
+    assert r.status == "running" and len(done) == 2 and r.detail == "still searching"
+    _, r = replay(q, {8.0: False, 1.0: True, 4.0: None})
+    assert r.status == "unresolved"

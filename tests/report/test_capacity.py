@@ -1,0 +1,102 @@
+"""The capacity side of a hypothesis from stored probe points: one capacity per launch, invalid probes and
+open searches named, never dropped; the Wilson interval of a probe's attainment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from compiler.load import load_study
+from compiler.plan import SearchStep
+from compiler.plan_compile import compile_study
+from report.capacity import search_side, wilson
+from report.intervals import Layout, Place, fixed_critical, ratio_interval
+from report.results import RunData
+from report.score_model import Why
+from runner.store.records import CheckResult, PointRecord, PointSummary, RunRecord
+from tests.compiler.test_slo import _variant
+
+
+@pytest.fixture(scope="module")
+def searches(tmp_path_factory: pytest.TempPathFactory) -> dict[str, SearchStep]:
+    path = _variant(tmp_path_factory.mktemp("s"), ("launches = 1", "launches = 2"))
+    plan = compile_study(load_study(path))
+    return {q.id: q for launch in plan.launches for q in launch.searches}
+
+
+def probe(search: SearchStep, level: int, attainment: float, valid: bool = True) -> PointRecord:
+    return PointRecord(run_id="r", point_id=f"{search.id}/c{level}/r1", arm=search.arm, workload="w",
+                       concurrency=level, valid=valid, summary=PointSummary(requests_ok=16, slo_attainment=attainment))
+
+
+def data(points: list[PointRecord]) -> RunData:
+    return RunData(db=Path("x.duckdb"), run=RunRecord(run_id="r", study_id="capacity"), servers=(),
+                   points=tuple(points), checks=(), telemetry=())
+
+
+def layout() -> Layout:
+    return Layout(servers={f"capacity/{a}/L{k}": Place(f"capacity/{a}/L{k}", k) for a in ("large", "small")
+                           for k in (1, 2)})
+
+
+def run_search(search: SearchStep, capacity: int) -> list[PointRecord]:
+    """The probes of a [1, 8] search with 4 probes when every level up to `capacity` holds (0.9 target)."""
+    levels = {1: [8, 1, 4, 2], 2: [8, 1, 4, 2], 3: [8, 1, 4, 2], 5: [8, 1, 4, 6], 6: [8, 1, 4, 6]}[capacity]
+    return [probe(search, x, 0.95 if x <= capacity else 0.5) for x in levels]
+
+
+def test_one_capacity_per_launch_and_a_paired_ratio(searches: dict[str, SearchStep]) -> None:
+    large = [searches[f"capacity/large/L{k}/w/search"] for k in (1, 2)]
+    small = [searches[f"capacity/small/L{k}/w/search"] for k in (1, 2)]
+    stored = run_search(large[0], 5) + run_search(large[1], 6) + run_search(small[0], 2) + run_search(small[1], 3)
+    top = search_side(data(stored), [q.id for q in large], searches, {}, layout())
+    bottom = search_side(data(stored), [q.id for q in small], searches, {}, layout())
+    assert [(o.value, o.launch, o.block) for o in top.values] == [(4.0, "capacity/large/L1", 1),
+                                                                 (6.0, "capacity/large/L2", 2)]
+    assert [o.value for o in bottom.values] == [2.0, 2.0]  # 3 holds, but 4 probes end at the bracket [2, 4)
+    assert top.invalid == [] and top.rows == 2 and top.point_ids == [q.id for q in large]
+    interval = ratio_interval(top.values, bottom.values, fixed_critical)
+    assert interval.mean == pytest.approx((4 * 6) ** 0.5 / 2) and interval.level == "blocks"
+
+
+def test_the_attainment_target_itself_holds(searches: dict[str, SearchStep]) -> None:
+    q = searches["capacity/large/L1/w/search"]
+    stored = [probe(q, 8, 0.5), probe(q, 1, 0.9), probe(q, 4, 0.9), probe(q, 6, 0.8999)]
+    side = search_side(data(stored), [q.id], searches, {}, layout())
+    assert [o.value for o in side.values] == [4.0]
+
+
+def test_an_invalid_probe_makes_the_side_invalid_naming_it(searches: dict[str, SearchStep]) -> None:
+    q = searches["capacity/large/L1/w/search"]
+    stored = [probe(q, 8, 0.5), probe(q, 1, 0.95), probe(q, 4, 0.95, valid=False)]
+    failed = {f"{q.id}/c4/r1": [CheckResult(f"{q.id}/c4/r1", "steady_state", False, "fail", 1.0, 4.0, "few")]}
+    side = search_side(data(stored), [q.id], searches, failed, layout())
+    assert side.values == [] and len(side.invalid) == 1
+    bad = side.invalid[0]
+    assert (bad.why, bad.point, bad.checks) == (Why.FAILED_CHECK, f"{q.id}/c4/r1", ("steady_state",))
+
+
+@pytest.mark.parametrize(("stored", "detail"), [
+    ([(8, 0.95)], "holds at the top of the range (8): raise hi"),
+    ([(8, 0.5), (1, 0.5)], "fails at the bottom of the range (1): lower lo"),
+    ([(8, 0.5), (1, 0.95)], "cut short"),
+])
+def test_an_open_search_is_named_not_dropped(searches: dict[str, SearchStep], stored: list[tuple[int, float]],
+                                             detail: str) -> None:
+    q = searches["capacity/large/L1/w/search"]
+    side = search_side(data([probe(q, x, a) for x, a in stored]), [q.id], searches, {}, layout())
+    assert side.values == [] and [(r.why, r.point, r.detail) for r in side.invalid] == [(Why.SEARCH_OPEN, q.id, detail)]
+    assert side.invalid[0].invalidates and detail in side.invalid[0].text
+
+
+def test_a_search_without_probes_is_not_a_row(searches: dict[str, SearchStep]) -> None:
+    side = search_side(data([]), list(searches), searches, {}, layout())
+    assert side.rows == 0 and side.values == [] and side.invalid == []
+
+
+def test_wilson_interval() -> None:
+    low, high = wilson(9, 10) or (0, 0)
+    assert low == pytest.approx(0.5958, abs=1e-4) and high == pytest.approx(0.9821, abs=1e-4)
+    assert wilson(0, 10) == (0.0, pytest.approx(0.2775, abs=1e-4)) and wilson(10, 10)[1] == 1.0  # type: ignore[index]
+    assert wilson(0, 0) is None
