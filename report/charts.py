@@ -228,3 +228,22 @@ def capacity_chart(probes: Sequence[Row], capacities: Sequence[Row], target: flo
             x=alt.X("capacity:Q"), color=_arm_color(),
             tooltip=[alt.Tooltip("arm:N"), alt.Tooltip("launch:N"), alt.Tooltip("capacity:Q", format="~g")]))
     return _sized(alt.layer(*layers))
+
+
+def workload_chart(lengths: Sequence[Row], arrivals: Sequence[Row]) -> Any:
+    """What a shaped workload sent, one row of panels per workload: the histogram of its measured requests'
+    prompt and output tokens, and when each request was scheduled (a dot per request, by turn).
+    Rows: workload, what ("prompt tokens" / "output tokens"), tokens; arrivals: workload, offset_s, turn."""
+    hist = alt.Chart(_data(lengths)).mark_bar(opacity=0.7).encode(
+        x=alt.X("tokens:Q", bin=alt.Bin(maxbins=30), title="tokens per request"),
+        y=alt.Y("count():Q", title="requests", stack=None),
+        color=alt.Color("what:N", title=None),
+        tooltip=[alt.Tooltip("what:N"), alt.Tooltip("count():Q", title="requests")],
+    ).properties(width=300, height=HEIGHT // 2)
+    when = alt.Chart(_data(arrivals)).mark_tick(thickness=1).encode(
+        x=alt.X("offset_s:Q", title="scheduled send, s after the point's first"),
+        y=alt.Y("turn:O", title="turn"),
+        tooltip=[alt.Tooltip("offset_s:Q", format=".3f"), alt.Tooltip("turn:O")],
+    ).properties(width=300, height=HEIGHT // 2)
+    return alt.hconcat(hist.facet(row=alt.Row("workload:N", title=None)),
+                       when.facet(row=alt.Row("workload:N", title=None))).resolve_scale(color="independent")

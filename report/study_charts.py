@@ -18,6 +18,7 @@ from report.context import StudyContext
 from report.page_models import Chart
 from report.results import RunData
 from runner.store.records import PointRecord, TelemetrySample
+from runner.store.store import Store
 from studyc import format as fmt
 
 
@@ -57,6 +58,39 @@ def _capacity(ctx: StudyContext, data: RunData, ladder: charts.Ladder) -> Chart 
                  charts.spec(charts.capacity_chart(probes, marks, target, ladder)))
 
 
+def _workload(ctx: StudyContext, data: RunData) -> Chart | None:
+    """What the shaped workloads sent (drawn lengths, shared prefixes, conversations, a trace), read from the
+    stored requests of each such workload's first valid point: the lengths and send times measured, not drawn
+    again. None when every workload is the classic fixed-length one."""
+    shaped = sorted(name for name, work in ctx.study.workloads.items() if not work.classic)
+    firsts: dict[str, PointRecord] = {}
+    for p in sorted(data.points, key=lambda p: p.point_id):
+        if p.workload in shaped and p.status == "ok" and p.valid:
+            firsts.setdefault(p.workload, p)
+    if not firsts:
+        return None
+    lengths: list[dict[str, Any]] = []
+    arrivals: list[dict[str, Any]] = []
+    hits: list[str] = []
+    with Store(data.db, read_only=True) as store:
+        for name, point in sorted(firsts.items()):
+            sent = [r for r in store.request_records(data.run.run_id, point.point_id) if not r.warmup and r.ok]
+            t0 = min((r.scheduled_s for r in sent), default=0.0)
+            for r in sent:
+                lengths += [{"workload": name, "what": "prompt tokens", "tokens": r.prompt_tokens},
+                            {"workload": name, "what": "output tokens", "tokens": r.output_tokens}]
+                arrivals.append({"workload": name, "offset_s": round(r.scheduled_s - t0, 4), "turn": r.turn})
+            rate = point.metric("prefix_hit_rate")
+            hits.append(f"{name}: {len(sent)} requests of {point.point_id}, prefix-cache hit rate "
+                        f"{fmt.percent(rate) if rate is not None else 'not recorded'}")
+    if not lengths:
+        return None
+    return Chart("workload", "What the workloads sent", "Each shaped workload's first valid point, from its "
+                 "stored requests: the prompt and output tokens of its completed measured requests, and when each "
+                 "was scheduled (rows: turns of a conversation). Shared prefixes: " + "; ".join(hits) + ".",
+                 charts.spec(charts.workload_chart(lengths, arrivals)))
+
+
 def _point_rows(data: RunData, metric: str, key: str, scale: float = 1.0) -> list[dict[str, Any]]:
     return [{"arm": p.arm, "workload": p.workload, **_rung(p), "repeat": p.repeat, key: scale * v}
             for p in data.points if p.status == "ok" and (v := p.metric(metric)) is not None]
@@ -90,6 +124,9 @@ def study_charts(ctx: StudyContext, data: RunData) -> tuple[list[Chart], list[st
     capacity = _capacity(ctx, data, ladder)
     if capacity is not None:
         out.append(capacity)
+    workload = _workload(ctx, data)
+    if workload is not None:
+        out.append(workload)
     roof, why = _roofline(ctx, data)
     if roof is not None:
         out.append(roof)
