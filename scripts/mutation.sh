@@ -37,6 +37,10 @@ MODULES=(
   "deciding|report/deciding.py|tests/report/test_one_launch.py tests/report/test_scoring_branches.py"
   "run_compare|report/run_compare.py|tests/report/test_run_compare.py"
   "resume|runner/execute/resume.py|tests/runner/test_resume_blocks.py"
+  "capacity|compiler/capacity.py|tests/compiler/test_capacity.py"
+  "slo|compiler/slo.py|tests/compiler/test_slo.py tests/runner/test_slo_stats.py"
+  "workload|compiler/workload.py|tests/compiler/test_workload.py"
+  "shapes|runner/load/shapes.py|tests/runner/test_shapes.py tests/runner/test_checks_shapes.py"
 )
 
 [ -x "$MUTMUT" ] || { echo "mutmut missing: .venv/bin/pip install -e '.[mutation]'" >&2; exit 2; }
