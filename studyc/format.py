@@ -95,6 +95,8 @@ def digits(x: float, unit: str, *, measured: bool = True, ref: float | None = No
         return f"{x:.3f}" if measured else significant(x)
     if unit == "%":
         return f"{100 * x:.1f}" if measured else significant(100 * x)
+    if unit == "load":  # a capacity: a level the search probed, as exact as the search's bracket
+        return significant(x)
     scale = 1e3 if unit == "ms" else 1.0
     if not measured:
         return significant(scale * x)

@@ -48,3 +48,8 @@ def test_one_renderer_of_a_prediction() -> None:
 def test_si_prefixes() -> None:
     assert fmt.si(16.38e9, "B") == "16.38 GB" and fmt.si(1.514e10, "FLOP") == "15.14 GFLOP"
     assert fmt.si(950, "B") == "950 B" and fmt.si(None, "B") == "-"
+
+
+def test_a_capacity_is_the_level_the_search_probed() -> None:
+    assert fmt.digits(2.0, "load") == "2" and fmt.digits(12.5, "load") == "12.5"
+    assert fmt.digits(2.0, "tokens") == "2.000"  # other measured numbers keep four significant digits
