@@ -1,6 +1,9 @@
 """`--resume` by whole blocks: a block's arms are compared with each other, so they run on one host. A
 block with points still to run whose measured points ran on another host (or on one not recorded) is run
 again whole here; its earlier points are kept in the database, set aside (`Store.set_aside`).
+
+A capacity search is measured on one start: one cut short (its next probe not stored) is run again whole
+on the resumed start, its probes so far set aside; a search that ended is kept as it is.
 """
 
 from __future__ import annotations
@@ -8,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from compiler.capacity import holds, replay
 from compiler.plan import Plan
 from runner.store.store import Store
 
@@ -52,4 +56,29 @@ def rerun_whole_blocks(store: Store, run_id: str, plan: Plan, done: dict[str, st
         for pid in rerun.point_ids:
             done.pop(pid, None)
         messages.append(f"{reason} ({len(rerun.point_ids)} points kept, set aside)")
+    return done, messages
+
+
+def rerun_cut_searches(store: Store, run_id: str, plan: Plan, done: dict[str, str]) -> tuple[
+        dict[str, str], list[str]]:
+    """(the points `--resume` may skip, a message per search run again): every search whose stored probes
+    stop short of its end (`compiler.capacity.replay`: still running) is set aside and run again whole."""
+    stored = {p.point_id: p for p in store.points(run_id) if p.point_id in done}
+    messages = []
+    for search in (q for launch in plan.launches for q in launch.searches):
+        probes = [p for pid, p in stored.items() if pid.startswith(search.id + "/")]
+        if not probes:
+            continue
+        levels = {float(level): holds(p.summary.slo_attainment, search.attainment) if p.valid else None
+                  for p in probes
+                  if (level := p.concurrency if search.over == "concurrency" else p.rate_rps) is not None}
+        _, now = replay(search, levels)
+        if now.status != "running":
+            continue
+        ids = sorted(p.point_id for p in probes)
+        reason = f"capacity search {search.id} cut short after {now.probes} probe(s): run again whole by --resume"
+        store.set_aside(run_id, ids, reason)
+        for pid in ids:
+            done.pop(pid, None)
+        messages.append(f"{reason} ({len(ids)} probe(s) kept, set aside)")
     return done, messages

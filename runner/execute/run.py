@@ -33,7 +33,7 @@ from runner.execute.launch import LaunchSpec, run_launch
 from runner.execute.parallel import run_parallel
 from runner.execute.point import NVML_NOTE, PointContext
 from runner.execute.ray_exec import run_ray
-from runner.execute.resume import rerun_whole_blocks
+from runner.execute.resume import rerun_cut_searches, rerun_whole_blocks
 from runner.execute.segments import Timeline, phase_table
 from runner.load.loadgen_limit import measure_client_ceiling
 from runner.measure.calibrate import calibrate
@@ -118,8 +118,8 @@ def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) 
         taken = {s.server_id for s in store.servers(run_id)}  # a resumed run's servers keep their rows
         for launch, placed in zip(plan.launches, placements, strict=True):
             points = tuple(p for p in launch.points if done.get(p.id) != p.fingerprint)
-            # A search with probes stored is not run again (its next probe depends on the last, measured on the
-            # server that stopped); one cut short reads as such in the report (compiler.capacity.replay).
+            # A search with probes stored ended (runner.execute.resume set aside the probes of one cut short,
+            # to run it again whole): it is not run again.
             searches = tuple(q for q in launch.searches if not any(i.startswith(q.id + "/") for i in done))
             specs.append(replace(_spec(launch, points, placed, ctx, run_id, options, gpu_host,
                                        fresh_server_ids(launch, taken)), searches=searches))
@@ -200,7 +200,8 @@ def _open_run(store: Store, plan: Plan, options: RunOptions, progress: Progress,
             progress.message(f"resuming run {previous.run_id}")
             done, reruns = rerun_whole_blocks(store, previous.run_id, plan, store.done_points(previous.run_id),
                                               machine_id())
-            for message in reruns:
+            done, searches = rerun_cut_searches(store, previous.run_id, plan, done)
+            for message in (*reruns, *searches):
                 progress.message(message)
             return previous.run_id, done
         progress.message("nothing to resume: starting a new run")
