@@ -313,8 +313,9 @@ def recheck(db: Path) -> None:
     from runner.checks.recheck import recheck as run_recheck
 
     report = run_recheck(db)
-    click.echo(f"{db}: {report.points} point(s) rechecked, {report.changed} changed")
-    for line in report.details or []:
+    click.echo(f"{db}: {report.points} point(s) rechecked, {report.changed} changed"
+               + (f", {len(report.kept)} kept as stored" if report.kept else ""))
+    for line in [*report.details, *report.kept]:
         click.echo(f"  {line}")
 
 

@@ -151,3 +151,24 @@ def test_recheck_recomputes_the_per_replica_reconciliation(tmp_path: Path) -> No
         point = s.points("run-1")[0]
     assert got.status == "fail" and "s1 requests" in got.detail and not point.valid
     assert point.verdict == "invalid: replica_reconciliation"
+
+
+def test_a_trace_point_whose_trace_is_gone_keeps_its_stored_checks(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text((Path(__file__).parents[2] / "studies/traces/mini_mooncake.jsonl").read_text())
+    study = write_study(tmp_path, "")
+    study.write_text(study.read_text().replace("input_len = 128\noutput_len = 32", 'trace = "t.jsonl"'))
+    plan = compile_study(load_study(study))
+    step = next(p for p in plan.points if p.shape is not None)
+    stored = [CheckResult(step.id, "output_exact", True, "fail", 0.0, 0.0, "as judged when measured")]
+    db = tmp_path / "r.duckdb"
+    with Store(db) as s:
+        s.save_run(RunRecord("run-1", plan.study_id, plan_json=plan.to_json(), started_at=datetime(2025, 1, 1)))
+        s.commit_point(PointRecord("run-1", step.id, arm=step.arm, status="ok", valid=True), _records(4, 8), stored, [])
+    trace.unlink()  # its requests can no longer be known: the point is not judged again against the classic shape
+    report = recheck(db)
+    assert (report.points, report.changed) == (0, 0)
+    assert len(report.kept) == 1 and report.kept[0].startswith(f"run-1 {step.id}: not rechecked") and "t.jsonl" in \
+        report.kept[0]
+    with Store(db, read_only=True) as s:
+        assert s.checks("run-1") == stored and s.points("run-1")[0].valid
