@@ -40,7 +40,7 @@ MODULES=(
   "capacity|compiler/capacity.py|tests/compiler/test_capacity.py"
   "slo|compiler/slo.py|tests/compiler/test_slo.py tests/runner/test_slo_stats.py"
   "workload|compiler/workload.py|tests/compiler/test_workload.py"
-  "shapes|runner/load/shapes.py|tests/runner/test_shapes.py tests/runner/test_checks_shapes.py"
+  "shapes|runner/load/shapes.py|tests/runner/test_shapes.py tests/runner/test_shapes_edges.py tests/runner/test_checks_shapes.py"
 )
 
 [ -x "$MUTMUT" ] || { echo "mutmut missing: .venv/bin/pip install -e '.[mutation]'" >&2; exit 2; }
