@@ -39,7 +39,7 @@ MODULES=(
   "resume|runner/execute/resume.py|tests/runner/test_resume_blocks.py"
   "capacity|compiler/capacity.py|tests/compiler/test_capacity.py"
   "slo|compiler/slo.py|tests/compiler/test_slo.py tests/runner/test_slo_stats.py"
-  "workload|compiler/workload.py|tests/compiler/test_workload.py"
+  "workload|compiler/workload.py|tests/compiler/test_workload.py tests/compiler/test_workload_edges.py"
   "shapes|runner/load/shapes.py|tests/runner/test_shapes.py tests/runner/test_shapes_edges.py tests/runner/test_checks_shapes.py"
 )
 
