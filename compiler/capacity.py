@@ -123,7 +123,21 @@ def probe_of(searches: Sequence[SearchStep], point: Any) -> PointStep | None:
     when it is no search's probe."""
     for search in searches:
         if point.point_id.startswith(search.id + "/"):
-            level = point.concurrency if search.over == "concurrency" else point.rate_rps
+            level = stored_level(search, point)
             if level is not None:
-                return probe_point(search, float(level))
+                return probe_point(search, level)
     return None
+
+
+def stored_level(search: SearchStep, point: Any) -> float | None:
+    """The load a stored probe (a `PointRecord`) ran at: its concurrency or its rate; None when it has none."""
+    level = point.concurrency if search.over == "concurrency" else point.rate_rps
+    return None if level is None else float(level)
+
+
+def stored_held(search: SearchStep, point: Any) -> bool | None:
+    """Whether a stored probe (a `PointRecord`) held the search's attainment; None when it cannot say (not
+    measured ok and valid, or no attainment stored)."""
+    if not (point.status == "ok" and point.valid):
+        return None
+    return holds(point.summary.slo_attainment, search.attainment)

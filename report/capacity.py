@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from compiler.capacity import replay
+from compiler.capacity import replay, stored_held, stored_level
 from compiler.plan import SearchStep
 from report.intervals import Layout, Obs, Place
 from report.results import RunData
@@ -50,13 +50,12 @@ def probe_rows(data: RunData, search: SearchStep) -> list[ProbeRow]:
     """The search's stored probes, by load."""
     out = []
     for p in _probes(data, search):
-        level = _level(p, search)
+        level = stored_level(search, p)
         if level is None:
             continue
-        attainment = p.summary.slo_attainment
-        held = None if not (p.status == "ok" and p.valid) or attainment is None else attainment >= search.attainment
-        out.append(ProbeRow(p.point_id, level, attainment, p.summary.requests_ok + p.summary.requests_failed,
-                            p.status == "ok" and p.valid, held))
+        out.append(ProbeRow(p.point_id, level, p.summary.slo_attainment,
+                            p.summary.requests_ok + p.summary.requests_failed, p.status == "ok" and p.valid,
+                            stored_held(search, p)))
     return sorted(out, key=lambda r: r.level)
 
 
@@ -90,8 +89,3 @@ def search_side(data: RunData, ids: Sequence[str], searches: Mapping[str, Search
 
 def _probes(data: RunData, search: SearchStep) -> list[PointRecord]:
     return [p for p in data.points if p.point_id.startswith(search.id + "/")]
-
-
-def _level(p: PointRecord, search: SearchStep) -> float | None:
-    level = p.concurrency if search.over == "concurrency" else p.rate_rps
-    return None if level is None else float(level)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from compiler.capacity import holds, replay
+from compiler.capacity import replay, stored_held, stored_level
 from compiler.plan import Plan
 from runner.store.store import Store
 
@@ -69,9 +69,7 @@ def rerun_cut_searches(store: Store, run_id: str, plan: Plan, done: dict[str, st
         probes = [p for pid, p in stored.items() if pid.startswith(search.id + "/")]
         if not probes:
             continue
-        levels = {float(level): holds(p.summary.slo_attainment, search.attainment) if p.valid else None
-                  for p in probes
-                  if (level := p.concurrency if search.over == "concurrency" else p.rate_rps) is not None}
+        levels = {level: stored_held(search, p) for p in probes if (level := stored_level(search, p)) is not None}
         _, now = replay(search, levels)
         if now.status != "running":
             continue
