@@ -16,7 +16,10 @@ from compiler.plan import Block, BlockDesign, Engine, Launch, Plan, PointStep, S
 from compiler.plan_estimate import estimate_point_s
 from compiler.plan_resolve import plan_hypotheses
 from compiler.study import Rung, Study
+from compiler.workload import Shape
 from compiler.workload_check import conversation_requests, shape_of
+
+Shaped = tuple[Shape | None, float, float]  # a workload on an arm: its shape (None: classic), mean in, mean out
 
 
 def fingerprint(payload: Any) -> str:
@@ -55,7 +58,9 @@ def compile_study(loaded: LoadedStudy) -> Plan:
     directory = os.path.dirname(study_path)
     start_s = 25.0 if hardware.name == "cpu" else 120.0
     arms: dict[str, dict[str, Any]] = {}
+    shaped: dict[str, dict[str, Shaped]] = {}  # per arm and workload, read once (a trace is hashed here)
     for arm_name, arm in study.arms.items():
+        shaped[arm_name] = {name: shape_of(study, name, arm_name, Path(directory)) for name in study.workloads}
         model_rel = arm.model or study.model.path
         model_dir = os.path.normpath(os.path.join(directory, model_rel)) if model_rel else None
         options = {**study.engine, **arm.args}
@@ -80,7 +85,7 @@ def compile_study(loaded: LoadedStudy) -> Plan:
         for order, launch_id in enumerate(block.launches, start=1):
             arm_name, index = _launch_key(launch_id, study.study.id)
             launches += _launch_steps(study, arm_name, index, block, order, launch_id, arms[arm_name], hardware,
-                                      directory)
+                                      shaped[arm_name])
     required = [s for s in launches if s.required]
     total = sum(_launch_s(s) for s in required)
     most = sum(_launch_s(s) for s in launches)
@@ -171,16 +176,16 @@ def _launch_s(step: Launch) -> float:
 
 def _launch_steps(
     study: Study, arm_name: str, index: int, block: Block, order: int, lid: str, built: dict[str, Any],
-    hardware: Any, directory: str,
+    hardware: Any, shaped: dict[str, Shaped],
 ) -> list[Launch]:
     arm = study.arms[arm_name]
     vocab_hi = built["shape"].vocab_size if built["shape"] else 32000
     multi = lid.endswith(f"/L{index}")
     points = _points(study, arm_name, lid, index if multi else None, block.index, arm.cache or study.load.cache,
-                     vocab_hi, built["shape"], hardware, built["kv_cache_dtype"], directory)
+                     vocab_hi, built["shape"], hardware, built["kv_cache_dtype"], shaped)
     searches = _searches(study, arm_name, lid, index if multi else None, block.index,
                          arm.cache or study.load.cache, vocab_hi, built["shape"], hardware, built["kv_cache_dtype"],
-                         directory)
+                         shaped)
     common = {k: v for k, v in built.items() if k != "shape"}
     common.update(arm=arm_name, launch=index, block=block.index, order=order, required=block.required)
     if study.load.server == "per-point":
@@ -214,25 +219,24 @@ def _serve_argv(
 
 def _points(
     study: Study, arm: str, lid: str, launch: int | None, block: int, cache: Literal["reset", "keep"], vocab: int,
-    shape: Any, hardware: Any, kv_dtype: str, directory: str,
+    shape: Any, hardware: Any, kv_dtype: str, shaped: dict[str, Shaped],
 ) -> list[PointStep]:
     """The points of one launch, repeats interleaved. `launch` is None for an arm's only launch: its ids and
     fingerprints are those of schema v1, so stored runs still resume."""
     load = study.load
     out: list[PointStep] = []
-    shapes = {name: shape_of(study, name, arm, Path(directory)) for name in study.workloads}
     for repeat in range(1, load.repeats + 1):
         for wname in study.workloads:
             for index, rung in enumerate(load.ladder):
                 out.append(_point(study, arm, wname, rung, load.requests_at(index), repeat, cache, vocab,
                                   f"{lid}/{wname}/{rung.id_label}/r{repeat}", launch, block, shape, hardware, kv_dtype,
-                                  shapes[wname]))
+                                  shaped[wname]))
     return list(mark_cold(out))
 
 
 def _searches(
     study: Study, arm: str, lid: str, launch: int | None, block: int, cache: Literal["reset", "keep"], vocab: int,
-    shape: Any, hardware: Any, kv_dtype: str, directory: str,
+    shape: Any, hardware: Any, kv_dtype: str, shaped: dict[str, Shaped],
 ) -> tuple[SearchStep, ...]:
     """One capacity search per workload on this launch; its template is the probe at `hi`."""
     search, slo = study.load.search, study.slo
@@ -244,7 +248,7 @@ def _searches(
         sid = f"{lid}/{wname}/search"
         template = _point(study, arm, wname, rung, study.load.requests_at(0), 1, cache, vocab,
                           f"{sid}/{rung.id_label}/r1", launch, block, shape, hardware, kv_dtype,
-                          shape_of(study, wname, arm, Path(directory)))
+                          shaped[wname])
         out.append(SearchStep(
             id=sid, arm=arm, workload=wname, over=search.over, lo=search.lo, hi=search.hi, probes=search.probes,
             attainment=slo.attainment, template=template,
@@ -256,7 +260,7 @@ def _searches(
 def _point(
     study: Study, arm: str, wname: str, rung: Rung, requests: int, repeat: int, cache: Literal["reset", "keep"],
     vocab: int, point_id: str, launch: int | None, block: int, shape: Any, hardware: Any, kv_dtype: str,
-    shaped: tuple[Any, float, float],
+    shaped: Shaped,
 ) -> PointStep:
     """One point; `shaped` is the workload's (shape or None, mean input, mean output) from `shape_of`."""
     load, work = study.load, study.workloads[wname]
