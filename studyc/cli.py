@@ -168,8 +168,11 @@ def _stop_on_term(signum: int, frame: Any) -> None:
 @click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
               help="Run each launch as a Ray actor holding its GPUs: on the cluster at ADDRESS, or without one "
                    "on a Ray cluster started here (as many logical GPUs as --gpus names). Needs studyc[ray].")
+@click.option("--cold-starts", is_flag=True,
+              help="Start every server from nothing. By default, while a launch runs, the next launch's server "
+                   "is spawned held after its imports and kept stopped during every point (see README).")
 def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry_run: bool, no_calibrate: bool,
-        allow_hardware_mismatch: bool, gpus: str | None, ray_address: str | None) -> None:
+        allow_hardware_mismatch: bool, gpus: str | None, ray_address: str | None, cold_starts: bool) -> None:
     """Carry out studies against real vLLM servers and store every measurement in DuckDB.
 
     Every study file is validated and compiled, and the engine and the hardware are checked,
@@ -195,7 +198,8 @@ def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry
     from studyc.run_command import failed, prepare_run, run_study, run_summary
 
     setup = prepare_run(plans, db, resume=resume, keep_going=keep_going, calibrate=not no_calibrate, gpus=gpus,
-                        ray=ray_address, allow_hardware_mismatch=allow_hardware_mismatch, say=_say)
+                        ray=ray_address, allow_hardware_mismatch=allow_hardware_mismatch, say=_say,
+                        held_start=not cold_starts)
     any_failed = False
     signal.signal(signal.SIGTERM, _stop_on_term)  # `timeout`, `kill`, a batch scheduler: stop as on Ctrl-C
     for loaded, plan in zip(loaded_studies, plans, strict=True):

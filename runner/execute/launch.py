@@ -29,6 +29,7 @@ from runner.execute.point import (
     log_warnings,
     run_point,
 )
+from runner.execute.prestart import Prestart, with_check
 from runner.execute.search import run_search
 from runner.measure.host import host_identity
 from runner.server.engine import VllmServer
@@ -167,11 +168,22 @@ def server_env(spec: LaunchSpec, devices: Sequence[str]) -> dict[str, str]:
     return env
 
 
+def new_server(spec: LaunchSpec, sid: str, devices: Sequence[str]) -> VllmServer:
+    """Server `sid` of the launch, on `devices`, not yet started."""
+    return VllmServer(
+        spec.launch.argv, env=server_env(spec, devices), log_path=spec.log_dir / (sid.replace("/", "__") + ".log"),
+        command=list(spec.engine_command), startup_timeout_s=spec.startup_timeout_s, key_dir=spec.key_dir,
+        gpu_index=int(devices[0]) if spec.gpu_host and devices[0].isdigit() else 0,
+    )
+
+
 def run_launch(
     spec: LaunchSpec, emit: Callable[[Event], None], *, cancel: Cancel | None = None,
-    interlude: Interlude | None = None,
+    interlude: Interlude | None = None, prestart: Prestart | None = None, next_spec: LaunchSpec | None = None,
 ) -> None:
-    """Start the launch's servers (all at once), run its points across them, stop them."""
+    """Start the launch's servers (all at once), run its points across them, stop them. With `prestart`,
+    its first server is the one held there if it matches, and once its servers are spawned the first server
+    of `next_spec` is spawned held (`runner.execute.prestart`)."""
     launch = spec.launch
     cancel = cancel or Cancel()
     spec.log_dir.mkdir(parents=True, exist_ok=True)
@@ -180,13 +192,13 @@ def run_launch(
     servers: list[Any] = []
     records: list[ServerRecord] = []
     starts: list[int] = []
+    held = False
     for sid, devices in zip(spec.servers, spec.placement.server_devices, strict=True):
-        log_path = spec.log_dir / (sid.replace("/", "__") + ".log")
-        server = VllmServer(
-            launch.argv, env=server_env(spec, devices), log_path=log_path, command=list(spec.engine_command),
-            startup_timeout_s=spec.startup_timeout_s, key_dir=spec.key_dir,
-            gpu_index=int(devices[0]) if spec.gpu_host and devices[0].isdigit() else 0,
-        )
+        server = new_server(spec, sid, devices)
+        if prestart is not None and not servers:
+            server = prestart.claim(server)
+            held = server.held
+        log_path = server.log_path
         host = host_identity(devices, spec.gpu_host)  # where this start runs (a Ray worker: its node)
         records.append(ServerRecord(
             run_id=spec.run_id, server_id=sid, arm=launch.arm, fingerprint=launch.fingerprint,
@@ -197,17 +209,20 @@ def run_launch(
         if servers:  # the balancer sends one key: the replicas of a launch share the first one's
             server.api_key = servers[0].api_key
         servers.append(server)
-        starts.append(log_size(log_path))
+        starts.append(server.log_start if server.held else log_size(log_path))
     infos: list[Any] = []
     pin = not spec.gpu_host  # CPU servers: their engines apart from the load generator (replicas share those cores)
     t_start, spawned_at, up = time.monotonic(), datetime.now(), False  # local: as vLLM stamps
     try:
         for server, record in zip(servers, records, strict=True):
-            emit(ServerEvent(record, status="starting"))
+            emit(ServerEvent(record, status="starting (held: imported while the launch before ran)" if held
+                             else "starting"))
             cancel.add(server)
             server.start()
             if pin:  # see runner.server.pinning
                 pin_engine(server.pid, spec.placement.client_cpus)
+        if prestart is not None and next_spec is not None and len(next_spec.servers) == 1:
+            prestart.hold(new_server(next_spec, next_spec.servers[0], next_spec.placement.server_devices[0]))
         for server, record, start in zip(servers, list(records), starts, strict=True):
             try:
                 info = server.wait_ready()
@@ -232,7 +247,7 @@ def run_launch(
         split = start_phases(log_since(servers[0].log_path, starts[0]) or "", spawned_at, total) \
             if len(servers) == 1 else [(UNSPLIT, total)]  # replicas start side by side: one span
         emit(PhaseEvent(launch.id, tuple(split)))
-        _measure(spec, servers, infos, emit, cancel, interlude)
+        _measure(spec, servers, infos, emit, cancel, interlude, prestart)
     finally:
         if not up:
             emit(PhaseEvent(launch.id, (("start (failed)", time.monotonic() - t_start),)))
@@ -246,7 +261,7 @@ def run_launch(
 
 
 def _measure(spec: LaunchSpec, servers: list[Any], infos: list[Any], emit: Callable[[Event], None],
-             cancel: Cancel, interlude: Interlude | None) -> None:
+             cancel: Cancel, interlude: Interlude | None, prestart: Prestart | None = None) -> None:
     launch = spec.launch
     first = infos[0]
     many = len(servers) > 1
@@ -264,7 +279,14 @@ def _measure(spec: LaunchSpec, servers: list[Any], infos: list[Any], emit: Calla
         if cancel.event.is_set():
             raise KeyboardInterrupt
         emit(PointStartEvent(point))
-        outcome = run_point(point, endpoint, spec.ctx)
+        if prestart is None:
+            outcome = run_point(point, endpoint, spec.ctx)
+        else:
+            with prestart.paused() as quiet:
+                outcome = run_point(point, endpoint, spec.ctx)
+            check = quiet.check(point.id)
+            if check is not None:
+                with_check(outcome, check)
         dead = [s for s in servers if s.poll() is not None]
         if outcome.status != "ok" and dead:
             outcome.error = f"{outcome.error}; server exited ({dead[0].poll()}): {dead[0].log_tail(8)}"

@@ -32,6 +32,7 @@ from runner.execute.driver import (
 from runner.execute.launch import LaunchSpec, run_launch
 from runner.execute.parallel import run_parallel
 from runner.execute.point import NVML_NOTE, PointContext
+from runner.execute.prestart import Prestart
 from runner.execute.ray_exec import run_ray
 from runner.execute.resume import rerun_cut_searches, rerun_whole_blocks
 from runner.execute.segments import Timeline, phase_table
@@ -136,7 +137,7 @@ def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) 
                 progress.message(f"running launches on {report.slots} device slots at once ({','.join(devices)})")
                 run_phases(specs, driver, lambda some: run_parallel(some, driver, options))
             else:
-                run_phases(specs, driver, lambda some: run_sequential(some, driver))
+                run_phases(specs, driver, lambda some: run_sequential(some, driver, options.held_start))
             status = "complete" if not (report.points_failed or report.servers_failed) else "partial"
         finally:
             report.wall_s = time.monotonic() - origin
@@ -174,13 +175,19 @@ def _spec(launch: Launch, points: tuple[PointStep, ...], placed: Placement, ctx:
     )
 
 
-def run_sequential(specs: list[LaunchSpec], driver: Driver) -> None:
-    """One launch after another on this thread (one device)."""
-    for spec in specs:
-        try:
-            run_launch(spec, driver.handle)
-        except EngineError as exc:
-            driver.server_failed(spec.launch, exc)
+def run_sequential(specs: list[LaunchSpec], driver: Driver, held: bool = True) -> None:
+    """One launch after another on this thread (one device); with `held`, each launch's server is spawned
+    held while the launch before it runs (`runner.execute.prestart`)."""
+    prestart = Prestart() if held else None
+    try:
+        for i, spec in enumerate(specs):
+            try:
+                run_launch(spec, driver.handle, prestart=prestart, next_spec=specs[i + 1] if i + 1 < len(specs) else None)
+            except EngineError as exc:
+                driver.server_failed(spec.launch, exc)
+    finally:
+        if prestart is not None:
+            prestart.close()
 
 
 def _open_run(store: Store, plan: Plan, options: RunOptions, progress: Progress,

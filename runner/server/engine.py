@@ -40,6 +40,7 @@ __all__ = [
     "ServerInfo",
     "VllmServer",
     "check_engine",
+    "engine_python",
     "free_port",
 ]
 
@@ -109,6 +110,46 @@ def server_api_key(cache_dir: Path) -> str:
     return key
 
 
+_CLI = "vllm.entrypoints.cli.main"
+
+
+def engine_python(command: Sequence[str]) -> list[str] | None:
+    """The interpreter that runs vLLM's CLI for an engine command, where it can be told: `PYTHON -m
+    vllm.entrypoints.cli.main` gives PYTHON; a `vllm` console script gives the interpreter of its `#!` line.
+    None for anything else (a wrapper script, `env ...`, another entry point): such a server is not held."""
+    words = list(command)
+    if len(words) == 3 and words[1] == "-m" and words[2] == _CLI:
+        return [words[0]]
+    found = shutil.which(words[0]) if len(words) == 1 else None
+    if found is None:
+        return None
+    try:
+        with open(found, "rb") as fh:
+            head = fh.read(4096).decode("utf-8", "replace")
+    except OSError:
+        return None
+    first = head.splitlines()[0] if head else ""
+    interpreter = first[2:].strip().split()
+    if first.startswith("#!") and len(interpreter) == 1 and os.path.isabs(interpreter[0]) \
+            and f"from {_CLI} import main" in head:
+        return interpreter
+    return None
+
+
+def held_script(key_dir: Path) -> Path:
+    """`runner/server/held.py`, copied alone into `key_dir/held/`: run from its own folder, Python would put
+    `runner/server` first on the path, where `http.py` hides the standard library's `http`."""
+    source = Path(__file__).with_name("held.py").read_bytes()
+    folder = key_dir / "held"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    script = folder / "held_start.py"
+    if not script.is_file() or script.read_bytes() != source:
+        tmp = folder / f"held_start.{os.getpid()}.tmp"
+        tmp.write_bytes(source)
+        tmp.replace(script)
+    return script
+
+
 class VllmServer:
     """`vllm serve` in its own process group, bound to 127.0.0.1 with a random API key.
 
@@ -144,6 +185,7 @@ class VllmServer:
         self.gpu_index = gpu_index
         self._auto_port = port is None
         self.port = port if port is not None else free_port()
+        self.key_dir = key_dir
         self.api_key = server_api_key(key_dir)
         self.info: ServerInfo | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -151,6 +193,8 @@ class VllmServer:
         self._log_start = 0
         self._t0 = 0.0
         self._stopped = False
+        self._held = False  # spawned by `hold`, waiting for `start`
+        self._was_held = False  # let go by `start`, not yet ready: a failure is retried once, cold
 
     @property
     def base_url(self) -> str:
@@ -182,13 +226,56 @@ class VllmServer:
         argv is visible to every user of the host. See `server_api_key` for why it is one key."""
         return {**os.environ, **BASE_ENV, **self.extra_env, "VLLM_API_KEY": self.api_key}
 
-    def start(self) -> None:
+    @property
+    def held(self) -> bool:
+        """Spawned by `hold` and not yet let go by `start`."""
+        return self._held
+
+    @property
+    def log_start(self) -> int:
+        """The log's size before this server's first spawn: what it wrote since is this start's."""
+        return self._log_start
+
+    def hold(self, python: Sequence[str], key_dir: Path) -> None:
+        """Spawn the server held after its imports (`runner.server.held`, run by `python`, the engine's
+        interpreter: `engine_python`): its imports run now, its start at `start`. Its pid and process group
+        are the server's from here on."""
         if self._proc is not None:
             raise EngineError("this server was already started; make a new VllmServer")
-        self._t0 = time.monotonic()
-        self._spawn()
+        script = held_script(key_dir)
+        self._spawn([*python, str(script), *self.argv[len(self.command):]], stdin=subprocess.PIPE)
+        self._held = True
 
-    def _spawn(self) -> None:
+    def start(self) -> None:
+        """Start the server; a held one (`hold`) is let go (its start counts from here), or spawned again
+        cold if it has exited while held."""
+        if self._proc is not None and not self._held:
+            raise EngineError("this server was already started; make a new VllmServer")
+        self._t0 = time.monotonic()
+        if not self._held:
+            self._spawn()
+            return
+        self._held = False
+        self._was_held = True
+        assert self._proc is not None and self._proc.stdin is not None
+        self.resume()
+        try:
+            self._proc.stdin.write(b"go\n")
+            self._proc.stdin.close()
+        except OSError:  # it exited while held: start it the usual way
+            self._end_group()
+            self._spawn()
+
+    def pause(self) -> None:
+        """SIGSTOP a held server's process group (nothing of it runs until `resume`)."""
+        if self._held and self._proc is not None:
+            self._signal_group(self._proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self._proc is not None:
+            self._signal_group(self._proc.pid, signal.SIGCONT)
+
+    def _spawn(self, argv: Sequence[str] | None = None, stdin: int = subprocess.DEVNULL) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         # Append: an earlier start's log is kept. Held open for the server's lifetime.
         self._log = open(self.log_path, "ab")
@@ -198,8 +285,8 @@ class VllmServer:
         env = self._env()
         try:
             self._proc = subprocess.Popen(
-                self.argv,
-                stdin=subprocess.DEVNULL,
+                list(argv) if argv is not None else self.argv,
+                stdin=stdin,
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
                 env=env,
@@ -232,6 +319,16 @@ class VllmServer:
                     self._end_group()
                     self.port = free_port()
                     self._spawn()
+                    continue
+                if rc is not None and self._was_held:
+                    # A held start that failed (say an import that broke the forked engine core): once, cold.
+                    self._was_held = False
+                    assert self._log is not None
+                    self._log.write(f"# studyc-held: exited with code {rc} before it was ready: starting it "
+                                    "again, cold\n".encode())
+                    self._end_group()
+                    self._spawn()
+                    deadline = time.monotonic() + self.startup_timeout_s
                     continue
                 if rc is not None:
                     self.stop()
@@ -281,8 +378,10 @@ class VllmServer:
         proc = self._proc
         assert proc is not None
         pgid = proc.pid  # start_new_session: pgid == pid
+        self._held = False
         try:
             self._signal_group(pgid, signal.SIGTERM)
+            self._signal_group(pgid, signal.SIGCONT)  # a paused group gets its SIGTERM only once continued
             if not self._wait_group(proc, pgid, self.stop_timeout_s):
                 self._signal_group(pgid, signal.SIGKILL)
                 self._wait_group(proc, pgid, 10.0)
@@ -290,6 +389,8 @@ class VllmServer:
             if proc.poll() is None:  # last resort if the group signal missed it
                 proc.kill()
                 proc.wait()
+            if proc.stdin is not None and not proc.stdin.closed:
+                proc.stdin.close()
             if self._log is not None:
                 self._log.close()
                 self._log = None

@@ -132,6 +132,24 @@ def test_quickstart_fills_every_table(quickstart_db: Path) -> None:
         } <= names
 
 
+def test_quickstart_second_server_was_held(quickstart_db: Path) -> None:
+    """The run's second launch (warm) was spawned held while the first ran, let go after it stopped, and
+    stayed stopped through every point of the first: each of those carries a passed `held_start_paused`."""
+    with Store(quickstart_db, read_only=True) as store:
+        run = store.latest_run("quickstart")
+        assert run is not None
+        logs = {s.server_id: Path(s.log_path or "").read_text(errors="replace") for s in store.servers(run.run_id)}
+        held = [c for c in store.checks(run.run_id) if c.name == "held_start_paused"]
+        phases = {(p[0], p[1]): p[2] for p in store.con.execute(
+            "SELECT launch_id, phase, seconds FROM phases WHERE run_id = ?", [run.run_id]).fetchall()}
+    assert "# studyc-held: go after" in logs["quickstart/warm"] and "# studyc-held:" not in logs["quickstart/cold"]
+    assert sorted(c.point_id for c in held) == sorted(f"quickstart/cold/short/c{c}/r{r}" for c in (1, 4)
+                                                        for r in (1, 2, 3))
+    assert all(c.passed and c.value == 0.0 for c in held)
+    assert phases[("quickstart/warm", "start: imports (API process)")] == 0.0  # imported before its start
+    assert phases[("quickstart/cold", "start: imports (API process)")] > 1.0
+
+
 def test_crash_at_start_keep_going_then_kill_and_resume(tmp_path: Path) -> None:
     db = tmp_path / "faults.duckdb"
     proc = studyc("run", str(FAULTS), "--db", str(db), "--keep-going", "--no-calibrate")

@@ -1,0 +1,132 @@
+"""Held starts: while a launch starts and measures, the next launch's server is spawned held after its
+imports (`runner.server.held`), so its own start begins where those imports end. Used by the sequential
+executor, for a launch of one server whose engine command names its interpreter (`engine_python`), on a
+host with /proc; `studyc run --cold-starts` turns it off.
+
+It must not disturb what is measured: the held server's process group is stopped (SIGSTOP) for the
+whole of every point of the running launch (warmup, reset, load, judge), and the point's check
+`held_start_paused` reads the group's CPU time before and after. A tick used, a member that appeared or
+vanished, or a group that never showed as stopped fails the point. The held process runs only while the
+current launch starts, between its points and after it stops.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from runner.checks.checks import verdict, verdict_reason
+from runner.server.engine import VllmServer, engine_python
+from runner.server.procs import group_cpu_ticks, group_stopped
+from runner.store.records import CheckResult
+
+CHECK = "held_start_paused"
+STOP_WAIT_S = 2.0  # how long a SIGSTOPped group may take to show every member stopped
+
+
+def paused_check(point_id: str, stopped: bool, before: dict[int, int], after: dict[int, int]) -> CheckResult:
+    """Whether the held server stayed still through a point: every member of its group stopped before the
+    point, the same members after it, and no CPU tick used between (`before` and `after`: pid -> ticks)."""
+    used = sum(after.get(pid, 0) - ticks for pid, ticks in before.items())
+    same = set(before) == set(after)
+    if not stopped:
+        why = "the held next server's processes did not all stop"
+    elif not same:
+        why = f"the held next server's processes changed during the point ({len(before)} -> {len(after)})"
+    elif used > 0:
+        why = f"the held next server used {used} CPU tick(s) during the point"
+    else:
+        why = f"the held next server ({len(before)} process(es)) stayed stopped through the point"
+    passed = stopped and same and used <= 0
+    return CheckResult(point_id=point_id, name=CHECK, passed=passed, severity="fail", value=float(used),
+                       threshold=0.0, detail=why)
+
+
+def with_check(outcome: Any, check: CheckResult) -> None:
+    """Add `check` to a point outcome's judgement, its verdict read again (no judgement: nothing to add to)."""
+    judgement = outcome.judgement
+    if judgement is None:
+        return
+    checks = (*judgement.checks, check)
+    valid, flagged = verdict(checks)
+    outcome.judgement = replace(judgement, checks=checks, valid=valid, flagged=flagged, reason=verdict_reason(checks))
+
+
+@dataclass
+class Quiet:
+    """What `Prestart.paused` saw of the held server across one point; `check` once the point is over."""
+
+    stopped: bool = False
+    before: dict[int, int] = field(default_factory=dict)
+    after: dict[int, int] = field(default_factory=dict)
+    watched: bool = False  # False: nothing was held, nothing to check
+
+    def check(self, point_id: str) -> CheckResult | None:
+        return paused_check(point_id, self.stopped, self.before, self.after) if self.watched else None
+
+
+class Prestart:
+    """At most one held server: the next launch's first server, spawned by `hold`, taken by `claim`.
+    `stop_signal` is what `paused` sends (a test sends one that does not stop, to make the check fail)."""
+
+    def __init__(self, stop_signal: signal.Signals = signal.SIGSTOP, proc: Path = Path("/proc")) -> None:
+        self.server: VllmServer | None = None
+        self.stop_signal = stop_signal
+        self.proc = proc
+
+    def hold(self, server: VllmServer) -> bool:
+        """Spawn `server` held (dropping any other held one); False when it cannot be held (its engine
+        command's interpreter unknown, or no /proc to check it by): it then starts cold when claimed."""
+        self.close()
+        python = engine_python(server.command)
+        if python is None or not self.proc.is_dir():
+            return False
+        server.hold(python, server.key_dir)
+        self.server = server
+        return True
+
+    def claim(self, server: VllmServer) -> VllmServer:
+        """The held server if it is `server` (same command, arguments, environment and log), else `server`;
+        a held server that is not it is stopped."""
+        held, self.server = self.server, None
+        if held is None:
+            return server
+        if (held.command, held.argv_tail, held.extra_env, held.log_path) == (
+                server.command, server.argv_tail, server.extra_env, server.log_path) and held.poll() is None:
+            held.api_key = server.api_key
+            return held
+        held.stop()
+        return server
+
+    @contextmanager
+    def paused(self) -> Iterator[Quiet]:
+        """The held server stopped for the block's duration; the returned Quiet is filled on exit."""
+        quiet = Quiet()
+        server = self.server
+        pgid = server.pid if server is not None and server.held else None
+        if server is None or pgid is None:
+            yield quiet
+            return
+        quiet.watched = True
+        try:
+            server._signal_group(pgid, self.stop_signal)
+            deadline = time.monotonic() + STOP_WAIT_S
+            while not group_stopped(pgid, self.proc) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            quiet.stopped = group_stopped(pgid, self.proc)
+            quiet.before = group_cpu_ticks(pgid, self.proc)
+            yield quiet
+        finally:
+            quiet.after = group_cpu_ticks(pgid, self.proc)
+            server.resume()
+
+    def close(self) -> None:
+        """Stop a held server nobody claimed."""
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
