@@ -4,7 +4,8 @@ Results are the truth: when a check's definition is corrected, old runs are re-j
 own records, never re-measured. What the server said (the edge counters, prefix-cache counters, GPU
 telemetry) is kept as stored; a point stored without edge counters (schema < 3) cannot be
 reconciled, so its reconciliation is `unverified` and the point is not valid. A point run on several
-replicas gets its per-replica reconciliation again from the deltas stored in `replicas_json`.
+replicas gets its per-replica reconciliation again from the deltas stored in `replicas_json`; a point
+measured beside a held server keeps its stored `held_start_paused` (read while it ran, not from records).
 Opening the database for writing also migrates an older schema.
 """
 
@@ -20,7 +21,9 @@ from runner.checks.checks import Expectation
 from runner.checks.expect import point_expectation
 from runner.checks.judge import ServerSide, judge
 from runner.execute import replicas
+from runner.execute.prestart import CHECK as HELD_CHECK
 from runner.load.trace_file import trace_rows
+from runner.store.records import CheckResult
 from runner.store.store import Store
 from studyc import __version__
 from studyc.errors import EngineError
@@ -53,8 +56,11 @@ def recheck(db: Path) -> RecheckReport:
             steps = {p.id: p for p in plan.points}
             searches = [q for launch in plan.launches for q in launch.searches]
             stored: dict[str, set[tuple[str, str]]] = {}
+            held: dict[str, list[CheckResult]] = {}
             for check in store.checks(run.run_id):
                 stored.setdefault(check.point_id, set()).add((check.name, str(check.status)))
+                if check.name == HELD_CHECK:
+                    held.setdefault(check.point_id, []).append(check)
             for point in store.points(run.run_id):
                 step = steps.get(point.point_id) or probe_of(searches, point)
                 if step is None or point.status != "ok":
@@ -71,6 +77,8 @@ def recheck(db: Path) -> RecheckReport:
                 if point.replicas_json:  # run on replicas: judge each one's counters again
                     rows = json.loads(point.replicas_json)
                     judged = replicas.with_check(judged, replicas.replica_check(point.point_id, rows))
+                for kept in held.get(point.point_id, ()):  # measured while the point ran: kept as stored
+                    judged = replicas.with_check(judged, kept)
                 old = stored.get(point.point_id, set())
                 new = {(c.name, str(c.status)) for c in judged.checks}
                 report.points += 1

@@ -16,11 +16,11 @@ import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runner.checks.checks import verdict, verdict_reason
+from runner.execute import replicas
 from runner.server.engine import VllmServer, engine_python
 from runner.server.procs import group_cpu_ticks, group_stopped
 from runner.store.records import CheckResult
@@ -49,12 +49,8 @@ def paused_check(point_id: str, stopped: bool, before: dict[int, int], after: di
 
 def with_check(outcome: Any, check: CheckResult) -> None:
     """Add `check` to a point outcome's judgement, its verdict read again (no judgement: nothing to add to)."""
-    judgement = outcome.judgement
-    if judgement is None:
-        return
-    checks = (*judgement.checks, check)
-    valid, flagged = verdict(checks)
-    outcome.judgement = replace(judgement, checks=checks, valid=valid, flagged=flagged, reason=verdict_reason(checks))
+    if outcome.judgement is not None:
+        outcome.judgement = replicas.with_check(outcome.judgement, check)
 
 
 @dataclass

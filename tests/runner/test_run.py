@@ -305,3 +305,26 @@ def test_budget_blocks_run_while_undecided(tmp_path: Path) -> None:
     assert len({s.launch_id or s.server_id for s in servers}) == 3, out
     assert len(points) == 3 * 2
     assert "block 3: undecided (h): running it" in out and "budget launches not run" not in out, out
+
+
+def test_recheck_keeps_the_held_start_check(quickstart_db: Path, tmp_path: Path) -> None:
+    """`held_start_paused` was read while the point ran, not from its records: recheck keeps it as stored, a
+    failed one included (here made to fail in the copy, as a run would have stored it)."""
+    import shutil
+
+    from runner.checks.recheck import recheck
+
+    db = tmp_path / "q.duckdb"
+    shutil.copyfile(quickstart_db, db)
+    with Store(db) as store:
+        run = store.latest_run("quickstart")
+        assert run is not None
+        store.con.execute("UPDATE checks SET passed = false, status = 'fail', value = 3 WHERE run_id = ? AND "
+                          "point_id = 'quickstart/cold/short/c1/r1' AND name = 'held_start_paused'", [run.run_id])
+    recheck(db)
+    with Store(db, read_only=True) as store:
+        held = {c.point_id: c for c in store.checks(run.run_id) if c.name == "held_start_paused"}
+        point = next(p for p in store.points(run.run_id) if p.point_id == "quickstart/cold/short/c1/r1")
+    assert len(held) == 6 and not held["quickstart/cold/short/c1/r1"].passed
+    assert all(c.passed for pid, c in held.items() if pid != "quickstart/cold/short/c1/r1")
+    assert not point.valid and "held_start_paused" in (point.verdict or "")
