@@ -84,7 +84,10 @@ print(gpu_info(0)); print(calibrate(['python3']))" 2>&1 | tail -2
   wait)
     # Copies what the run has to $OUT every minute as well as at the end: a call cut short (its time
     # limit, or the session's device time running out) still brings back what was committed by then.
-    limit=${1:-560}; t0=$(date +%s); pid=$(cat /tmp/results/background.pid 2>/dev/null || echo 0); last=0
+    limit=${1:-560}; t0=$(date +%s); last=0
+    # No background run on this machine (a fresh one: the last was released): say so, do not wait
+    # (`kill -0 0` would succeed: it signals our own process group).
+    pid=$(cat /tmp/results/background.pid 2>/dev/null) || { echo "no background run on this machine"; exit 3; }
     while kill -0 "$pid" 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt "$limit" ]; do
       sleep 5
       if [ $(( $(date +%s) - last )) -ge 60 ]; then snapshot; last=$(date +%s); fi
