@@ -102,13 +102,19 @@ class CacheState:
             return None
         return self.hits / self.queries
 
-    def cold(self, max_hit_rate: float) -> tuple[bool, str]:
+    def cold(self, max_hit_rate: float, caching: bool = True) -> tuple[bool, str]:
         """(verified cold?, why). Cold only when the reset was confirmed AND the counters show
-        queries with a hit rate of at most `max_hit_rate`. Anything unverifiable is not cold."""
+        queries with a hit rate of at most `max_hit_rate`. Anything unverifiable is not cold. With
+        `caching` False (the engine runs with --no-enable-prefix-caching) there is no cache to look up:
+        the counters showing no lookups and no hits are what verifies it."""
         if self.reset_ok is not True:
             return False, "reset refused" if self.reset_ok is False else "no reset"
         if self.queries is None or self.hits is None:
             return False, "prefix-cache counters missing: cannot verify"
+        if self.queries <= 0 and not caching:
+            if self.hits > 0:
+                return False, f"prefix caching is off, yet the engine counted {self.hits:g} hit tokens"
+            return True, "prefix caching off (--no-enable-prefix-caching): no lookups, no hits"
         if self.queries <= 0:
             return False, "no prefix-cache queries in the window: cannot verify"
         rate = self.hits / self.queries

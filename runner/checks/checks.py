@@ -124,16 +124,18 @@ def reconciliation(point: PointStep, rec: Reconciliation | None) -> CheckResult:
     return _result(point, "reconciliation", rec.status, "fail", float(bad), 0.0, rec.message)
 
 
-def cache_cold(point: PointStep, cache: CacheState, max_hit_rate: float, expected: float = 0.0) -> CheckResult:
+def cache_cold(point: PointStep, cache: CacheState, max_hit_rate: float, expected: float = 0.0,
+               caching: bool = True) -> CheckResult:
     """`cache = "reset"`: fail-level, cold at the point's start only when verified (see `CacheState.cold`):
     a refused or missing reset fails; missing counters or no queries are unverified. Where the workload
     shares prefixes, hits inside the point are expected: the allowed rate is `expected` (its own structure
     replayed from an empty cache, an upper bound) plus `max_hit_rate`.
-    `cache = "keep"`: a warning that always fires, since the point is not a cold measurement."""
+    `cache = "keep"`: a warning that always fires, since the point is not a cold measurement. `caching`
+    False: the engine has prefix caching off (`CacheState.cold`)."""
     rate = cache.hit_rate
     if point.cache == "reset":
-        cold, why = cache.cold(expected + max_hit_rate)
-        if expected > 0:
+        cold, why = cache.cold(expected + max_hit_rate, caching)
+        if expected > 0 and caching:
             why += f"; {100 * expected:.2f}% expected from the workload's shared prefixes"
         status: CheckStatus = "pass" if cold else "unverified" if "cannot verify" in why else "fail"
         return _result(point, "cache_cold", status, "fail", rate, expected + max_hit_rate, f"reset + verify: {why}"
@@ -284,6 +286,7 @@ class Evidence:
     fidelity: Fidelity
     open_allowance: float | None = None
     expected_hit_rate: float = 0.0
+    prefix_caching: bool = True  # False: the engine runs with --no-enable-prefix-caching
 
 
 def evaluate(point: PointStep, summary: PointSummary, *, thresholds: Checks, evidence: Evidence) -> list[CheckResult]:
@@ -293,7 +296,7 @@ def evaluate(point: PointStep, summary: PointSummary, *, thresholds: Checks, evi
         steady_state(point, summary),
         littles_law(point, summary, thresholds.littles_law_tolerance, e.open_allowance),
         reconciliation(point, e.reconciliation),
-        cache_cold(point, e.cache, thresholds.max_cold_hit_rate, e.expected_hit_rate),
+        cache_cold(point, e.cache, thresholds.max_cold_hit_rate, e.expected_hit_rate, e.prefix_caching),
         output_exact(point, e.outputs),
         errors(point, summary),
         warmup_sufficient(point, e.halves_gap, thresholds.warmup_tolerance),

@@ -106,13 +106,15 @@ def judge(
     client_stall_s: float | None = None,
     expected: checks_mod.Expectation | None = None,
     slo: Slo | None = None,
+    prefix_caching: bool = True,
 ) -> Judgement:
     """Summary and checks of one point. `records` may include warmup requests: they are left out of
     the statistics, and reconciliation checks that they ended before the window opened.
     `client_stall_s`: the load generator's longest loop stall in the window (None: not measured).
     `expected`: each measured request's max_tokens and the hit rate the workload's shared prefixes allow
     (None: output_len for every request and no shared prefix, the classic workload). `slo`: the study's
-    [slo], which goodput and SLO attainment are read by."""
+    [slo], which goodput and SLO attainment are read by. `prefix_caching`: False where the engine runs with
+--no-enable-prefix-caching (`cache_cold` then verifies no lookups and no hits)."""
     measured = [r for r in records if not r.warmup]
     burst = checks_mod.is_burst(step)
     client = summarize(measured, step.concurrency, burst=burst, slo=slo)
@@ -155,6 +157,7 @@ def judge(
         fidelity=fidelity,
         open_allowance=open_loop_allowance(measured) if step.concurrency is None else None,
         expected_hit_rate=expected.hit_rate if expected is not None else 0.0,
+        prefix_caching=prefix_caching,
     )
     found = checks_mod.evaluate(step, summary, thresholds=thresholds, evidence=evidence)
     valid, flagged = checks_mod.verdict(found)

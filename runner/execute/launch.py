@@ -269,6 +269,7 @@ def _measure(spec: LaunchSpec, servers: list[Any], infos: list[Any], emit: Calla
         first.base_url, first.api_key, launch.served_model_name, servers[0].log_path,
         replicas=tuple(i.base_url for i in infos) if many else (),
         server_ids=spec.servers if many else (), balance=launch.balance,
+        prefix_caching=launch.engine.prefix_caching,
     )
     device = ";".join(",".join(ds) for ds in spec.placement.server_devices)
     cpus = ",".join(str(c) for c in spec.placement.client_cpus or ())

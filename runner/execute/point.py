@@ -44,6 +44,7 @@ class Endpoint:
     replicas: tuple[str, ...] = ()  # base URLs of every server of the launch when it has several
     server_ids: tuple[str, ...] = ()  # ... and their server ids, in the same order
     balance: str = "least_outstanding"
+    prefix_caching: bool = True  # False: the server runs with --no-enable-prefix-caching
 
     @property
     def urls(self) -> tuple[str, ...]:
@@ -185,7 +186,8 @@ def run_point(point: PointStep, endpoint: Endpoint, ctx: PointContext) -> PointO
     server = observe(out.reset.ok if out.reset else None, before, after, out.telemetry)
     out.judgement = judge(point, warm + records, server, thresholds=ctx.thresholds,
                           client_ceiling_chunks_per_s=ctx.client_ceiling_chunks_per_s, client_stall_s=result.stall_s,
-                          expected=expectation(point, measured.specs), slo=ctx.slo)
+                          expected=expectation(point, measured.specs), slo=ctx.slo,
+                          prefix_caching=endpoint.prefix_caching)
     if endpoint.replicas:
         rows = replicas.replica_rows(endpoint.server_ids, befores, afters, records,
                                      result.replicas[-len(records):] if records else ())

@@ -32,6 +32,20 @@ def test_cold_verdicts_and_reasons() -> None:
     assert CacheState(True, 0.0, 0.0).cold(0.01) == (False, "no prefix-cache queries in the window: cannot verify")
 
 
+def test_cold_with_prefix_caching_off() -> None:
+    """An engine with --no-enable-prefix-caching looks nothing up: no lookups and no hits verify it; a hit
+    fails; missing counters or a refused reset stay what they are; lookups counted are judged as usual."""
+    off = "prefix caching off (--no-enable-prefix-caching): no lookups, no hits"
+    assert CacheState(True, 0.0, 0.0).cold(0.01, caching=False) == (True, off)
+    assert CacheState(True, 0.0, 1.0).cold(0.01, caching=False) == (
+        False, "prefix caching is off, yet the engine counted 1 hit tokens")
+    assert CacheState(True, None, 0.0).cold(0.01, caching=False)[0] is False
+    assert CacheState(True, 0.0, None).cold(0.01, caching=False)[0] is False
+    assert CacheState(False, 0.0, 0.0).cold(0.01, caching=False) == (False, "reset refused")
+    assert CacheState(True, 100.0, 2.0).cold(0.01, caching=False)[0] is False
+    assert CacheState(True, 100.0, 1.0).cold(0.01, caching=False)[0] is True
+
+
 @pytest.mark.parametrize(
     ("status", "body", "ok"),
     [

@@ -104,6 +104,10 @@ def test_reconciliation_results() -> None:
 def test_cache_cold_results() -> None:
     same(checks.cache_cold(P, CacheState(True, 100.0, 5.0), 0.05), CheckResult(
         PID, "cache_cold", True, "fail", 0.05, 0.05, "reset + verify: hit rate 5.00% (max 5.00%)", "pass"))
+    same(checks.cache_cold(P, CacheState(True, 0.0, 0.0), 0.05, expected=0.8, caching=False), CheckResult(
+        PID, "cache_cold", True, "fail", None, 0.8 + 0.05,
+        "reset + verify: prefix caching off (--no-enable-prefix-caching): no lookups, no hits", "pass"))
+    assert checks.cache_cold(P, CacheState(True, 0.0, 0.0), 0.05).status == "unverified"  # caching on
     kept = step(cache="keep")
     same(checks.cache_cold(kept, CacheState(None, 100.0, 30.0), 0.05), CheckResult(
         kept.id, "cache_cold", False, "warn", 0.3, None,
