@@ -41,6 +41,8 @@ MODULES=(
   "slo|compiler/slo.py|tests/compiler/test_slo.py tests/runner/test_slo_stats.py"
   "workload|compiler/workload.py|tests/compiler/test_workload.py tests/compiler/test_workload_edges.py"
   "shapes|runner/load/shapes.py|tests/runner/test_shapes.py tests/runner/test_shapes_edges.py tests/runner/test_checks_shapes.py"
+  "cache|runner/checks/cache.py|tests/runner/test_cache.py"
+  "prestart|runner/execute/prestart.py|tests/runner/test_prestart.py"
 )
 
 [ -x "$MUTMUT" ] || { echo "mutmut missing: .venv/bin/pip install -e '.[mutation]'" >&2; exit 2; }
