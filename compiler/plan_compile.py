@@ -276,7 +276,8 @@ def _point(
         "burstiness": load.burstiness, "request_timeout_s": load.request_timeout_s,
         "point_timeout_s": load.point_timeout_s,
     }
-    estimate = estimate_point_s(params, shape, hardware, kv_dtype)
+    estimate = estimate_point_s(params, shape, hardware, kv_dtype, turns=form.turns if form else 1,
+                                think_s=form.think_s if form else 0.0)
     keyed: dict[str, Any] = params if launch is None else {**params, "launch": launch}
     if form is not None:  # a classic point's fingerprint stays as before shapes existed
         keyed = {**keyed, "shape": form.fingerprint_payload()}

@@ -6,8 +6,11 @@ import math
 from typing import Any
 
 
-def estimate_point_s(params: dict[str, Any], shape: Any, hardware: Any, kv_dtype: str) -> float:
-    """A rough wall time: waves of requests, each output_len decode steps at a roofline pace."""
+def estimate_point_s(params: dict[str, Any], shape: Any, hardware: Any, kv_dtype: str, *, turns: int = 1,
+                     think_s: float = 0.0) -> float:
+    """A rough wall time: waves of requests, each output_len decode steps at a roofline pace; multi-turn
+    conversations (closed loop: concurrency = conversations in flight) add `think_s` between their turns,
+    once per turn after the first in each wave of conversations."""
     out_len, in_len = params["output_len"], params["input_len"]
     floor = 0.0035 if hardware.name == "cpu" else 0.002
     def step_s(batch: int) -> float:
@@ -17,13 +20,15 @@ def estimate_point_s(params: dict[str, Any], shape: Any, hardware: Any, kv_dtype
         return max(roof / 0.75, floor)
 
     total = 0.0
-    for count in (params["warmup"], params["requests"]):
+    for count, measured in ((params["warmup"], False), (params["requests"], True)):
         if count == 0:
             continue
         if params["concurrency"] is not None:
             batch = min(params["concurrency"], count)
             waves = math.ceil(count / batch)
             total += waves * out_len * step_s(batch)
+            if measured and turns > 1:  # warmup requests are single turns
+                total += math.ceil(count / turns / params["concurrency"]) * (turns - 1) * think_s
         else:
             total += count / params["rate_rps"] + out_len * step_s(1)
     return round(total + 1.0, 1)

@@ -138,3 +138,25 @@ def test_replay_follows_the_stored_probes(steps: list[SearchStep]) -> None:
     assert r.status == "running" and len(done) == 2 and r.detail == "still searching"
     _, r = replay(q, {8.0: False, 1.0: True, 4.0: None})
     assert r.status == "unresolved"
+
+
+def test_estimate_adds_think_time_between_turns() -> None:
+    """Multi-turn conversations think between turns: (turns - 1) x think_s per wave of conversations, on the
+    measured requests only (warmup requests are single); a single-turn point is unchanged."""
+    from types import SimpleNamespace
+
+    from compiler.plan_estimate import estimate_point_s
+
+    hw = SimpleNamespace(name="h200", bandwidth_Bps=4.8e12)
+    params = {"output_len": 10, "input_len": 10, "warmup": 8, "requests": 80, "concurrency": 10, "rate_rps": None}
+    base = estimate_point_s(params, None, hw, "auto")
+    assert base == round(1 * 10 * 0.002 + 8 * 10 * 0.002 + 1.0, 1)
+    assert estimate_point_s(params, None, hw, "auto", turns=4, think_s=0.0) == base
+    # 80 requests = 20 four-turn conversations, 10 at once: 2 waves x 3 pauses x 1.5 s = 9 s more
+    assert estimate_point_s(params, None, hw, "auto", turns=4, think_s=1.5) == round(base + 9.0, 1)
+    odd = {**params, "requests": 84}  # 21 conversations: 3 waves
+    assert estimate_point_s(odd, None, hw, "auto", turns=4, think_s=1.0) == round(
+        estimate_point_s(odd, None, hw, "auto") + 3 * 3 * 1.0, 1)
+    same = {**params, "warmup": 80}  # as many warmup requests as measured: the pause still counted once
+    assert estimate_point_s(same, None, hw, "auto", turns=4, think_s=1.5) == round(
+        estimate_point_s(same, None, hw, "auto") + 9.0, 1)
