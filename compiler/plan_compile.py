@@ -123,6 +123,12 @@ def launch_counts(study: Study) -> dict[str, int]:
     return {name: arm.launches or study.load.launches for name, arm in study.arms.items()}
 
 
+def arm_warmup(study: Study, arm: str) -> int:
+    """Warmup requests before each of the arm's points: the arm's own `warmup`, else load.warmup."""
+    own = study.arms[arm].warmup
+    return study.load.warmup if own is None else own
+
+
 def launch_id(study_id: str, arm: str, launch: int, multi: bool) -> str:
     """study/arm for an arm with one launch (the ids of schema v1), else study/arm/L<launch>."""
     return f"{study_id}/{arm}/L{launch}" if multi else f"{study_id}/{arm}"
@@ -270,7 +276,7 @@ def _point(
     params = {
         "arm": arm, "workload": wname, "concurrency": rung.concurrency,
         "rate_rps": rung.rate_rps, "repeat": repeat, "requests": requests,
-        "warmup": load.warmup, "cache": cache, "input_len": round(mean_in),
+        "warmup": arm_warmup(study, arm), "cache": cache, "input_len": round(mean_in),
         "output_len": round(mean_out), "prefix_len": work.prefix_len, "prompt_seed": work.seed,
         "vocab_lo": 16, "vocab_hi": max(32, int(vocab * 0.9)), "arrival": load.arrival,
         "burstiness": load.burstiness, "request_timeout_s": load.request_timeout_s,

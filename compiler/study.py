@@ -15,7 +15,7 @@ from compiler.slo import Search, Slo
 from compiler.workload import Workload
 
 SLUG = r"^[a-z0-9][a-z0-9_-]*$"
-RESERVED_ARM_KEYS = ("description", "env", "cache", "replicas", "balance", "launches", "model")
+RESERVED_ARM_KEYS = ("description", "env", "cache", "warmup", "replicas", "balance", "launches", "model")
 # Launches per arm and repeats per launch. On an H200 two launches of one configuration differed by
 # 0.6% while repeats on one launch spread ~0.1%: launches carry the variance, repeats barely shrink it.
 # A paired ratio over n blocks then has a 95% half-width of about t(n-1) * 0.65% / sqrt(n):
@@ -71,6 +71,11 @@ class Arm(Strict):
     env: dict[str, str] = Field(default_factory=dict, description="Environment variables for this arm's server.")
     cache: Literal["reset", "keep"] | None = Field(
         default=None, description="Overrides load.cache for this arm (to study warm-cache effects)."
+    )
+    warmup: int | None = Field(
+        default=None, ge=0, strict=True,
+        description="Overrides load.warmup for this arm's points: warmup requests before each point (0: the "
+        "first measured requests are the server's first, to study an under-warmed server).",
     )
     replicas: int = Field(
         default=1, ge=1, le=64, strict=True,
