@@ -222,8 +222,8 @@ def halves_slowdown(halves_gap: float) -> float:
 
 def warmup_sufficient(point: PointStep, halves_gap: float | None, tolerance: float) -> CheckResult | None:
     """TPOT of the first half of the steady requests against the second half, both ways: a slow first
-    half is a server still warming up, a slow second half one that slowed during the window. Not for a
-    burst."""
+    half is a server still warming up, a slow second half one that slowed during the window. A point with
+    no warmup requests is flagged whatever the halves show (the warm-up trap). Not for a burst."""
     if is_burst(point):
         return None
     slowdown = None if halves_gap is None else halves_slowdown(halves_gap)
@@ -243,6 +243,11 @@ def warmup_sufficient(point: PointStep, halves_gap: float | None, tolerance: flo
                    "the point")
     elif status == "unverified":
         detail += "; cannot verify: too few steady requests to split in halves. Fix: more requests"
+    if point.warmup == 0:  # flagged whatever the halves show, as a kept cache is: not a warmed measurement
+        return _result(point, "warmup_sufficient", "fail", "warn", slowdown, tolerance,
+                       "no warmup requests (warmup = 0): the point's first measured requests were the first the "
+                       "server saw after the one before it, or after its start; this is not a warmed measurement; "
+                       + detail)
     return _result(point, "warmup_sufficient", status, "warn", slowdown, tolerance, detail)
 
 

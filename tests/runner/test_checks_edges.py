@@ -151,6 +151,13 @@ def test_warmup_sufficient_results() -> None:
     same(checks.warmup_sufficient(P, None, 0.2), CheckResult(
         PID, "warmup_sufficient", False, "warn", None, 0.2, f"{measured} n/a slower than the second",
         "unverified"))
+    # No warmup requests: flagged even when the halves agree (the warm-up trap), the halves still shown.
+    bare = step(warmup=0)
+    same(checks.warmup_sufficient(bare, 0.0, 0.2), CheckResult(
+        bare.id, "warmup_sufficient", False, "warn", 0.0, 0.2,
+        "no warmup requests (warmup = 0): the point's first measured requests were the first the server saw",
+        "fail"), f"{measured} 0.00% slower")
+    assert checks.warmup_sufficient(step(warmup=1), 0.0, 0.2).passed  # one warmup request: judged as usual
 
 
 def test_client_headroom_results() -> None:
