@@ -32,7 +32,7 @@ def prepare_run(plans: Sequence[Plan], db: Path, *, resume: bool, keep_going: bo
     """Settings -> the host's GPU checked against each study's hardware -> the engine checked -> RunOptions.
     `say` gets the warnings and the engine line as they come."""
     from runner.measure.nvml import gpu_info
-    from runner.server.engine import check_engine
+    from runner.server.engine_check import check_engine
     from runner.server.preflight import check_hardware
     from studyc.predictions import predict_run
     from studyc.settings import load_settings

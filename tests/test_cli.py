@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from runner.server.engine import check_engine
+from runner.server.engine_check import check_engine
 from runner.server.preflight import check_hardware, hardware_mismatch
 from studyc.cli import main
 from studyc.errors import EngineError, StudycError

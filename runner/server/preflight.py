@@ -1,5 +1,5 @@
 """Checks before any measuring: the study's hardware is this host's (the engine command is checked by
-`runner.server.engine.check_engine`).
+`runner.server.engine_check.check_engine`).
 
 Called by `studyc run` after compiling and before calibration, the client self-test or the first
 run record, so a machine that cannot run a study costs neither time nor a stray row in the database.

@@ -17,9 +17,9 @@ from runner.server.engine import (
     EngineError,
     VllmServer,
     _group_alive,
-    check_engine,
     http_call,
 )
+from runner.server.engine_check import check_engine
 from runner.server.introspect import parse_kv_capacity_log
 from studyc.settings import Settings, derive_python, load_settings
 from tests.conftest import (
