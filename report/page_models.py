@@ -66,6 +66,39 @@ class StudyRow:
 
 
 @dataclass(frozen=True)
+class SeedRow:
+    """One scored hypothesis under its seed document and section (report.seed_index)."""
+
+    claim: str
+    hypothesis: str
+    study: str  # the study's title
+    study_id: str
+    href: str  # its row on the study page
+    verdict: str
+    verdict_label: str
+    launches: str  # how many launches its measurements came from; "-" where none were read
+    interval: str = ""  # what its interval was computed on ("paired: t on 9 block log-ratios, df 8")
+
+
+@dataclass(frozen=True)
+class SeedSection:
+    section: str  # as the study's source gives it ("" where it names none)
+    counts: tuple[VerdictCount, ...]
+    rows: tuple[SeedRow, ...]
+
+
+@dataclass(frozen=True)
+class SeedGroup:
+    """The hypotheses of one seed document (or of none), by section."""
+
+    document: str  # the document's id; "no-seed"
+    title: str
+    counts: tuple[VerdictCount, ...]
+    hypotheses: int
+    sections: tuple[SeedSection, ...]
+
+
+@dataclass(frozen=True)
 class IndexPage:
     root: str
     title: str
@@ -73,6 +106,7 @@ class IndexPage:
     studies: tuple[StudyRow, ...]
     totals: tuple[VerdictCount, ...]
     cost: str = "-"  # every study's GPU-seconds, and per decided hypothesis
+    seeds: tuple[SeedGroup, ...] = ()  # every scored hypothesis by seed document, then section
 
 
 @dataclass(frozen=True)

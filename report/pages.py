@@ -41,6 +41,7 @@ from report.page_models import (
 from report.results import RunData
 from report.score_model import Score, Why, verdict_counts
 from report.seed import seed_note
+from report.seed_index import seed_groups
 from report.study_charts import study_charts
 from studyc import format as fmt
 
@@ -105,7 +106,8 @@ def index_page(studies: Sequence[LoadedStudy], runs: dict[str, RunData], scores:
         ))
     every = [s for sid in sorted(scores) for s in scores[sid]]
     return IndexPage(root="", title="studyc results", built=built_text(list(runs.values())),
-                     studies=tuple(rows), totals=counts_of(every), cost=site_cost_text(runs, scores))
+                     studies=tuple(rows), totals=counts_of(every), cost=site_cost_text(runs, scores),
+                     seeds=seed_groups(studies, runs, scores, study_href))
 
 
 def audit_page(studies: Sequence[LoadedStudy], runs: dict[str, RunData], scores: dict[str, list[Score]]) -> AuditPage:
