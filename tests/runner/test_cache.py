@@ -44,6 +44,9 @@ def test_cold_with_prefix_caching_off() -> None:
     assert CacheState(False, 0.0, 0.0).cold(0.01, caching=False) == (False, "reset refused")
     assert CacheState(True, 100.0, 2.0).cold(0.01, caching=False)[0] is False
     assert CacheState(True, 100.0, 1.0).cold(0.01, caching=False)[0] is True
+    # One lookup counted: caching was on after all, judged by its hit rate (with caching on too).
+    assert CacheState(True, 1.0, 0.0).cold(0.01, caching=False) == (True, "hit rate 0.00% (max 1.00%)")
+    assert CacheState(True, 1.0, 0.0).cold(0.01) == (True, "hit rate 0.00% (max 1.00%)")
 
 
 @pytest.mark.parametrize(

@@ -220,3 +220,31 @@ def test_a_held_start_that_fails_is_started_again_cold(tmp_path: Path) -> None:
     assert "# studyc-held: go after" in log
     assert "before it was ready: starting it again, cold" in log
     assert log.count("# studyc: ") == 2  # the held spawn and the cold one
+
+
+def test_paused_check_results_exactly() -> None:
+    """Every field of each outcome: the point it belongs to, the ticks used, the 0 threshold, the words."""
+    ok = paused_check("s/a/w/c1/r1", True, {5: 10}, {5: 10})
+    assert (ok.point_id, ok.name, ok.passed, ok.severity, ok.value, ok.threshold) == (
+        "s/a/w/c1/r1", CHECK, True, "fail", 0.0, 0.0)
+    assert ok.detail == "the held next server (1 process(es)) stayed stopped through the point"
+    gone = paused_check("p", True, {5: 10, 6: 3}, {5: 10})
+    assert gone.value == -3.0 and gone.detail == (
+        "the held next server's processes changed during the point (2 -> 1)")
+    assert paused_check("p", False, {5: 1}, {5: 1}).detail == "the held next server's processes did not all stop"
+    used = paused_check("p", True, {5: 10}, {5: 12})
+    assert used.detail == "the held next server used 2 CPU tick(s) during the point" and used.threshold == 0.0
+
+
+def test_quiet_check_names_its_point() -> None:
+    quiet = Quiet(stopped=True, before={1: 0}, after={1: 0}, watched=True)
+    check = quiet.check("s/a/w/c2/r1")
+    assert check is not None and check.point_id == "s/a/w/c2/r1" and check.passed
+
+
+def test_close_forgets_the_held_server(tmp_path: Path) -> None:
+    prestart = Prestart()
+    prestart.hold(_held_server(tmp_path))
+    prestart.close()
+    assert prestart.server is None
+    prestart.close()  # nothing held: nothing to do
