@@ -146,7 +146,8 @@ def test_quickstart_second_server_was_held(quickstart_db: Path) -> None:
     assert sorted(c.point_id for c in held) == sorted(f"quickstart/cold/short/c{c}/r{r}" for c in (1, 4)
                                                         for r in (1, 2, 3))
     assert all(c.passed and c.value == 0.0 for c in held)
-    assert phases[("quickstart/warm", "start: imports (API process)")] == 0.0  # imported before its start
+    # imported before its start: under a second (vLLM stamps its lines to the second)
+    assert phases[("quickstart/warm", "start: imports (API process)")] < 1.0
     assert phases[("quickstart/cold", "start: imports (API process)")] > 1.0
 
 
