@@ -46,14 +46,6 @@ def _expected(step: PointStep) -> Expectation | str:
         return str(exc)
 
 
-def _search_caching(plan: Plan, point: object) -> bool:
-    """Whether the engine of the launch a stored probe ran on had prefix caching on (a probe is no plan point)."""
-    for launch in plan.launches:
-        if probe_of(launch.searches, point) is not None:
-            return launch.engine.prefix_caching
-    return True
-
-
 def recheck(db: Path) -> RecheckReport:
     report = RecheckReport()
     with Store(db) as store:
@@ -62,7 +54,7 @@ def recheck(db: Path) -> RecheckReport:
             if plan is None:
                 continue
             steps = {p.id: p for p in plan.points}
-            caching = {p.id: launch.engine.prefix_caching for launch in plan.launches for p in launch.points}
+            caching = {launch.arm: launch.engine.prefix_caching for launch in plan.launches}  # an arm's argv
             searches = [q for launch in plan.launches for q in launch.searches]
             stored: dict[str, set[tuple[str, str]]] = {}
             held: dict[str, list[CheckResult]] = {}
@@ -82,7 +74,7 @@ def recheck(db: Path) -> RecheckReport:
                 judged = judge(step, records, ServerSide.stored(point), thresholds=plan.checks,
                                client_ceiling_chunks_per_s=run.client_ceiling_chunks_per_s,
                                client_stall_s=point.summary.client_stall_max_s, expected=expected,
-                               slo=plan.slo, prefix_caching=caching.get(step.id, _search_caching(plan, point)))
+                               slo=plan.slo, prefix_caching=caching.get(step.arm, True))
                 if point.replicas_json:  # run on replicas: judge each one's counters again
                     rows = json.loads(point.replicas_json)
                     judged = replicas.with_check(judged, replicas.replica_check(point.point_id, rows))

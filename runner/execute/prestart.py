@@ -110,7 +110,7 @@ class Prestart:
             return
         quiet.watched = True
         try:
-            server._signal_group(pgid, self.stop_signal)
+            server.pause(self.stop_signal)
             deadline = time.monotonic() + STOP_WAIT_S
             while not group_stopped(pgid, self.proc) and time.monotonic() < deadline:
                 time.sleep(0.01)

@@ -262,10 +262,11 @@ class VllmServer:
             self._end_group()
             self._spawn()
 
-    def pause(self) -> None:
-        """SIGSTOP a held server's process group (nothing of it runs until `resume`)."""
+    def pause(self, sig: signal.Signals = signal.SIGSTOP) -> None:
+        """Stop a held server's process group (nothing of it runs until `resume`); `sig` is for a test that
+        needs a pause that does not stop."""
         if self._held and self._proc is not None:
-            self._signal_group(self._proc.pid, signal.SIGSTOP)
+            self._signal_group(self._proc.pid, sig)
 
     def resume(self) -> None:
         if self._proc is not None:
