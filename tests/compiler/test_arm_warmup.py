@@ -10,20 +10,13 @@ import pytest
 from compiler.load import check_file, load_study
 from compiler.plan import Plan
 from compiler.plan_compile import compile_study
+from tests.variants import study_variant
 
-ROOT = Path(__file__).resolve().parents[2]
 COLD_ARM = 'description = "Prefix cache reset and verified before every point"'
 
 
 def _variant(tmp_path: Path, *edits: tuple[str, str]) -> Path:
-    text = (ROOT / "studies/quickstart.toml").read_text().replace(
-        'path = "../models/tiny-qwen3"', f'path = "{ROOT / "models/tiny-qwen3"}"')
-    for old, new in edits:
-        assert old in text, old
-        text = text.replace(old, new, 1)
-    path = tmp_path / "variant.toml"
-    path.write_text(text)
-    return path
+    return study_variant(tmp_path, *edits)
 
 
 def _plan(path: Path) -> Plan:

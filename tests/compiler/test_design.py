@@ -12,19 +12,13 @@ import pytest
 from compiler.load import check_file, load_study
 from compiler.plan import Plan
 from compiler.plan_compile import block_orders, compile_study, design_seed
+from tests.variants import study_variant
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _variant(tmp_path: Path, *edits: tuple[str, str], name: str = "variant.toml") -> Path:
-    text = (ROOT / "studies/quickstart.toml").read_text().replace(
-        'path = "../models/tiny-qwen3"', f'path = "{ROOT / "models/tiny-qwen3"}"')
-    for old, new in edits:
-        assert old in text, old
-        text = text.replace(old, new, 1)
-    path = tmp_path / name
-    path.write_text(text)
-    return path
+    return study_variant(tmp_path, *edits, name=name)
 
 
 def _fp8_kv_as_first_run(tmp_path: Path) -> Path:

@@ -13,20 +13,14 @@ from compiler.load import check_file, load_study
 from compiler.plan_compile import compile_study
 from compiler.slo import Slo
 from studyc.cli import main
+from tests.variants import study_variant
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPACITY = ROOT / "tests/runner/studies/capacity.toml"
 
 
 def _variant(tmp_path: Path, *edits: tuple[str, str]) -> Path:
-    text = CAPACITY.read_text().replace('path = "../../../models/tiny-qwen3"',
-                                        f'path = "{ROOT / "models/tiny-qwen3"}"')
-    for old, new in edits:
-        assert old in text, old
-        text = text.replace(old, new, 1)
-    path = tmp_path / "variant.toml"
-    path.write_text(text)
-    return path
+    return study_variant(tmp_path, *edits, source=CAPACITY)
 
 
 def _messages(path: Path) -> list[str]:

@@ -11,19 +11,13 @@ from click.testing import CliRunner
 from compiler.engine_options import option_table, value_problem
 from compiler.load import check_file
 from studyc.cli import main
+from tests.variants import study_variant
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _variant(tmp_path: Path, *edits: tuple[str, str]) -> Path:
-    text = (ROOT / "studies/quickstart.toml").read_text().replace(
-        'path = "../models/tiny-qwen3"', f'path = "{ROOT / "models/tiny-qwen3"}"')
-    for old, new in edits:
-        assert old in text, old
-        text = text.replace(old, new, 1)
-    path = tmp_path / "variant.toml"
-    path.write_text(text)
-    return path
+    return study_variant(tmp_path, *edits)
 
 
 def _messages(path: Path) -> list[str]:
