@@ -61,28 +61,35 @@ def main() -> None:
     ap.add_argument("--serve-args", default=CPU_SERVE)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--gpu-index", type=int, default=None, help="CUDA_VISIBLE_DEVICES for the server")
+    ap.add_argument("--kinds", default="cold,held",
+                    help="starts to alternate: cold, held, and either with -fork (the engine core forked from "
+                         "the API process, VLLM_WORKER_MULTIPROC_METHOD=fork, instead of spawned)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
+    kinds = args.kinds.split(",")
     command = shlex.split(args.engine) if args.engine else list(load_settings().vllm_argv)
     model = str((REPO / args.model).resolve())
     if Path(model, "config.json").is_file():
         ensure_tokenizer(Path(model))
     argv = ["serve", model, *shlex.split(args.serve_args)]
     env = {"CUDA_VISIBLE_DEVICES": str(args.gpu_index)} if args.gpu_index is not None else {}
-    times: dict[str, list[float]] = {"cold": [], "held": []}
+    times: dict[str, list[float]] = {kind: [] for kind in kinds}
     with tempfile.TemporaryDirectory(prefix="held-start-") as tmp:
         folder = Path(tmp)
         os.chmod(folder, 0o700)
         for r in range(args.rounds):
-            order = ("cold", "held") if r % 2 == 0 else ("held", "cold")
+            order = kinds[r % len(kinds):] + kinds[:r % len(kinds)]  # each kind first in turn
             for kind in order:
-                s = start(argv, command, folder, f"{kind}{r}", kind == "held", env)
+                fork = {"VLLM_WORKER_MULTIPROC_METHOD": "fork"} if kind.endswith("-fork") else {}
+                s = start(argv, command, folder, f"{kind}{r}", kind.startswith("held"), {**env, **fork})
                 times[kind].append(s)
                 print(f"round {r + 1} {kind}: ready in {s:.1f} s", flush=True)
-    cold, held = statistics.median(times["cold"]), statistics.median(times["held"])
-    print(f"median of {args.rounds}: cold {cold:.1f} s, held {held:.1f} s (from go); held / cold {held / cold:.2f}")
+    medians = {kind: statistics.median(t) for kind, t in times.items()}
+    base = medians[kinds[0]]
+    print(f"median of {args.rounds}: " + ", ".join(f"{k} {m:.1f} s ({m / base:.2f} of {kinds[0]})"
+                                                   for k, m in medians.items()) + " (held: from go)")
     if args.json:
-        args.json.write_text(json.dumps({"times": times, "cold_median_s": cold, "held_median_s": held}, indent=1))
+        args.json.write_text(json.dumps({"times": times, "medians_s": medians}, indent=1))
 
 
 if __name__ == "__main__":
