@@ -94,16 +94,27 @@ def level_label(search: SearchStep, level: float) -> str:
     return f"c{int(level)}" if search.over == "concurrency" else f"rate{level:g}"
 
 
+def wave_requests(waves: int, concurrency: int, turns: int) -> int:
+    """The requests of `waves` waves at `concurrency`: waves x concurrency conversations of `turns` requests
+    each (one request each when single-turn)."""
+    return waves * concurrency * turns
+
+
 def probe_point(search: SearchStep, level: float) -> PointStep:
-    """The probe of `search` at `level`: its template point at that load, with its own id and fingerprint."""
+    """The probe of `search` at `level`: its template point at that load, with its own id and fingerprint;
+    with `waves`, its requests are that many waves of the level."""
     closed = search.over == "concurrency"
     blob = f"{search.template.fingerprint}|{search.over}|{level!r}".encode()
-    return search.template.model_copy(update={
+    update: dict[str, Any] = {
         "id": f"{search.id}/{level_label(search, level)}/r1",
         "concurrency": int(level) if closed else None,
         "rate_rps": None if closed else level,
         "fingerprint": hashlib.sha256(blob).hexdigest()[:16],
-    })
+    }
+    if search.waves is not None:
+        shape = search.template.shape
+        update["requests"] = wave_requests(search.waves, int(level), shape.turns if shape else 1)
+    return search.template.model_copy(update=update)
 
 
 def replay(search: SearchStep, levels: dict[float, bool | None]) -> tuple[list[Probe], Found]:

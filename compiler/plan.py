@@ -106,6 +106,17 @@ class SearchStep(Frozen):
     attainment: float = Field(description="A probe holds when its slo_attainment is at least this.")
     template: PointStep = Field(description="The probe point at `hi`; every probe is a copy at its own load.")
     estimated_s: float = Field(description="probes x the template point's estimate (hi is the slowest level).")
+    waves: int | None = Field(default=None, description=(
+        "Every probe sends this many waves of its concurrency: waves x level requests (multi-turn, "
+        "conversations); None: every probe sends the template's requests."))
+
+    @model_serializer(mode="wrap")
+    def _no_waves_as_before(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """A search without waves serializes without `waves`, so its plan JSON is byte-identical to before."""
+        data = handler(self)
+        if self.waves is None and isinstance(data, dict):
+            data.pop("waves", None)
+        return data
 
 
 class Engine(Frozen):

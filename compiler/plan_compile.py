@@ -10,6 +10,7 @@ import random
 from pathlib import Path
 from typing import Any, Literal
 
+from compiler.capacity import wave_requests
 from compiler.engine_options import parallel_gpus
 from compiler.load import LoadedStudy
 from compiler.plan import Block, BlockDesign, Engine, Launch, Plan, PointStep, SearchStep, mark_cold
@@ -272,13 +273,16 @@ def _searches(
     for wname in study.workloads:
         rung = Rung(concurrency=int(search.hi)) if search.over == "concurrency" else Rung(rate_rps=search.hi)
         sid = f"{lid}/{wname}/search"
-        template = _point(study, arm, wname, rung, study.load.requests_at(0), 1, cache, vocab,
+        form = shaped[wname][0]
+        requests = study.load.requests_at(0) if search.waves is None else \
+            wave_requests(search.waves, int(search.hi), form.turns if form else 1)
+        template = _point(study, arm, wname, rung, requests, 1, cache, vocab,
                           f"{sid}/{rung.id_label}/r1", launch, block, shape, hardware, kv_dtype,
                           shaped[wname])
         out.append(SearchStep(
             id=sid, arm=arm, workload=wname, over=search.over, lo=search.lo, hi=search.hi, probes=search.probes,
             attainment=slo.attainment, template=template,
-            estimated_s=round(search.probes * template.estimated_s, 1),
+            estimated_s=round(search.probes * template.estimated_s, 1), waves=search.waves,
         ))
     return tuple(out)
 

@@ -73,7 +73,8 @@ def _launch_lines(launch: Launch) -> list[str]:
         t = q.template
         lines.append(f"  {q.id:<44} {t.cache:<6} {t.requests:>8} {t.warmup:>6} {t.input_len}/{t.output_len:<5} "
                      f"{fmt.duration(q.estimated_s):>8}  search {q.over} {q.lo:g}..{q.hi:g}, up to {q.probes} "
-                     f"probes (hi, lo, then bisection), holds at slo_attainment >= {q.attainment:g}")
+                     f"probes (hi, lo, then bisection), holds at slo_attainment >= {q.attainment:g}"
+                     + (f", {q.waves} waves a probe" if q.waves is not None else ""))
     lines.append("")
     return lines
 

@@ -69,6 +69,11 @@ class Search(_Strict):
         default=6, ge=2, le=MAX_PROBES, strict=True,
         description="Most probe points per search: hi first, then lo, then bisection of the bracket.",
     )
+    waves: int | None = Field(
+        default=None, ge=2, le=100, strict=True,
+        description="Concurrency search only: every probe sends this many waves of its own concurrency "
+        "(waves x level requests; multi-turn, waves x level conversations) instead of a fixed load.requests.",
+    )
 
     @model_validator(mode="after")
     def _one_bracket(self) -> Search:
@@ -76,6 +81,9 @@ class Search(_Strict):
             raise ValueError("give exactly one of `concurrency = [lo, hi]` or `rate = [lo, hi]`")
         if self.lo >= self.hi:
             raise ValueError(f"the bracket's low end ({self.lo:g}) must be below its high end ({self.hi:g})")
+        if self.waves is not None and self.rate is not None:
+            raise ValueError("`waves` sizes a probe by its concurrency: an open-loop `rate` search has no waves; "
+                             "give load.requests instead")
         return self
 
     @property

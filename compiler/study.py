@@ -195,6 +195,9 @@ class Load(Strict):
                              "(capacity search)" + (f", not {' and '.join(given)}" if given else ""))
         if self.search is not None and isinstance(self.requests, list):
             raise ValueError("a capacity search takes one number of `requests` per probe, not a list")
+        if self.search is not None and self.search.waves is not None and "requests" in self.model_fields_set:
+            raise ValueError("give one of load.requests or load.search.waves: with waves every probe sends "
+                             "waves x its concurrency")
         if self.arrival == "trace" and self.rate is None:
             raise ValueError("arrival = \"trace\" replays a trace's timestamps at a `rate`: give `rate`, not "
                              "`concurrency` or `search`")

@@ -6,6 +6,7 @@ that must evaluate (compiler.predict_resolve).
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,22 +47,33 @@ def study_warnings(study: Study) -> list[Finding]:
         for name, arm in study.arms.items() if arm.replicas == 1 and "balance" in arm.model_fields_set
     ]
     load = study.load
-    search = load.search
-    if search is not None and search.over == "concurrency" and not load.burst and load.requests_at(0) <= search.hi:
-        found.append(("load.requests", f"{load.requests_at(0)} requests at the search's top concurrency "
-                      f"{search.hi:g} is one wave, not a steady state: give more requests than the concurrency"))
     if load.concurrency is None or load.burst:
         return found
+    turns = most_turns(study)
     for index, concurrency in enumerate(load.concurrency):
         requests = load.requests_at(index)
-        if requests <= concurrency:
+        if math.ceil(requests / turns) <= concurrency:
             key = f"load.requests[{index}]" if isinstance(load.requests, list) else "load.requests"
+            more = "requests than the concurrency" if turns == 1 else "conversations than the concurrency"
             found.append((
                 key,
-                f"{requests} requests at concurrency {concurrency} is one wave, not a steady state: give more "
-                "requests than the concurrency, or set load.burst = true to measure one wave on purpose",
+                f"{_counted(requests, turns)} at concurrency {concurrency} is one wave, not a steady state: "
+                f"give more {more}, or set load.burst = true to measure one wave on purpose",
             ))
     return found
+
+
+def most_turns(study: Study) -> int:
+    """The most turns of any workload: a closed-loop slot holds one conversation of that many requests."""
+    return max((w.turns for w in study.workloads.values()), default=1)
+
+
+def _counted(requests: int, turns: int) -> str:
+    """`480 requests`, or for a multi-turn workload `480 requests (120 conversations of 4 turns)`: the
+    conversations as a point sends them, whole (`conversation_requests`)."""
+    if turns == 1:
+        return f"{requests} requests"
+    return f"{requests} requests ({math.ceil(requests / turns)} conversations of {turns} turns)"
 
 
 def vllm_options() -> frozenset[str]:
@@ -181,6 +193,24 @@ def _check_search(study: Study) -> Iterator[Finding]:
         yield "load.search", "a capacity search needs an [slo] table: a probe holds when its requests meet it"
     if study.load.server == "per-point":
         yield "load.server", "a capacity search probes one server launch: use server = \"per-arm\""
+    yield from _check_search_waves(study)
+
+
+def _check_search_waves(study: Study) -> Iterator[Finding]:
+    """A concurrency search without `waves` whose top probe is one wave or less (in conversations, multi-turn):
+    every probe at hi fails steady_state, an invalid probe stops the search, so it can never resolve."""
+    load, search = study.load, study.load.search
+    if search is None or search.over != "concurrency" or search.waves is not None or load.burst:
+        return
+    requests, hi, turns = load.requests_at(0), int(search.hi), most_turns(study)
+    if math.ceil(requests / turns) > hi:
+        return
+    yield "load.requests", (
+        f"{_counted(requests, turns)} at the search's top concurrency {hi} is one wave or less: every probe at hi "
+        "fails the steady_state check, which stops the search unresolved at its first probe. Fix: "
+        f"load.search.waves = 3 (every probe sends 3 waves of its own concurrency), or load.requests >= {3 * hi * turns} "
+        f"(3 waves at {hi}" + (f" of {turns}-turn conversations)" if turns > 1 else ")")
+    )
 
 
 def _check_metric_fits(study: Study, metric: str, key: str) -> Iterator[Finding]:

@@ -57,9 +57,19 @@ def steady_state(point: PointStep, summary: PointSummary) -> CheckResult | None:
         + ("" if status == "pass" else
            "; cannot verify: no request completed, so there is no steady phase. Fix: make the requests complete "
            "(see the errors check), then re-run the point" if n is None else
-           f"; too few waves for a steady phase. Fix: give at least {3 * c} requests (3 waves), or set "
+           f"; too few waves for a steady phase. Fix: give {three_waves(point)}, or set "
            "load.burst = true to measure one wave on purpose"),
     )
+
+
+def three_waves(point: PointStep) -> str:
+    """What a closed-loop point with too few waves needs: 3 waves of its concurrency in requests (multi-turn,
+    3 x concurrency conversations of all their turns), or for a search probe load.search.waves = 3."""
+    c = point.concurrency or 0
+    turns = point.shape.turns if point.shape is not None else 1
+    fix = f"at least {3 * c} requests (3 waves)" if turns == 1 else \
+        f"at least {3 * c * turns} requests (3 waves: {3 * c} conversations of {turns} turns)"
+    return fix + (", or set load.search.waves = 3" if "/search/" in point.id else "")
 
 
 def littles_law(
@@ -81,8 +91,8 @@ def littles_law(
         detail = (f"lambda*W = {_num(summary.little_lambda_w)} vs configured concurrency {point.concurrency} "
                   f"over the steady phase: error {_pct(err)} (tolerance {_pct(tolerance)})")
         if err is None:
-            detail += ("; cannot verify: no steady-phase requests to compute lambda*W from. Fix: at least "
-                       f"{3 * point.concurrency} requests (3 waves), then re-run the point")
+            detail += ("; cannot verify: no steady-phase requests to compute lambda*W from. Fix: "
+                       f"{three_waves(point)}, then re-run the point")
         elif not ok:
             detail += ("; the client could not keep the slots full: it held fewer requests in flight than "
                        "configured, idling between a completion and the next send (likely CPU contention on the "

@@ -4,6 +4,7 @@ the attainment boundary, and the replay the report makes from stored probes."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from compiler.load import load_study
 from compiler.plan import SearchStep
 from compiler.plan_compile import compile_study
 from tests.compiler.test_slo import CAPACITY
+from tests.variants import study_variant
 
 
 def search(lo: float, hi: float, probes: int, integer: bool, capacity: float) -> list[float]:
@@ -114,6 +116,22 @@ def test_probe_points_carry_their_level_id_and_own_fingerprint(steps: list[Searc
     rate = q.model_copy(update={"over": "rate"})
     r = probe_point(rate, 2.5)
     assert (r.id, r.concurrency, r.rate_rps) == (f"{q.id}/rate2.5/r1", None, 2.5)
+
+
+@pytest.mark.parametrize(("turns", "per_conversation"), [("", 1), ("turns = 4\n", 4)])
+def test_waves_size_each_probe_by_its_own_level(tmp_path: Path, turns: str, per_conversation: int) -> None:
+    path = study_variant(tmp_path, ("probes = 4 }\nrequests = 16", "probes = 4, waves = 3 }"),
+                         ("output_len = 16\n", f"output_len = 16\n{turns}"), source=CAPACITY)
+    q = compile_study(load_study(path)).launches[0].searches[0]
+    hi, lo, mid = probe_point(q, 8.0), probe_point(q, 1.0), probe_point(q, 5.0)
+    assert (hi.requests, lo.requests, mid.requests) == tuple(3 * c * per_conversation for c in (8, 1, 5))
+    assert hi.requests == q.template.requests and lo.concurrency == 1
+    assert lo.fingerprint != hi.fingerprint != mid.fingerprint
+
+
+def test_without_waves_every_probe_sends_the_templates_requests(steps: list[SearchStep]) -> None:
+    q = steps[0]
+    assert q.waves is None and {probe_point(q, x).requests for x in (1.0, 5.0, 8.0)} == {16}
 
 
 class Row:

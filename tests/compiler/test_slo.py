@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from compiler.load import check_file, load_study
+from compiler.plan import Plan
 from compiler.plan_compile import compile_study
 from compiler.slo import Slo
 from studyc.cli import main
@@ -68,6 +69,10 @@ def test_an_slo_without_an_objective_is_refused(tmp_path: Path) -> None:
     ("{ concurrency = [1, 8], probes = 1 }", "probes: Input should be greater than or equal to 2"),
     ("{ concurrency = [1, 8], probes = 13 }", "probes: Input should be less than or equal to 12"),
     ("{ concurrency = [0, 8] }", "concurrency[0]: Input should be greater than 0"),
+    ("{ rate = [1.0, 4.0], waves = 3 }", "an open-loop `rate` search has no waves; give load.requests instead"),
+    ("{ concurrency = [1, 8], waves = 1 }", "waves: Input should be greater than or equal to 2"),
+    ("{ concurrency = [1, 8], waves = 101 }", "waves: Input should be less than or equal to 100"),
+    ("{ concurrency = [1, 8], waves = 3.0 }", "waves: Input should be a valid integer"),
 ])
 def test_bad_searches(tmp_path: Path, search: str, said: str) -> None:
     found = _messages(_variant(tmp_path, ("{ concurrency = [1, 8], probes = 4 }", search)))
@@ -167,13 +172,65 @@ def test_plan_shows_the_search_and_its_estimate(tmp_path: Path) -> None:
     assert "capacity ratio of 1 capacity search(es) over 1 capacity search(es)" in result.output
 
 
-def test_a_search_whose_top_is_one_wave_warns(tmp_path: Path) -> None:
-    loaded, problems = check_file(_variant(tmp_path, ("requests = 16", "requests = 8")))
-    assert problems == [] and loaded is not None
-    assert [(w.path, w.line) for w in loaded.warnings] == [("load.requests", 36)]
-    assert "8 requests at the search's top concurrency 8 is one wave" in loaded.warnings[0].message
-    loaded, _ = check_file(_variant(tmp_path, ("requests = 16", "requests = 9")))
-    assert loaded is not None and loaded.warnings == ()
+def test_a_search_whose_top_is_one_wave_is_refused(tmp_path: Path) -> None:
+    assert _messages(_variant(tmp_path, ("requests = 16", "requests = 8"))) == [
+        "36: load.requests: 8 requests at the search's top concurrency 8 is one wave or less: every probe at hi "
+        "fails the steady_state check, which stops the search unresolved at its first probe. Fix: "
+        "load.search.waves = 3 (every probe sends 3 waves of its own concurrency), or load.requests >= 24 "
+        "(3 waves at 8)"]
+    loaded, problems = check_file(_variant(tmp_path, ("requests = 16", "requests = 9")))
+    assert problems == [] and loaded is not None and loaded.warnings == ()
+    burst = _variant(tmp_path, ("requests = 16", "requests = 8\nburst = true"))  # one wave on purpose
+    assert _messages(burst) == []
+
+
+FOUR_TURNS = ("output_len = 16\n", "output_len = 16\nturns = 4\n")
+
+
+def test_a_multi_turn_search_counts_its_top_wave_in_conversations(tmp_path: Path) -> None:
+    # 16 requests are 4 four-turn conversations: under one wave at concurrency 8 (the kv-capacity-slo defect)
+    path = _variant(tmp_path, FOUR_TURNS)
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"{path}:37: load.requests: 16 requests (4 conversations of 4 turns) at the search's top concurrency 8 " \
+           "is one wave or less" in result.output
+    assert "load.search.waves = 3" in result.output and "load.requests >= 96 (3 waves at 8 of 4-turn " \
+           "conversations)" in result.output
+    assert _messages(_variant(tmp_path, FOUR_TURNS, ("requests = 16", "requests = 32"))) != []  # 8: one wave
+    assert _messages(_variant(tmp_path, FOUR_TURNS, ("requests = 16", "requests = 36"))) == []  # 9 conversations
+
+
+def test_waves_size_every_probe_and_clear_the_one_wave_error(tmp_path: Path) -> None:
+    waves = ("probes = 4 }\nrequests = 16", "probes = 4, waves = 3 }")
+    path = _variant(tmp_path, FOUR_TURNS, waves)
+    assert _messages(path) == []
+    q = compile_study(load_study(path)).launches[0].searches[0]
+    assert (q.waves, q.template.concurrency, q.template.requests) == (3, 8, 3 * 8 * 4)
+    assert q.estimated_s == pytest.approx(4 * q.template.estimated_s, abs=0.06)
+    single = compile_study(load_study(_variant(tmp_path, waves))).launches[0].searches[0]
+    assert (single.waves, single.template.requests) == (3, 24)
+
+
+def test_waves_and_requests_are_exclusive(tmp_path: Path) -> None:
+    path = _variant(tmp_path, ("probes = 4 }", "probes = 4, waves = 3 }"))
+    assert _messages(path) == ["34: load: give one of load.requests or load.search.waves: with waves "
+                               "every probe sends waves x its concurrency"]
+
+
+def test_a_search_without_waves_keeps_its_plan_bytes(tmp_path: Path) -> None:
+    text = compile_study(load_study(_variant(tmp_path))).to_json()
+    assert '"searches"' in text and '"waves"' not in text
+    stored = Plan.from_stored(text)  # a plan stored before waves existed reads back without them
+    assert stored is not None and stored.to_json() == text and stored.launches[0].searches[0].waves is None
+
+
+def test_plan_says_how_many_waves_a_probe(tmp_path: Path) -> None:
+    plain = CliRunner().invoke(main, ["plan", str(_variant(tmp_path))])
+    assert plain.exit_code == 0 and "waves a probe" not in plain.output
+    path = _variant(tmp_path, ("probes = 4 }\nrequests = 16", "probes = 4, waves = 3 }"))
+    result = CliRunner().invoke(main, ["plan", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "holds at slo_attainment >= 0.9, 3 waves a probe" in result.output
 
 
 def test_the_bench_equivalent_carries_the_slo_as_goodput(tmp_path: Path) -> None:

@@ -59,6 +59,15 @@ def trace_file(tmp_path: Path, rows: list[dict] | None = None, name: str = "t.js
     return name
 
 
+def test_a_ladder_counts_one_wave_in_conversations(tmp_path: Path) -> None:
+    code, out = validate(write(tmp_path, "input_len = 64\noutput_len = 8\nturns = 3\n"))  # 5 requests: 2 conversations
+    assert code == 0 and "load.requests: warning: 5 requests (2 conversations of 3 turns) at concurrency 2 is one " \
+        "wave, not a steady state: give more conversations than the concurrency" in out
+    code, out = validate(write(tmp_path, "input_len = 64\noutput_len = 8\nturns = 3\n",
+                               load="concurrency = [2]\nrequests = 7"))  # 3 conversations
+    assert code == 0 and "warning" not in out
+
+
 @pytest.mark.parametrize("body", [
     'input_len = { dist = "uniform", min = 10, max = 100 }\noutput_len = 8\n',
     'input_len = { dist = "normal", mean = 100, sd = 20 }\noutput_len = { dist = "lognormal", mean = 20, sd = 5 }\n',
@@ -70,7 +79,9 @@ def trace_file(tmp_path: Path, rows: list[dict] | None = None, name: str = "t.js
     'input_len = { dist = "uniform", min = 300, max = 400 }\noutput_len = { dist = "uniform", min = 212, max = 300 }\n',
 ])
 def test_each_kind_validates(tmp_path: Path, body: str) -> None:
-    assert validate(write(tmp_path, body)) == (0, f"{tmp_path / 's.toml'}: ok (0 hypotheses)\n")
+    # 24 requests: more than one wave of conversations at concurrency 2 for every turn count here (no warning)
+    path = write(tmp_path, body, load="concurrency = [2]\nrequests = 24")
+    assert validate(path) == (0, f"{tmp_path / 's.toml'}: ok (0 hypotheses)\n")
 
 
 def test_trace_and_histogram_file_validate(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from runner.checks.cache import CacheState
 from runner.checks.checks import Expectation, Output
 from runner.checks.expect import point_expectation
 from runner.checks.judge import judge
+from runner.store.records import PointSummary
 from tests.runner.steps import step
 from tests.runner.test_judge import closed_loop, side
 
@@ -73,3 +74,28 @@ def test_point_expectation_from_the_step() -> None:
     assert point_expectation(fewshot).hit_rate == pytest.approx(256 / 400)
     classic = point_expectation(step(requests=4))
     assert classic.output_tokens == (8, 8, 8, 8) and classic.hit_rate == 0.0
+
+
+MULTI = step(requests=16, shape=Shape(input=16, output=8, turns=4, think_s=0.5))  # 4 conversations at c4
+
+
+def test_too_few_waves_counts_multi_turn_requests_in_conversations() -> None:
+    fail = checks.steady_state(MULTI, PointSummary(steady_requests=0))
+    assert fail is not None and fail.status == "fail"
+    assert "Fix: give at least 48 requests (3 waves: 12 conversations of 4 turns)" in fail.detail
+    assert "load.search.waves" not in fail.detail
+    little = checks.littles_law(MULTI, PointSummary(), 0.03)
+    assert little is not None and "Fix: at least 48 requests (3 waves: 12 conversations of 4 turns)" in little.detail
+    ok = checks.steady_state(MULTI, PointSummary(steady_requests=4))
+    assert ok is not None and ok.status == "pass" and "Fix" not in ok.detail
+    single = checks.steady_state(step(), PointSummary(steady_requests=0))
+    assert single is not None and "Fix: give at least 12 requests (3 waves), or set load.burst" in single.detail
+
+
+def test_a_search_probe_with_too_few_waves_names_search_waves() -> None:
+    probe = MULTI.model_copy(update={"id": "s/a/w/search/c4/r1"})
+    fail = checks.steady_state(probe, PointSummary(steady_requests=1))
+    assert fail is not None and "48 requests (3 waves: 12 conversations of 4 turns), or set load.search.waves = 3, " \
+        "or set load.burst = true" in fail.detail
+    little = checks.littles_law(probe, PointSummary(), 0.03)
+    assert little is not None and "or set load.search.waves = 3, then re-run the point" in little.detail
