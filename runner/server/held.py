@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib
+import os
 import sys
 import time
 
@@ -30,6 +31,25 @@ MODULES = (
     "vllm.v1.engine.async_llm",
     "vllm.v1.engine.core_client",
 )
+# What the engine core imports besides: worth importing here only when the engine core is forked from this
+# process (VLLM_WORKER_MULTIPROC_METHOD=fork, an arm's `env`), so that it inherits them. A module that
+# fails on this platform is skipped; one that started CUDA makes the held start exit (`cuda_initialized`).
+ENGINE_CORE_MODULES = (
+    "vllm.v1.engine.core",
+    "vllm.v1.executor.uniproc_executor",
+    "vllm.v1.worker.gpu_worker",
+    "vllm.v1.worker.gpu_model_runner",
+    "vllm.model_executor.models.qwen3",
+    "vllm.model_executor.models.qwen3_moe",
+    "vllm.model_executor.models.deepseek_v2",
+    "vllm.model_executor.models.llama",
+)
+
+
+def modules(environ: dict[str, str]) -> list[str]:
+    """The modules to import while held: the API process's, and the engine core's when it will be forked."""
+    forked = environ.get("VLLM_WORKER_MULTIPROC_METHOD") == "fork"
+    return [*MODULES, *(ENGINE_CORE_MODULES if forked else ())]
 
 
 def preimport(names: list[str]) -> tuple[int, list[str]]:
@@ -63,7 +83,7 @@ def cuda_initialized() -> bool:
 
 def main(argv: list[str]) -> int:
     t0 = time.monotonic()
-    done, failed = preimport(list(MODULES))
+    done, failed = preimport(modules(dict(os.environ)))
     if cuda_initialized():  # it would hold GPU memory beside the launch being measured: not held
         print("# studyc-held: an import started CUDA; exiting (the server starts cold)", flush=True)
         return 3

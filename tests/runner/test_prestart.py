@@ -8,6 +8,7 @@ point) is asserted on the quickstart run in test_run.py.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -248,3 +249,23 @@ def test_close_forgets_the_held_server(tmp_path: Path) -> None:
     prestart.close()
     assert prestart.server is None
     prestart.close()  # nothing held: nothing to do
+
+
+def test_a_held_start_imports_the_engine_cores_modules_only_when_it_will_be_forked(tmp_path: Path) -> None:
+    """With VLLM_WORKER_MULTIPROC_METHOD=fork the engine core inherits what the held process imported, so the
+    engine core's modules are imported too; spawned (vLLM's CLI default) it would import them anew."""
+    from runner.server.held import ENGINE_CORE_MODULES, MODULES, modules
+
+    assert modules({}) == list(MODULES)
+    assert modules({"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}) == list(MODULES)
+    assert modules({"VLLM_WORKER_MULTIPROC_METHOD": "fork"}) == [*MODULES, *ENGINE_CORE_MODULES]
+    script = held_script(tmp_path / "keys")
+    counts = []
+    for method in ("spawn", "fork"):
+        done = subprocess.run([sys.executable, str(script), "serve", str(tmp_path)], input="stop\n", text=True,
+                              capture_output=True, timeout=120, cwd=tmp_path, check=False,
+                              env={**os.environ, "PYTHONPATH": "", "VLLM_WORKER_MULTIPROC_METHOD": method})
+        found = re.search(r"(\d+) modules imported in [\d.]+ s \(skipped: (\d+)\)", done.stdout)
+        assert done.returncode == 0 and found, done.stdout + done.stderr
+        counts.append(int(found.group(1)) + int(found.group(2)))  # what the held process tried
+    assert counts == [len(MODULES), len(MODULES) + len(ENGINE_CORE_MODULES)]
