@@ -1,7 +1,9 @@
 """The catalogue of metrics a hypothesis may name: what each means, its unit, and its level.
 
 Point metrics are stored per point and repeat by the runner; server metrics once per server; a search metric
-once per launch, recomputed from its capacity search's probe points (compiler.capacity).
+once per launch, recomputed from its capacity search's probe points (compiler.capacity). The machine metrics
+(MACHINE_METRICS) are server metrics of the GPU itself: the runner calibrates it once per launch, just before the
+launch's servers start, only in a study whose hypotheses name one (`Plan.calibrate_launches`).
 """
 
 from __future__ import annotations
@@ -57,7 +59,27 @@ METRICS: dict[str, Metric] = {
         Metric("sm_clock_mean_mhz", "MHz", "point", "Mean SM clock during the point"),
         Metric("kv_capacity_tokens", "tokens", "server", "KV-cache capacity the server reports"),
         Metric("startup_s", "s", "server", "Server start to /health", False),
+        Metric("machine_flops", "FLOP/s", "server",
+               "Dense bf16 matmul rate of the launch's GPU, measured just before its server starts (the "
+               "calibration probe: 8192x8192 bf16 matmuls)"),
+        Metric("machine_bandwidth", "B/s", "server",
+               "HBM copy bandwidth of the launch's GPU (bytes read + written per second, device-to-device copy), "
+               "measured just before its server starts"),
+        Metric("ridge_point", "FLOP/byte", "server",
+               "machine_flops / machine_bandwidth of the launch: the arithmetic intensity where its roofline turns"),
         Metric("capacity", "load", "search",
                "Highest concurrency (or rate) of a capacity search whose slo_attainment held [slo].attainment"),
     ]
 }
+
+
+# Server metrics of the GPU itself, read from the launch's own calibration (not from the server).
+MACHINE_METRICS: tuple[str, ...] = ("machine_flops", "machine_bandwidth", "ridge_point")
+
+
+def ridge_point(flops: float | None, bandwidth: float | None) -> float | None:
+    """FLOP per byte where the roofline turns: flops / bandwidth; None when either is missing or the
+    bandwidth is not positive."""
+    if flops is None or bandwidth is None or bandwidth <= 0:
+        return None
+    return flops / bandwidth

@@ -298,6 +298,9 @@ class Plan(Frozen):
     estimate_basis: str
     hypotheses: tuple[HypothesisStep, ...] = ()
     slo: Slo | None = Field(default=None, description="The study's [slo]: goodput and slo_attainment are read by it.")
+    calibrate_launches: bool = Field(default=False, description=(
+        "Calibrate the GPU once per launch, just before its servers start (a hypothesis names a machine "
+        "metric: machine_flops, machine_bandwidth, ridge_point); left out of the JSON when false."))
 
     @model_validator(mode="before")
     @classmethod
@@ -321,6 +324,8 @@ class Plan(Frozen):
         drop: dict[str, Any] = {} if self.slo is not None else {"slo": True}
         if not any(s.searches for s in self.launches):
             drop["launches"] = {"__all__": {"searches"}}
+        if not self.calibrate_launches:
+            drop["calibrate_launches"] = True
         return self.model_dump_json(indent=2, exclude=drop or None)
 
     @classmethod

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from compiler.capacity import wave_requests
 from compiler.engine_options import parallel_gpus
 from compiler.load import LoadedStudy
+from compiler.metrics import MACHINE_METRICS
 from compiler.plan import Block, BlockDesign, Engine, Launch, Plan, PointStep, SearchStep, mark_cold
 from compiler.plan_estimate import estimate_point_s
 from compiler.plan_resolve import plan_hypotheses
@@ -44,6 +45,9 @@ def cli_args(options: dict[str, Any]) -> list[str]:
         else:
             argv += [flag, str(value)]
     return argv
+
+
+LAUNCH_CALIBRATION_S = 6.0  # runner.measure.calibrate once per launch (5-6 s a run on the H200 host)
 
 
 def compile_study(loaded: LoadedStudy) -> Plan:
@@ -92,8 +96,11 @@ def compile_study(loaded: LoadedStudy) -> Plan:
                                       shaped[arm_name])
     launches = _first_starts_cold(launches, first_start_s)
     required = [s for s in launches if s.required]
-    total = sum(_launch_s(s) for s in required)
-    most = sum(_launch_s(s) for s in launches)
+    # A machine metric named: each launch calibrates its GPU first (5-6 s a calibration on the H200 host).
+    calibrate = any(h.metric in MACHINE_METRICS for h in study.hypothesis)
+    calibrate_s = LAUNCH_CALIBRATION_S if calibrate else 0.0
+    total = sum(_launch_s(s) + calibrate_s for s in required)
+    most = sum(_launch_s(s) + calibrate_s for s in launches)
     return Plan(
         study_id=study.study.id,
         title=study.study.title,
@@ -112,9 +119,11 @@ def compile_study(loaded: LoadedStudy) -> Plan:
             + "; decode at "
             f"75% of the {hardware.name} spec-sheet bandwidth roofline, with a per-step floor; prefill ignored"
             + ("; a capacity search as its probes x its point at hi" if study.load.search else "")
+            + (f"; each launch first calibrates its GPU ({calibrate_s:.0f} s)" if calibrate else "")
         ),
         hypotheses=tuple(plan_hypotheses(study, launches)),
         slo=study.slo,
+        calibrate_launches=calibrate,
     )
 
 

@@ -19,7 +19,7 @@ from compiler.modelconfig import ModelError, load_model
 from compiler.predict_env import env_names
 from compiler.predict_resolve import check_predictions
 from compiler.select import merge, resolve
-from compiler.study import Study, Where
+from compiler.study import Hypothesis, Study, Where
 from compiler.workload_check import check_workloads
 
 RUNNER_OWNED = {"host", "port", "api-key", "model"}
@@ -224,6 +224,23 @@ def _check_metric_fits(study: Study, metric: str, key: str) -> Iterator[Finding]
         yield key, "a capacity search study has no fixed load points: predict `capacity` or a server metric"
 
 
+def _check_server_selection(hyp: Hypothesis, base: str) -> Iterator[Finding]:
+    """A server metric is read once per server launch: its selector (and each side of its ratio) names an
+    arm only, never a workload or a load level (a point of the ladder is not what it measures)."""
+    if METRICS[hyp.metric].level != "server":
+        return
+    ratio = hyp.predict.ratio or ()
+    sides = [(f"{base}.where", hyp.where)] + [
+        (f"{base}.predict.ratio", side) for side in ratio if isinstance(side, Where)]
+    for key, where in sides:
+        named = [name for name in ("workload", "concurrency", "rate") if getattr(where, name) is not None]
+        if named:
+            yield f"{key}.{named[0]}", (
+                f"{hyp.metric} is a server metric, one value per server launch: select it by arm only, "
+                f"not by {' or '.join(named)}")
+            return
+
+
 def _check_hypotheses(study: Study) -> Iterator[Finding]:
     seen: set[str] = set()
     for index, hyp in enumerate(study.hypothesis):
@@ -237,6 +254,7 @@ def _check_hypotheses(study: Study) -> Iterator[Finding]:
             yield f"{base}.metric", f"unknown metric '{hyp.metric}'{hint}"
             continue
         misfit = list(_check_metric_fits(study, hyp.metric, f"{base}.metric"))
+        misfit += list(_check_server_selection(hyp, base))
         if misfit:
             yield from misfit
             continue

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from compiler.hardware import HardwareError, get_hardware
+from compiler.metrics import MACHINE_METRICS
 from compiler.plan import HypothesisStep, Launch, Plan, budget_points
 from report.block_planner import Cells, Key, config_key, paired_spread, pool
 from report.cheapest_design import LIMITS, POWER, Components, Costs, Goal, Limits, Proposal, cheapest
@@ -95,7 +96,7 @@ def read_stored(db: Path, study_id: str, hardware: str) -> Stored:
     return out
 
 
-SERVER_METRICS = ("kv_capacity_tokens", "startup_s")
+SERVER_METRICS = ("kv_capacity_tokens", "startup_s", *MACHINE_METRICS)
 
 
 def server_key(launch: Launch) -> Key:
@@ -110,9 +111,12 @@ def _server_values(out: Stored, run_id: str, servers: Sequence[ServerRecord], la
     warm_seen = any(s.compile_cache == "warm" for s in servers)
     for server in servers:
         at = places.servers.get(base_server_id(server.server_id))
-        if at is None or at.launch not in launches or (warm_seen and server.compile_cache == "cold"):
+        if at is None or at.launch not in launches:
             continue
+        cold = warm_seen and server.compile_cache == "cold"
         for name in SERVER_METRICS:
+            if cold and name not in MACHINE_METRICS:  # a machine metric is measured before the server starts
+                continue
             value = server.metric(name)
             if value is not None and value > 0:
                 cell = (name, server_key(launches[at.launch]))

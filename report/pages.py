@@ -47,6 +47,7 @@ from studyc import format as fmt
 
 if TYPE_CHECKING:
     from compiler.plan import Plan
+    from runner.store.records import ServerRecord
 
 DOWNLOADS = (("points", "csv"), ("points", "parquet"), ("requests", "csv"), ("requests", "parquet"),
              ("checks", "csv"))
@@ -349,8 +350,18 @@ def _provenance(loaded: LoadedStudy, data: RunData | None) -> tuple[Fact, ...]:
         facts.append(Fact(f"server {s.server_id}",
                           f"{s.status or '-'}; start {fmt.quantity(s.startup_s, 's', measured=False)}{cache}; "
                           f"KV capacity {fmt.quantity(s.kv_capacity_tokens, 'tokens', measured=False)}"
-                          + (f"; device {s.device}" if s.device else "")))
+                          + (f"; device {s.device}" if s.device else "") + _machine(s)))
     return tuple(facts)
+
+
+def _machine(server: ServerRecord) -> str:
+    """The launch's own calibration of the server's GPU, where one was asked for (machine metrics)."""
+    if server.machine_flops is not None and server.machine_bandwidth is not None:
+        ridge = server.metric("ridge_point")
+        return (f"; calibrated before it started: {fmt.significant(server.machine_bandwidth / 1e12)} TB/s, "
+                f"{fmt.significant(server.machine_flops / 1e12)} TFLOP/s bf16, ridge point "
+                f"{fmt.significant(ridge or 0.0)} FLOP/byte")
+    return f"; {server.calibration_error}" if server.calibration_error else ""
 
 
 def _interference(text: str | None) -> list[Fact]:

@@ -9,6 +9,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from compiler.metrics import MACHINE_METRICS
 from report.intervals import Layout, Obs
 from report.results import RunData
 from report.score_model import SPLIT, Reason, Why
@@ -19,6 +20,8 @@ WITHHELD = "withheld: the client's token gaps came bunched (itl_trusted failed),
 NOT_FINITE = "not a finite number"
 NOT_RECORDED = "not recorded on the point (no completed request, or no GPU telemetry for a GPU metric)"
 SERVER_NOT_RECORDED = "not reported by the server"
+NOT_CALIBRATED = ("not calibrated: its launch stored no calibration (a run from before machine metrics, or "
+                  "a plan that did not ask for them)")
 
 
 @dataclass
@@ -125,14 +128,25 @@ def server_side(data: RunData, ids: Sequence[str], metric: str, design: Layout) 
         value = server.metric(metric)
         if value is not None and math.isfinite(float(value)):
             at = design.server(base_server_id(server.server_id), index)
-            cold = warm_seen and server.compile_cache == "cold"
+            # A machine metric is measured before the server starts: its compile cache does not touch it.
+            cold = warm_seen and server.compile_cache == "cold" and metric not in MACHINE_METRICS
             apart = split.get(at.block) if at.block is not None else None
             side.values.append(Obs(server.server_id, float(value), at.launch, at.block, at.repeat,
                                    not cold and apart is None, apart or (COLD_COMPILE if cold else "")))
+        elif metric in MACHINE_METRICS:  # measured before the server started: its own reason, failed or not
+            side.lacking.setdefault(NOT_FINITE if value is not None else _not_calibrated(server), []).append(
+                server.server_id)
         elif server.status != "failed":  # a failed server is already named in `invalid`
             side.lacking.setdefault(NOT_FINITE if value is not None else SERVER_NOT_RECORDED, []).append(
                 server.server_id)
     return side
+
+
+def _not_calibrated(server: ServerRecord) -> str:
+    """Why a server has no machine metric: its launch's calibration failed (its reason), or none was stored."""
+    if server.calibration_error:
+        return server.calibration_error
+    return NOT_CALIBRATED
 
 
 def _started(server: ServerRecord) -> float:

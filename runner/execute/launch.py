@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from compiler.plan import Launch, PointStep, SearchStep
+from runner.execute.machine import PHASE as CALIBRATION_PHASE
+from runner.execute.machine import Calibrator, calibrate_servers, calibration_note
 from runner.execute.point import (
     Endpoint,
     PointContext,
@@ -31,6 +33,7 @@ from runner.execute.point import (
 )
 from runner.execute.prestart import Prestart, with_check
 from runner.execute.search import run_search
+from runner.measure.calibrate import calibrate
 from runner.measure.host import host_identity
 from runner.server.engine import VllmServer
 from runner.server.pinning import pin_engine, pin_front_end
@@ -63,6 +66,11 @@ class LaunchSpec:
     # servers, which must not overwrite the rows of the ones that measured its earlier points.
     server_ids: tuple[str, ...] = ()
     searches: tuple[SearchStep, ...] = ()  # capacity searches still to run, after the points
+    # The machine metrics (`runner.execute.machine`): the engine python to calibrate each server's GPU with,
+    # just before the servers start; empty: not asked for (`Plan.calibrate_launches` false), or
+    # `calibration_skipped` says why not (--no-calibrate), stored on the server rows.
+    calibrate_python: tuple[str, ...] = ()
+    calibration_skipped: str = ""
 
     @property
     def servers(self) -> tuple[str, ...]:
@@ -180,10 +188,12 @@ def new_server(spec: LaunchSpec, sid: str, devices: Sequence[str]) -> VllmServer
 def run_launch(
     spec: LaunchSpec, emit: Callable[[Event], None], *, cancel: Cancel | None = None,
     interlude: Interlude | None = None, prestart: Prestart | None = None, next_spec: LaunchSpec | None = None,
+    calibrator: Calibrator = calibrate,
 ) -> None:
     """Start the launch's servers (all at once), run its points across them, stop them. With `prestart`,
     its first server is the one held there if it matches, and once its servers are spawned the first server
-    of `next_spec` is spawned held (`runner.execute.prestart`)."""
+    of `next_spec` is spawned held (`runner.execute.prestart`). With `spec.calibrate_python`, each server's
+    GPU is calibrated with `calibrator` first (`runner.execute.machine`)."""
     launch = spec.launch
     cancel = cancel or Cancel()
     spec.log_dir.mkdir(parents=True, exist_ok=True)
@@ -210,13 +220,14 @@ def run_launch(
             server.api_key = servers[0].api_key
         servers.append(server)
         starts.append(server.log_start if server.held else log_size(log_path))
+    calibrated = _calibrate(spec, servers, records, emit, calibrator)
     infos: list[Any] = []
     pin = not spec.gpu_host  # CPU servers: their engines apart from the load generator (replicas share those cores)
     t_start, spawned_at, up = time.monotonic(), datetime.now(), False  # local: as vLLM stamps
     try:
         for server, record in zip(servers, records, strict=True):
-            emit(ServerEvent(record, status="starting (held: imported while the launch before ran)" if held
-                             else "starting"))
+            emit(ServerEvent(record, status=("starting (held: imported while the launch before ran)" if held
+                                              else "starting") + calibrated))
             cancel.add(server)
             server.start()
             if pin:  # see runner.server.pinning
@@ -258,6 +269,29 @@ def run_launch(
             if server.info is not None:
                 emit(ServerEvent(replace(record, stopped_at=datetime.now(UTC)), status="stopped"))
         emit(PhaseEvent(launch.id, (("stop", time.monotonic() - t_stop),)))
+
+
+def _calibrate(spec: LaunchSpec, servers: list[Any], records: list[ServerRecord], emit: Callable[[Event], None],
+               calibrator: Calibrator) -> str:
+    """The launch's machine metrics onto `records` (in place), before any of its servers starts; a held
+    server (imported while the launch before ran) is stopped meanwhile. Returns what the progress line adds."""
+    if spec.calibration_skipped:
+        records[:] = [replace(r, calibration_error=spec.calibration_skipped) for r in records]
+        return f"; not calibrated: {spec.calibration_skipped}"
+    if not spec.calibrate_python:
+        return ""
+    devices = [int(ds[0]) if spec.gpu_host and ds and ds[0].isdigit() else None
+               for ds in spec.placement.server_devices]
+    paused = [s for s in servers if getattr(s, "held", False)]
+    for server in paused:
+        server.pause()
+    try:
+        records[:], seconds = calibrate_servers(records, devices, spec.calibrate_python, calibrator)
+    finally:
+        for server in paused:
+            server.resume()
+    emit(PhaseEvent(spec.launch.id, ((CALIBRATION_PHASE, seconds),)))
+    return "; " + calibration_note(records)
 
 
 def _measure(spec: LaunchSpec, servers: list[Any], infos: list[Any], emit: Callable[[Event], None],

@@ -89,6 +89,10 @@ def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) 
     committed points kept."""
     progress = progress or Progress()
     origin, started_at = time.monotonic(), datetime.now(UTC)
+    if plan.calibrate_launches and options.ray is not None:
+        raise StudycError(f"{plan.study_id}: a hypothesis names a machine metric (machine_flops, machine_bandwidth, "
+                          "ridge_point): each launch calibrates its GPU while no other launch measures, which a Ray "
+                          "cluster does not promise; run it without --ray")
     with Store(options.db) as store:
         before: list[tuple[str, float]] = []  # the run's own phases before the timeline opens
         run_id, done = _open_run(store, plan, options, progress, before)
@@ -123,7 +127,7 @@ def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) 
             # to run it again whole): it is not run again.
             searches = tuple(q for q in launch.searches if not any(i.startswith(q.id + "/") for i in done))
             specs.append(replace(_spec(launch, points, placed, ctx, run_id, options, gpu_host,
-                                       fresh_server_ids(launch, taken)), searches=searches))
+                                       fresh_server_ids(launch, taken), plan.calibrate_launches), searches=searches))
         report.points_skipped = len(plan.points) - sum(len(sp.points) for sp in specs)
         # A capacity search counts its most probes: the bar may finish short of its total.
         progress.start(len(plan.points) + sum(q.probes for sp in specs for q in sp.searches), report.points_skipped)
@@ -133,6 +137,12 @@ def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) 
         try:
             if options.ray is not None:
                 run_ray(specs, driver, options, devices=len(devices))
+            elif report.slots > 1 and plan.calibrate_launches:
+                # A launch's calibration must not run while another launch measures: one at a time.
+                report.sequential_from = ("a hypothesis names a machine metric: each launch calibrates its GPU "
+                                          "before its servers start, so launches run one at a time")
+                progress.message(report.sequential_from)
+                run_phases(specs, driver, lambda some: run_sequential(some, driver, options.held_start))
             elif report.slots > 1:
                 progress.message(f"running launches on {report.slots} device slots at once ({','.join(devices)})")
                 run_phases(specs, driver, lambda some: run_parallel(some, driver, options))
@@ -162,11 +172,14 @@ def resolve_devices(gpus: str | None, *, gpu_host: bool, gpu_index: int = 0) -> 
 
 
 def _spec(launch: Launch, points: tuple[PointStep, ...], placed: Placement, ctx: PointContext, run_id: str,
-          options: RunOptions, gpu_host: bool, server_ids: tuple[str, ...]) -> LaunchSpec:
+          options: RunOptions, gpu_host: bool, server_ids: tuple[str, ...], launch_calibration: bool = False) -> LaunchSpec:
     first = placed.server_devices[0][0]
     local = replace(ctx, client_cpus=placed.client_cpus,
                     gpu_index=int(first) if gpu_host and first.isdigit() else ctx.gpu_index)
+    calibrating = options.calibrate and launch_calibration
     return LaunchSpec(
+        calibrate_python=tuple(options.python_argv) if calibrating else (),
+        calibration_skipped="skipped (--no-calibrate)" if launch_calibration and not options.calibrate else "",
         launch=launch, points=points, run_id=run_id, placement=placed, ctx=local,
         engine_command=tuple(options.engine_command), log_dir=options.runs_dir / run_id,
         cache_root=(options.cache_dir or options.runs_dir) / "compile-cache", startup_timeout_s=options.startup_timeout_s,

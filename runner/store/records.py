@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
+from compiler.metrics import ridge_point
+
 __all__ = [
     "CheckResult",
     "CheckStatus",
@@ -313,10 +315,19 @@ class ServerRecord:
     hostname: str | None = None
     gpu_uuid: str | None = None  # NVML's, "," between a server's GPUs
     gpu_serial: str | None = None
+    # The launch's own calibration of its GPU, just before this server started (`Plan.calibrate_launches`):
+    # dense bf16 matmul FLOP/s and HBM copy bytes/s; None where it was not asked for or failed (`calibration_error`
+    # says why it failed). None on servers stored before it existed.
+    machine_flops: float | None = None
+    machine_bandwidth: float | None = None
+    calibration_error: str | None = None
 
     def metric(self, name: str) -> float | None:
-        """A server-level metric (`kv_capacity_tokens`, `startup_s`) as a float, None if unmeasured."""
-        if name not in ("kv_capacity_tokens", "startup_s"):
+        """A server-level metric (`kv_capacity_tokens`, `startup_s`, the machine metrics `machine_flops`,
+        `machine_bandwidth`, `ridge_point`) as a float, None if unmeasured."""
+        if name == "ridge_point":
+            return ridge_point(self.machine_flops, self.machine_bandwidth)
+        if name not in ("kv_capacity_tokens", "startup_s", "machine_flops", "machine_bandwidth"):
             raise KeyError(f"no server metric named {name!r}")
         value = getattr(self, name)
         return None if value is None else float(value)

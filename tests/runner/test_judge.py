@@ -50,7 +50,7 @@ COLD = side(closed_loop())
 def test_every_metric_a_hypothesis_can_name_is_stored() -> None:
     point = {m.name for m in METRICS.values() if m.level == "point"}
     assert point <= SUMMARY_FIELDS, sorted(point - SUMMARY_FIELDS)
-    server = ServerRecord("r", "s", kv_capacity_tokens=5, startup_s=2.0)
+    server = ServerRecord("r", "s", kv_capacity_tokens=5, startup_s=2.0, machine_flops=6.5e14, machine_bandwidth=4.2e12)
     for m in METRICS.values():
         if m.level == "server":
             assert server.metric(m.name) is not None

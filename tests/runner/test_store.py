@@ -426,3 +426,43 @@ def test_merge_compacts_what_a_replaced_run_left(tmp_path: Path) -> None:
     with Store(here, read_only=True) as s:
         assert s.counts("run-1") == want and want["points"] == 60
     assert merge_databases(here, [there])[-1].endswith("already there (kept) -> " + str(here))  # no rewrite
+
+
+MACHINE_COLUMNS = ("machine_flops", "machine_bandwidth", "calibration_error")
+
+
+def columns_of(path: Path, table: str) -> set[str]:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return {r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()}
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("version", ["6", "7"])
+def test_a_file_without_the_machine_columns_reads_them_none_and_gains_them_when_written(
+        tmp_path: Path, version: str) -> None:
+    """A database from before each launch could calibrate its GPU (this version's, or a version 6 one) opens:
+    read-only as it is (the columns read None), for writing with them added, the old rows NULL."""
+    db = filled(tmp_path / "old.duckdb")
+    con = duckdb.connect(str(db))
+    for column in MACHINE_COLUMNS:
+        con.execute(f"ALTER TABLE servers DROP COLUMN {column}")
+    con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [version])
+    con.close()
+    with Store(db, read_only=True) as s:
+        assert s.servers("run-1") == [SERVER]
+        assert s.servers("run-1")[0].metric("ridge_point") is None
+    assert not set(MACHINE_COLUMNS) & columns_of(db, "servers")  # a read-only open writes nothing
+    measured = replace(SERVER, server_id="toy/a/L2", machine_flops=6.5e14, machine_bandwidth=4.2e12)
+    failed = replace(SERVER, server_id="toy/a/L3", calibration_error="not calibrated: no GPU")
+    with Store(db) as s:
+        assert s._version() == str(SCHEMA_VERSION) and s.servers("run-1") == [SERVER]
+        s.record_server(measured)
+        s.record_server(failed)
+    assert set(MACHINE_COLUMNS) <= columns_of(db, "servers")
+    with Store(db, read_only=True) as s:
+        got = {r.server_id: r for r in s.servers("run-1")}
+        assert got == {SERVER.server_id: SERVER, measured.server_id: measured, failed.server_id: failed}
+        assert got["toy/a/L2"].metric("ridge_point") == pytest.approx(6.5e14 / 4.2e12)
+        assert got["toy/a/L3"].metric("machine_flops") is None
