@@ -295,23 +295,32 @@ def test_a_version_5_file_reads_without_timing_and_gains_the_tables_when_written
 @pytest.mark.parametrize("name", ["h200.duckdb", "cpu-replicas.duckdb"])
 def test_the_committed_databases_read_as_they_are(tmp_path: Path, name: str) -> None:
     """The committed results (read from a copy): the runs stored before runs stored their timing have their wall
-    only; the mla-kv re-run of 2026-12-03, the first stored with it, has one complete segment whose phases add
-    up to its wall."""
+    only; from the mla-kv re-run of 2026-12-03 on (the first stored with it), each run's phases add up to the
+    wall of its segments, and its wall is theirs: one complete segment, or a killed one and the complete one
+    that resumed it (prefix-cache-shared and past-the-knee, each finished on a second machine)."""
     import shutil
 
     from tests.conftest import REPO
 
     db = tmp_path / name
     shutil.copyfile(REPO / "results" / name, db)
-    timed = "20261203T173415-385529"
+    first_timed = "20261203T173415-385529"
     with Store(db, read_only=True) as s:
         runs = s.runs()
-        assert runs and all(s.timing(r.run_id) == ([], []) for r in runs if r.run_id != timed)
+        assert runs and all(s.timing(r.run_id) == ([], []) for r in runs if r.run_id < first_timed)
         assert any(r.wall_s for r in runs)
+        timed = {r.run_id: r for r in runs if r.run_id >= first_timed}
         if name == "h200.duckdb":
-            (segment,), phases = s.timing(timed)
-            assert segment.ended == "complete" and segment.wall_s == pytest.approx(593.5, abs=0.1)
-            assert sum(p.seconds for p in phases) == pytest.approx(segment.wall_s, abs=0.05)
+            assert len(timed) >= 4
+            for run_id, run in timed.items():
+                segments, phases = s.timing(run_id)
+                assert [g.ended for g in segments][-1] == "complete" and len(segments) <= 2, run_id
+                assert all(g.ended == "killed" for g in segments[:-1]), run_id
+                wall = sum(g.wall_s for g in segments)
+                assert sum(p.seconds for p in phases) == pytest.approx(wall, abs=0.05)
+                assert run.wall_s == pytest.approx(wall, abs=0.01)
+            (segment,), _ = s.timing(first_timed)
+            assert segment.wall_s == pytest.approx(593.5, abs=0.1)
 
 
 def test_a_new_file_has_no_level_column(tmp_path: Path) -> None:
