@@ -43,6 +43,7 @@ MODULES=(
   "shapes|runner/load/shapes.py|tests/runner/test_shapes.py tests/runner/test_shapes_edges.py tests/runner/test_checks_shapes.py"
   "cache|runner/checks/cache.py|tests/runner/test_cache.py"
   "prestart|runner/execute/prestart.py|tests/runner/test_prestart.py"
+  "machine|runner/execute/machine.py|tests/runner/test_machine_calibration.py"
 )
 
 [ -x "$MUTMUT" ] || { echo "mutmut missing: .venv/bin/pip install -e '.[mutation]'" >&2; exit 2; }

@@ -351,7 +351,10 @@ def test_forest_plot_draws_every_hypothesis_and_fp8_kv_c1_outside_its_band(h200_
         forest = report.charts[0]
         assert (forest["id"], forest["drawn"], forest["svg"]) == ("chart-forest", "true", True)
     assert audit_rows >= 20 and len(audit.probe) == audit_rows
-    assert all(r["estimate"] or r["empty"] == "not run" for r in audit.probe)
+    # a row without an estimate says why: not run, or measured but stopped (kv-capacity-slo's first run, its
+    # searches stopped by invalid probes)
+    assert all(r["estimate"] or r["empty"] in ("not run", "invalid") for r in audit.probe), [
+        r["empty"] for r in audit.probe if not r["estimate"]]
     c1, c8 = fp8.probe[0], fp8.probe[1]
     assert c1["band"]["left"] - c1["estimate"]["right"] > 30, c1
     assert c1["band"]["left"] - c1["interval"]["right"] > 4, c1

@@ -137,3 +137,56 @@ def test_the_run_asks_for_it_only_when_the_plan_does(tmp_path: Path) -> None:
     assert (made(options, False).calibrate_python, made(options, False).calibration_skipped) == ((), "")
     skipped = made(replace(options, calibrate=False), True)
     assert (skipped.calibrate_python, skipped.calibration_skipped) == ((), "skipped (--no-calibrate)")
+
+
+# -- the pure parts, at their edges ---------------------------------------------------------------------------
+
+
+def test_a_calibrator_that_raises_reads_as_not_calibrated() -> None:
+    from runner.execute.machine import calibrate_device
+
+    cal = calibrate_device(["py"], 3, Calibrator(RuntimeError("probe died")))
+    assert cal.calibrated is False and (cal.flops_bf16, cal.bandwidth_Bps) == (None, None)
+    assert cal.reason == "calibration raised RuntimeError: probe died"
+    assert calibrate_device(["py"], 3, Calibrator(GOOD)) is GOOD
+
+
+def test_only_positive_flops_and_bandwidth_are_a_calibration() -> None:
+    row = ServerRecord(run_id="r", server_id="s", calibration_error="left over")
+    good = with_calibration(row, GOOD)
+    assert (good.machine_flops, good.machine_bandwidth, good.calibration_error) == (6.5e14, 4.2e12, None)
+    for flops, bandwidth in ((0.0, 4.2e12), (-1.0, 4.2e12), (6.5e14, -1.0), (None, 4.2e12)):
+        cal = Calibration(True, bandwidth, flops, "GPU", {}, None)
+        bad = with_calibration(row, cal)
+        assert (bad.machine_flops, bad.machine_bandwidth) == (None, None), (flops, bandwidth)
+        assert bad.calibration_error == "not calibrated: calibration returned no positive FLOP/s and bandwidth"
+    assert with_calibration(good, BAD).calibration_error == (
+        "not calibrated: calibration probe reported failure: no CUDA device")
+    assert with_calibration(good, BAD).machine_flops is None
+
+
+def test_calibrate_servers_pairs_every_row_with_its_device_and_times_itself() -> None:
+    import time
+
+    from runner.execute.machine import calibration_note
+
+    rows = [ServerRecord(run_id="r", server_id=f"s{i}") for i in range(2)]
+
+    class Slow(Calibrator):
+        def __call__(self, python_cmd: list[str], *, gpu_index: int = 0, **_: Any) -> Calibration:
+            time.sleep(0.05)
+            return super().__call__(python_cmd, gpu_index=gpu_index)
+
+    fake = Slow(GOOD)
+    out, seconds = calibrate_servers(rows, [None, 2], ["py"], fake)
+    assert fake.calls == [(["py"], 0), (["py"], 2)]  # no device: GPU 0, as the run's own calibration
+    assert 0.1 <= seconds < 5
+    with pytest.raises(ValueError):
+        calibrate_servers(rows, [0], ["py"], fake)  # a row without its device is a caller's error
+    assert calibration_note(out) == "calibrated: 4.200 TB/s, 650 TFLOP/s"  # one note for the same values
+    half = replace(out[1], machine_bandwidth=None, calibration_error=None)
+    assert calibration_note([half]) == "calibrated: not calibrated"
+    assert calibration_note([with_calibration(rows[0], BAD), out[0]]) == (
+        "calibrated: not calibrated: calibration probe reported failure: no CUDA device; 4.200 TB/s, 650 TFLOP/s")
+    small = replace(out[0], machine_bandwidth=1.5e12, machine_flops=1.5e12)
+    assert calibration_note([small]) == "calibrated: 1.500 TB/s, 2 TFLOP/s"
