@@ -36,6 +36,10 @@ snapshot() {
   for f in /tmp/results/h200-*.duckdb; do [ -f "$f" ] && gzip -1 -c "$f" | split -b 15M -d - "$OUT/$(basename "$f").gz."; done
   for f in /tmp/results/h200-*.duckdb.wal; do [ -f "$f" ] && cp "$f" "$OUT/"; done
   tar -C /tmp/results -czf "$OUT/logs.tgz" --exclude='*.duckdb' --exclude='*.wal' --exclude='compile-cache' . 2>/dev/null
+  # How big the JIT caches grew (vLLM's compile cache, Inductor, Triton, FlashInfer): whether carrying them
+  # between machines could fit the device calls' 64 MiB
+  du -s "$STUDYC_CACHE_DIR" "$STUDYC_CACHE_DIR"/* "$HOME/.cache/vllm" "$HOME/.triton" /tmp/torchinductor_* \
+    "$HOME/.cache/flashinfer" 2>/dev/null > "$OUT/caches.txt" || true
 }
 # The commit this tree is: the one `stamp` wrote where it was carried, else git
 # A carried .studyc-commit wins: the device's copy of .git was seen older than the tree (2026-12-03: HEAD
