@@ -136,3 +136,42 @@ def test_a_launch_with_only_searches_left_is_run_and_one_with_nothing_is_not(tmp
 
         assert launch.points == () and driver.wanted(spec(launch.searches))
         assert not driver.wanted(spec(()))
+
+
+WAVES_STUDY = STUDY.replace("""[workloads.w]
+input_len = 64
+output_len = 64
+""", """[workloads.w]
+input_len = 64
+output_len = 16
+turns = 3
+think_s = 0.1
+""").replace("search = {{ concurrency = [1, 6], probes = 4 }}\nrequests = 24",
+             "search = {{ concurrency = [2, 6], probes = 3, waves = 3 }}").replace("ttft_ms = 60", "ttft_ms = 20")
+
+
+@NEEDS_VLLM[0]
+@NEEDS_VLLM[1]
+def test_a_multi_turn_search_sends_three_waves_of_conversations_at_every_probe(tmp_path: Path) -> None:
+    """kv-capacity-slo's design at the CPU's scale: three-turn conversations, `waves = 3`, so each probe sends
+    3 x level conversations (its own, not the top's count) and every probe has a steady phase: all valid."""
+    assert "waves = 3" in WAVES_STUDY and "turns = 3" in WAVES_STUDY and "requests =" not in WAVES_STUDY
+    study = tmp_path / "waves.toml"
+    study.write_text(WAVES_STUDY.format(model=REPO / "models/tiny-qwen3"))
+    db = tmp_path / "waves.duckdb"
+    proc = subprocess.run([sys.executable, "-m", "studyc", "run", str(study), "--db", str(db), "--no-calibrate"],
+                          cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    with Store(db, read_only=True) as store:
+        run = store.runs()[0]
+        points = store.points(run.run_id)
+        sent = {p.point_id: [r for r in store.request_records(run.run_id, p.point_id) if not r.warmup]
+                for p in points}
+    assert len(points) >= 2 and [p.concurrency for p in points][:2] == [6, 2], out
+    for p in points:
+        level = p.concurrency or 0
+        assert p.status == "ok" and p.valid, (p.point_id, out)
+        assert len(sent[p.point_id]) == 3 * level * 3  # 3 waves of `level` conversations of 3 turns
+        assert len({r.conversation for r in sent[p.point_id]}) == 3 * level
+        assert (p.summary.steady_requests or 0) >= level
