@@ -175,20 +175,29 @@ def test_a_trace_point_whose_trace_is_gone_keeps_its_stored_checks(tmp_path: Pat
 
 
 def test_recheck_verifies_a_caching_off_arm_by_its_engine(tmp_path: Path) -> None:
-    """The H200 prefix-cache-shared run in progress: its uncached arm runs with --no-enable-prefix-caching,
-    so recheck reads the arm's engine and finds its points cold (no lookups, no hits), and its cached arm's
-    points still judged by their hit rate against the workload's shared prefixes."""
+    """The H200 prefix-cache-shared run (three launches per arm), alone in a copy of the committed database: its
+    uncached arm runs with --no-enable-prefix-caching, so recheck reads the arm's engine and finds its points
+    cold (no lookups, no hits), and its cached arm's points still judged by their hit rate against the
+    workload's shared prefixes."""
     import shutil
 
+    import duckdb
+
     db = tmp_path / "prefix.duckdb"
-    shutil.copyfile(Path(__file__).resolve().parents[2] / "results/h200-running/prefix_cache_shared.duckdb", db)
+    shutil.copyfile(Path(__file__).resolve().parents[2] / "results/h200.duckdb", db)
+    run_id = "20261203T232143-445f2a"
+    con = duckdb.connect(str(db))
+    for (table,) in con.execute("SELECT table_name FROM information_schema.columns WHERE column_name = 'run_id'"
+                                ).fetchall():
+        con.execute(f"DELETE FROM {table} WHERE run_id <> ?", [run_id])
+    con.close()
     report = recheck(db)
-    assert report.points == 8 and report.changed == 0
+    assert report.points == 12 and report.changed == 0
     with Store(db, read_only=True) as store:
         run = store.latest_run("prefix-cache-shared")
-        assert run is not None
+        assert run is not None and run.run_id == run_id
         cold = {c.point_id: c for c in store.checks(run.run_id) if c.name == "cache_cold"}
     uncached = [c for pid, c in cold.items() if "/uncached/" in pid]
-    assert len(uncached) == 4 and all(c.passed and "prefix caching off" in c.detail for c in uncached)
+    assert len(uncached) == 6 and all(c.passed and "prefix caching off" in c.detail for c in uncached)
     cached = [c for pid, c in cold.items() if "/cached/" in pid]
-    assert len(cached) == 4 and all(c.passed and "hit rate" in c.detail for c in cached)
+    assert len(cached) == 6 and all(c.passed and "hit rate" in c.detail for c in cached)
