@@ -105,7 +105,7 @@ class SearchStep(Frozen):
     probes: int = Field(description="Most probes: hi, lo, then bisection.")
     attainment: float = Field(description="A probe holds when its slo_attainment is at least this.")
     template: PointStep = Field(description="The probe point at `hi`; every probe is a copy at its own load.")
-    estimated_s: float = Field(description="probes x the template point's estimate (hi is the slowest level).")
+    estimated_s: float = Field(description="The probes' estimate: hi, lo, then the rest at the middle of the range.")
     waves: int | None = Field(default=None, description=(
         "Every probe sends this many waves of its concurrency: waves x level requests (multi-turn, "
         "conversations); None: every probe sends the template's requests."))

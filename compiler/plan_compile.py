@@ -117,8 +117,8 @@ def compile_study(loaded: LoadedStudy) -> Plan:
             + (f" ({first_start_s:.0f} s the first start of a configuration: its compile cache cold)"
                if first_start_s != start_s else "")
             + "; decode at "
-            f"75% of the {hardware.name} spec-sheet bandwidth roofline, with a per-step floor; prefill ignored"
-            + ("; a capacity search as its probes x its point at hi" if study.load.search else "")
+            f"75% of the {hardware.name} spec-sheet bandwidth roofline, with a per-step floor; prefill at half the spec-sheet bf16 FLOP/s, no prefix cache"
+            + ("; a capacity search as its probes at hi, lo and the middle of the range" if study.load.search else "")
             + (f"; each launch first calibrates its GPU ({calibrate_s:.0f} s)" if calibrate else "")
         ),
         hypotheses=tuple(plan_hypotheses(study, launches)),
@@ -280,18 +280,25 @@ def _searches(
         return ()
     out = []
     for wname in study.workloads:
-        rung = Rung(concurrency=int(search.hi)) if search.over == "concurrency" else Rung(rate_rps=search.hi)
         sid = f"{lid}/{wname}/search"
-        form = shaped[wname][0]
-        requests = study.load.requests_at(0) if search.waves is None else \
-            wave_requests(search.waves, int(search.hi), form.turns if form else 1)
-        template = _point(study, arm, wname, rung, requests, 1, cache, vocab,
-                          f"{sid}/{rung.id_label}/r1", launch, block, shape, hardware, kv_dtype,
-                          shaped[wname])
+
+        def probe(level: float, wname: str = wname, sid: str = sid) -> PointStep:
+            """The probe at `level` as the plan estimates it (its own request count with waves)."""
+            rung = Rung(concurrency=int(level)) if search.over == "concurrency" else Rung(rate_rps=level)
+            form = shaped[wname][0]
+            requests = study.load.requests_at(0) if search.waves is None else \
+                wave_requests(search.waves, int(level), form.turns if form else 1)
+            return _point(study, arm, wname, rung, requests, 1, cache, vocab, f"{sid}/{rung.id_label}/r1", launch,
+                          block, shape, hardware, kv_dtype, shaped[wname])
+
+        template = probe(search.hi)
+        # hi, then lo, then bisection: the later probes taken at the middle of the range
+        middle = (search.lo + search.hi) / 2
+        estimate = template.estimated_s + probe(search.lo).estimated_s + (search.probes - 2) * probe(
+            float(int(middle)) if search.over == "concurrency" else middle).estimated_s
         out.append(SearchStep(
             id=sid, arm=arm, workload=wname, over=search.over, lo=search.lo, hi=search.hi, probes=search.probes,
-            attainment=slo.attainment, template=template,
-            estimated_s=round(search.probes * template.estimated_s, 1), waves=search.waves,
+            attainment=slo.attainment, template=template, estimated_s=round(estimate, 1), waves=search.waves,
         ))
     return tuple(out)
 

@@ -178,3 +178,26 @@ def test_estimate_adds_think_time_between_turns() -> None:
     same = {**params, "warmup": 80}  # as many warmup requests as measured: the pause still counted once
     assert estimate_point_s(same, None, hw, "auto", turns=4, think_s=1.5) == round(
         estimate_point_s(same, None, hw, "auto") + 9.0, 1)
+
+
+def test_estimate_prefills_every_prompt_at_half_the_spec_sheet() -> None:
+    """Each request's prompt (warmup and measured) costs 2 x active params FLOPs a token at half the spec-sheet
+    bf16 rate: on the H200 about 33 us a token for the 8B shape, so 336 prompts of 1,280 tokens add ~14 s."""
+    from compiler.hardware import get_hardware
+    from compiler.modelconfig import load_model
+    from compiler.plan_estimate import PREFILL_EFFICIENCY, estimate_point_s, prefill_s_per_token
+
+    shape = load_model(Path(__file__).resolve().parents[2] / "models/qwen3-8b")
+    hw = get_hardware("h200")
+    per_token = prefill_s_per_token(shape, hw)
+    assert PREFILL_EFFICIENCY == 0.5
+    assert per_token == pytest.approx(2 * shape.active_params / (hw.flops_bf16 * 0.5))
+    assert 30e-6 < per_token < 36e-6
+    params = {"output_len": 64, "input_len": 1280, "warmup": 16, "requests": 320, "concurrency": 32,
+              "rate_rps": None}
+    no_prefill = hw.calibrated(flops_bf16=1e30)  # the same bandwidth, prefill free
+    added = estimate_point_s(params, shape, hw, "auto") - estimate_point_s(params, shape, no_prefill, "auto")
+    assert added == pytest.approx((16 + 320) * 1280 * per_token, abs=0.11)
+    rate = {**params, "concurrency": None, "rate_rps": 10.0, "warmup": 0}  # open loop: the same prompts' cost
+    assert estimate_point_s(rate, shape, hw, "auto") - estimate_point_s(rate, shape, no_prefill, "auto") == \
+        pytest.approx(320 * 1280 * per_token, abs=0.11)
