@@ -44,6 +44,7 @@ MODULES=(
   "cache|runner/checks/cache.py|tests/runner/test_cache.py"
   "prestart|runner/execute/prestart.py|tests/runner/test_prestart.py"
   "machine|runner/execute/machine.py|tests/runner/test_machine_calibration.py"
+  "plan_estimate|compiler/plan_estimate.py|tests/compiler/test_capacity.py"
 )
 
 [ -x "$MUTMUT" ] || { echo "mutmut missing: .venv/bin/pip install -e '.[mutation]'" >&2; exit 2; }

@@ -201,3 +201,42 @@ def test_estimate_prefills_every_prompt_at_half_the_spec_sheet() -> None:
     rate = {**params, "concurrency": None, "rate_rps": 10.0, "warmup": 0}  # open loop: the same prompts' cost
     assert estimate_point_s(rate, shape, hw, "auto") - estimate_point_s(rate, shape, no_prefill, "auto") == \
         pytest.approx(320 * 1280 * per_token, abs=0.11)
+
+
+def test_estimate_decode_steps_at_their_roofline_pace() -> None:
+    """Closed loop: waves x output_len decode steps, each the roofline step at the mean context (prompt + half
+    the output) over 0.75, never under the per-step floor (2 ms, 3.5 ms on the CPU); fp8 KV reads half the KV
+    bytes; open loop: the arrivals' span plus one request's decode at batch 1; nothing for zero warmup; think
+    time only for conversations of more than one turn."""
+    from types import SimpleNamespace
+
+    from compiler.hardware import get_hardware
+    from compiler.modelconfig import load_model
+    from compiler.plan_estimate import estimate_point_s
+
+    shape = load_model(Path(__file__).resolve().parents[2] / "models/qwen3-8b")
+    hw = get_hardware("h200").calibrated(flops_bf16=1e30)  # prefill free: the decode alone
+
+    def step(batch: int, kv: str = "auto") -> float:
+        return max(shape.decode_step_s(batch, 1000 + 200 // 2, hw.bandwidth_Bps, kv_dtype=kv) / 0.75, 0.002)
+
+    params = {"output_len": 200, "input_len": 1000, "warmup": 0, "requests": 96, "concurrency": 32,
+              "rate_rps": None}
+    assert estimate_point_s(params, shape, hw, "auto") == round(3 * 200 * step(32) + 1.0, 1)
+    assert estimate_point_s(params, shape, hw, "fp8_e4m3") == round(3 * 200 * step(32, "fp8") + 1.0, 1)
+    assert estimate_point_s(params, shape, hw, "fp8_e4m3") < estimate_point_s(params, shape, hw, "auto")
+    warm = {**params, "warmup": 8}  # one wave of 8 more
+    assert estimate_point_s(warm, shape, hw, "auto") == round(3 * 200 * step(32) + 200 * step(8) + 1.0, 1)
+    assert estimate_point_s(params, shape, hw, "auto", turns=4) == estimate_point_s(params, shape, hw, "auto")
+    assert estimate_point_s(params, shape, hw, "auto", turns=1, think_s=2.0) == \
+        estimate_point_s(params, shape, hw, "auto")
+    assert estimate_point_s(params, shape, hw, "auto", turns=2, think_s=2.0) == round(
+        3 * 200 * step(32) + 2 * 1 * 2.0 + 1.0, 1)  # 48 conversations of 2 turns, 32 at once: 2 waves
+    open_loop = {**params, "concurrency": None, "rate_rps": 4.0}
+    assert estimate_point_s(open_loop, shape, hw, "auto") == round(96 / 4.0 + 200 * step(1) + 1.0, 1)
+    cpu = SimpleNamespace(name="cpu", bandwidth_Bps=1e11)
+    gpu = SimpleNamespace(name="h200", bandwidth_Bps=1e11)
+    tiny = {**params, "output_len": 10, "requests": 32}
+    assert estimate_point_s(tiny, None, cpu, "auto") == round(10 * 0.0035 + 1.0, 1)
+    assert estimate_point_s({**tiny, "output_len": 1000}, None, cpu, "auto") == round(1000 * 0.0035 + 1.0, 1)
+    assert estimate_point_s({**tiny, "output_len": 1000}, None, gpu, "auto") == round(1000 * 0.002 + 1.0, 1)
