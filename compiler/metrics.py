@@ -73,6 +73,8 @@ METRICS: dict[str, Metric] = {
 }
 
 
+# The metrics stored once per server, in catalogue order (`ServerRecord.metric` reads each).
+SERVER_METRICS: tuple[str, ...] = tuple(name for name, m in METRICS.items() if m.level == "server")
 # Server metrics of the GPU itself, read from the launch's own calibration (not from the server).
 MACHINE_METRICS: tuple[str, ...] = ("machine_flops", "machine_bandwidth", "ridge_point")
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from compiler.capacity import wave_requests
 from compiler.engine_options import PARALLEL_OPTIONS, option_table, parallel_gpus, value_problem
 from compiler.expr import ExprError, parse
 from compiler.hardware import HARDWARE, HardwareError, get_hardware
@@ -208,7 +209,7 @@ def _check_search_waves(study: Study) -> Iterator[Finding]:
     yield "load.requests", (
         f"{_counted(requests, turns)} at the search's top concurrency {hi} is one wave or less: every probe at hi "
         "fails the steady_state check, which stops the search unresolved at its first probe. Fix: "
-        f"load.search.waves = 3 (every probe sends 3 waves of its own concurrency), or load.requests >= {3 * hi * turns} "
+        f"load.search.waves = 3 (every probe sends 3 waves of its own concurrency), or load.requests >= {wave_requests(3, hi, turns)} "
         f"(3 waves at {hi}" + (f" of {turns}-turn conversations)" if turns > 1 else ")")
     )
 

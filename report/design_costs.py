@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from compiler.hardware import HardwareError, get_hardware
-from compiler.metrics import MACHINE_METRICS
+from compiler.metrics import SERVER_METRICS
 from compiler.plan import HypothesisStep, Launch, Plan, budget_points
 from report.block_planner import Cells, Key, config_key, paired_spread, pool
 from report.cheapest_design import LIMITS, POWER, Components, Costs, Goal, Limits, Proposal, cheapest
 from report.intervals import Layout, layout, welch_df
+from report.sides import compiled_apart
 from runner.store.records import ServerRecord, base_server_id
 from runner.store.store import Store
 
@@ -96,9 +97,6 @@ def read_stored(db: Path, study_id: str, hardware: str) -> Stored:
     return out
 
 
-SERVER_METRICS = ("kv_capacity_tokens", "startup_s", *MACHINE_METRICS)
-
-
 def server_key(launch: Launch) -> Key:
     """A server metric's configuration: the launch's engine configuration alone."""
     return ("server", launch.engine.configuration)
@@ -113,9 +111,8 @@ def _server_values(out: Stored, run_id: str, servers: Sequence[ServerRecord], la
         at = places.servers.get(base_server_id(server.server_id))
         if at is None or at.launch not in launches:
             continue
-        cold = warm_seen and server.compile_cache == "cold"
         for name in SERVER_METRICS:
-            if cold and name not in MACHINE_METRICS:  # a machine metric is measured before the server starts
+            if compiled_apart(server, name, warm_seen):
                 continue
             value = server.metric(name)
             if value is not None and value > 0:

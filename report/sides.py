@@ -128,8 +128,7 @@ def server_side(data: RunData, ids: Sequence[str], metric: str, design: Layout) 
         value = server.metric(metric)
         if value is not None and math.isfinite(float(value)):
             at = design.server(base_server_id(server.server_id), index)
-            # A machine metric is measured before the server starts: its compile cache does not touch it.
-            cold = warm_seen and server.compile_cache == "cold" and metric not in MACHINE_METRICS
+            cold = compiled_apart(server, metric, warm_seen)
             apart = split.get(at.block) if at.block is not None else None
             side.values.append(Obs(server.server_id, float(value), at.launch, at.block, at.repeat,
                                    not cold and apart is None, apart or (COLD_COMPILE if cold else "")))
@@ -140,6 +139,13 @@ def server_side(data: RunData, ids: Sequence[str], metric: str, design: Layout) 
             side.lacking.setdefault(NOT_FINITE if value is not None else SERVER_NOT_RECORDED, []).append(
                 server.server_id)
     return side
+
+
+def compiled_apart(server: ServerRecord, metric: str, warm_seen: bool) -> bool:
+    """Whether `server`'s value of `metric` is left out (COLD_COMPILE): its start compiled the graphs where
+    the run's other starts loaded them (`warm_seen`). A machine metric is measured before the server starts,
+    so its compile cache does not touch it."""
+    return warm_seen and server.compile_cache == "cold" and metric not in MACHINE_METRICS
 
 
 def _not_calibrated(server: ServerRecord) -> str:

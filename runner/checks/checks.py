@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from compiler.capacity import wave_requests
 from compiler.plan import PointStep
 from compiler.study import Checks
 from runner.checks.cache import CacheState
@@ -67,8 +68,8 @@ def three_waves(point: PointStep) -> str:
     3 x concurrency conversations of all their turns), or for a search probe load.search.waves = 3."""
     c = point.concurrency or 0
     turns = point.shape.turns if point.shape is not None else 1
-    fix = f"at least {3 * c} requests (3 waves)" if turns == 1 else \
-        f"at least {3 * c * turns} requests (3 waves: {3 * c} conversations of {turns} turns)"
+    fix = f"at least {wave_requests(3, c, 1)} requests (3 waves)" if turns == 1 else \
+        f"at least {wave_requests(3, c, turns)} requests (3 waves: {3 * c} conversations of {turns} turns)"
     return fix + (", or set load.search.waves = 3" if "/search/" in point.id else "")
 
 

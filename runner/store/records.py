@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from compiler.metrics import ridge_point
+from compiler.metrics import SERVER_METRICS, ridge_point
 
 __all__ = [
     "CheckResult",
@@ -327,7 +327,7 @@ class ServerRecord:
         `machine_bandwidth`, `ridge_point`) as a float, None if unmeasured."""
         if name == "ridge_point":
             return ridge_point(self.machine_flops, self.machine_bandwidth)
-        if name not in ("kv_capacity_tokens", "startup_s", "machine_flops", "machine_bandwidth"):
+        if name not in SERVER_METRICS:
             raise KeyError(f"no server metric named {name!r}")
         value = getattr(self, name)
         return None if value is None else float(value)
