@@ -3,7 +3,10 @@ probe points by replaying the search (compiler.capacity.replay), never stored on
 
 The interval on a capacity is between launches, like a server metric's: each launch searched once, its
 capacity is one value, and the t interval (or, for a ratio, the paired one by block) is taken over the
-launches' capacities (report.intervals). The probes' own attainment is a binomial proportion; its Wilson
+launches' capacities (report.intervals). A capacity is the highest level that held, and the search's
+resolution is part of its uncertainty: the interval is widened to the one taken over each launch's lowest
+level that failed (for a ratio, the numerator's failing levels over the denominator's held ones, and the
+other way round), so launches that bisected to the same levels never read as a zero-width interval. The probes' own attainment is a binomial proportion; its Wilson
 interval (`wilson`) is shown beside each probe, never used for the verdict. A launch whose search has no
 capacity (an invalid probe, no bracket in the range, or a search cut short) makes the hypothesis invalid,
 naming the probe or the search and why: a launch left out silently would bias the ratio.
@@ -77,6 +80,8 @@ def search_side(data: RunData, ids: Sequence[str], searches: Mapping[str, Search
             launch = sid.rsplit("/", 2)[0]  # study/arm[/L<k>]/workload/search -> its launch id
             place = design.servers.get(launch) or design.servers.get(f"{launch}/s1") or Place(launch, None)
             side.values.append(Obs(sid, result.capacity, place.launch, place.block, 1))
+            assert result.failed is not None  # resolved: bracketed by a level that held and one that failed
+            side.ceilings.append(Obs(sid, result.failed, place.launch, place.block, 1))
         elif result.status == "unresolved":
             bad = rows[done[-1].level]
             checks = tuple(sorted({c.name for c in failed_checks.get(bad.point_id, []) if c.severity == "fail"}))

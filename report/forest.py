@@ -19,6 +19,7 @@ import altair as alt
 from report import score_text
 from report.charts import VERDICT_COLORS, WIDTH, _data
 from report.score_model import Score
+from studyc import format as fmt
 
 ROW_HEIGHT = 26
 PAD = 0.12  # of the row's span (log span for a log axis), left and right of what it shows
@@ -54,7 +55,7 @@ class ForestRow:
 
 def _scale_of(unit: str) -> float:
     """The factor from the metric's own unit to its display unit (studyc.format.display_unit)."""
-    return {"%": 100.0, "ms": 1e3}.get(unit, 1.0)
+    return fmt.factor(unit)
 
 
 def forest_row(s: Score, label: str) -> ForestRow:

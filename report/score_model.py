@@ -34,6 +34,7 @@ class Why(StrEnum):
     EARLY_LOOK = "early look"  # uses fewer blocks than the run: its interval is read at the look of those blocks
     SPLIT_HOSTS = "split across hosts"  # a block whose points ran on two hosts: left out of the pairing
     SEARCH_OPEN = "search open"  # a capacity search found no bracket (held at hi, failed at lo) or was cut short
+    SEARCH_RESOLUTION = "search resolution"  # a capacity's interval widened to the levels that failed
 
 
 SPLIT = "split across hosts: block"  # how a split block's observations say why they are left out (report.sides)
@@ -71,6 +72,9 @@ class Reason:
             return f"{self.point}: server failed ({self.detail or 'no detail'})"
         if w is Why.SEARCH_OPEN:
             return f"{self.point}: capacity search without a capacity: {self.detail}"
+        if w is Why.SEARCH_RESOLUTION:
+            return (f"a capacity is the highest level that held; the interval is widened to the lowest that "
+                    f"failed ({self.detail})")
         if w is Why.STRADDLES:
             edge = fmt.quantity(self.edge, self.unit, measured=False)
             return (f"the {self.label or '95% interval'} straddles the band edge {edge}: what would decide it: "

@@ -212,9 +212,29 @@ def _estimate(side_list: list[MeasuredSide], notes: list[Reason], design: Layout
         notes.append(Reason(Why.ZERO_DENOMINATOR, count=est.zero_denominator))
     if len(side_list) == 2 and not est.log_scale:
         notes.append(Reason(Why.NOT_POSITIVE))
-    stats = Stats(est.n, est.mean, est.spread_low, est.spread_high, est.ci_low, est.ci_high, est, critical,
+    ci_low, ci_high = est.ci_low, est.ci_high
+    if all(len(s.ceilings) == len(s.values) for s in side_list) and any(s.ceilings for s in side_list):
+        ci_low, ci_high = _bracketed(side_list, critical, est, notes)
+    stats = Stats(est.n, est.mean, est.spread_low, est.spread_high, ci_low, ci_high, est, critical,
                   confidence, look, design, run_blocks)
     return list(est.units), stats, est.method
+
+
+def _bracketed(side_list: list[MeasuredSide], critical: Critical, est: Interval,
+               notes: list[Reason]) -> tuple[float, float]:
+    """A capacity's interval widened by its search's resolution (report.capacity): the low end also over
+    the levels that held against (for a ratio) the denominator's levels that failed, the high end over the
+    levels that failed against the denominator's that held."""
+    if len(side_list) == 1:
+        high = mean_interval(side_list[0].ceilings, critical)
+        low_ci, high_ci = est.ci_low, high.ci_high
+    else:
+        top, bottom = side_list
+        low_ci = ratio_interval(top.values, bottom.ceilings, critical).ci_low
+        high_ci = ratio_interval(top.ceilings, bottom.values, critical).ci_high
+    low_ci, high_ci = min(est.ci_low, low_ci), max(est.ci_high, high_ci)
+    notes.append(Reason(Why.SEARCH_RESOLUTION, detail=f"{fmt.significant(low_ci, 3)} to {fmt.significant(high_ci, 3)}"))
+    return low_ci, high_ci
 
 
 UNEVALUABLE = "could not be evaluated: invalid, and left out of the blocks a sequential budget adds"

@@ -29,6 +29,7 @@ class MeasuredSide:
     """One side of a hypothesis (the numerator, or the denominator of a ratio) as measured."""
 
     values: list[Obs] = field(default_factory=list)  # with their launch, block and exchangeability
+    ceilings: list[Obs] = field(default_factory=list)  # a capacity's lowest level that failed, per launch
     rows: int = 0
     point_ids: list[str] = field(default_factory=list)
     invalid: list[Reason] = field(default_factory=list)

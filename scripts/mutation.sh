@@ -29,7 +29,7 @@ MODULES=(
   "judge|runner/checks/judge.py|tests/runner/test_judge.py tests/runner/test_judge_edges.py"
   "reconcile|runner/checks/reconcile.py|tests/runner/test_reconcile.py tests/runner/test_reconcile_edges.py tests/runner/test_reconcile_monotone.py"
   "context|report/context.py|tests/report/test_study_context.py tests/report/test_scoring_branches.py"
-  "scoring|report/scoring.py|tests/report/test_scoring.py tests/report/test_scoring_edges.py tests/report/test_scoring_branches.py tests/report/test_one_launch.py"
+  "scoring|report/scoring.py|tests/report/test_capacity.py tests/report/test_scoring.py tests/report/test_scoring_edges.py tests/report/test_scoring_branches.py tests/report/test_one_launch.py"
   "verdict|report/verdict.py|tests/report/test_scoring_edges.py tests/report/test_scoring.py tests/report/test_sequential.py"
   "intervals|report/intervals.py|tests/report/test_intervals.py tests/report/test_intervals_edges.py"
   "power|report/power.py|tests/report/test_power.py tests/report/test_block_planner.py"

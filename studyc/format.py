@@ -11,19 +11,27 @@ from __future__ import annotations
 import math
 
 TIGHT = ("x", "%")  # units written without a space: 0.978x, 98.4%
+SCALED = {"FLOP/s": "TFLOP/s", "B/s": "TB/s"}  # a machine's rates, shown in tera: 658.2 TFLOP/s, 4.270 TB/s
+FACTOR = {"%": 100.0, "ms": 1e3, "TFLOP/s": 1e-12, "TB/s": 1e-12}  # metric unit -> display unit
 NOTHING = "-"
 
 
 def display_unit(unit: str, *, ratio: bool = False) -> str:
     """The unit a metric's numbers are shown in: "x" for a ratio of two measurements, "%" for a 0-1
-    fraction (metric unit "ratio"), "ms" for seconds, else the metric's own unit."""
+    fraction (metric unit "ratio"), "ms" for seconds, "TFLOP/s" and "TB/s" for a machine's rates, else the
+    metric's own unit."""
     if ratio:
         return "x"
     if unit == "ratio":
         return "%"
     if unit == "s":
         return "ms"
-    return unit
+    return SCALED.get(unit, unit)
+
+
+def factor(unit: str) -> float:
+    """The factor from a metric's own unit to display unit `unit` (1000 for "ms", 100 for "%")."""
+    return FACTOR.get(unit, 1.0)
 
 
 def significant(x: float, digits: int = 4) -> str:
@@ -97,7 +105,7 @@ def digits(x: float, unit: str, *, measured: bool = True, ref: float | None = No
         return f"{100 * x:.1f}" if measured else significant(100 * x)
     if unit == "load":  # a capacity: a level the search probed, as exact as the search's bracket
         return significant(x)
-    scale = 1e3 if unit == "ms" else 1.0
+    scale = factor(unit)
     if not measured:
         return significant(scale * x)
     return fixed(scale * x, scale * (x if ref is None else ref))

@@ -14,6 +14,7 @@ from report.capacity import search_side, wilson
 from report.intervals import Layout, Place, fixed_critical, ratio_interval
 from report.results import RunData
 from report.score_model import Why
+from report.scoring import _estimate
 from runner.store.records import CheckResult, PointRecord, PointSummary, RunRecord
 from tests.compiler.test_slo import _variant
 
@@ -55,6 +56,8 @@ def test_one_capacity_per_launch_and_a_paired_ratio(searches: dict[str, SearchSt
     assert [(o.value, o.launch, o.block) for o in top.values] == [(4.0, "capacity/large/L1", 1),
                                                                  (6.0, "capacity/large/L2", 2)]
     assert [o.value for o in bottom.values] == [2.0, 2.0]  # 3 holds, but 4 probes end at the bracket [2, 4)
+    assert [(o.value, o.block) for o in top.ceilings] == [(6.0, 1), (8.0, 2)]  # the lowest level that failed
+    assert [o.value for o in bottom.ceilings] == [4.0, 4.0]
     assert top.invalid == [] and top.rows == 2 and top.point_ids == [q.id for q in large]
     interval = ratio_interval(top.values, bottom.values, fixed_critical)
     assert interval.mean == pytest.approx((4 * 6) ** 0.5 / 2) and interval.level == "blocks"
@@ -100,3 +103,54 @@ def test_wilson_interval() -> None:
     assert low == pytest.approx(0.5958, abs=1e-4) and high == pytest.approx(0.9821, abs=1e-4)
     assert wilson(0, 10) == (0.0, pytest.approx(0.2775, abs=1e-4)) and wilson(10, 10)[1] == 1.0  # type: ignore[index]
     assert wilson(0, 0) is None
+
+
+def sides(searches: dict[str, SearchStep], large: tuple[int, int], small: tuple[int, int] | None):  # type: ignore[no-untyped-def]
+    stored = [p for k, c in enumerate(large, 1) for p in run_search(searches[f"capacity/large/L{k}/w/search"], c)]
+    ids = [[f"capacity/large/L{k}/w/search" for k in (1, 2)]]
+    if small is not None:
+        stored += [p for k, c in enumerate(small, 1) for p in run_search(searches[f"capacity/small/L{k}/w/search"], c)]
+        ids.append([f"capacity/small/L{k}/w/search" for k in (1, 2)])
+    return [search_side(data(stored), i, searches, {}, layout()) for i in ids]
+
+
+def test_searches_that_bisected_alike_are_not_a_zero_width_interval(searches: dict[str, SearchStep]) -> None:
+    # both launches of each arm bracket alike: large [4, 6), small [2, 4); the capacities' ratio is 2.0 on
+    # every block, but the true ratio can lie anywhere from 4/4 to 6/2
+    notes: list = []  # type: ignore[type-arg]
+    _, stats, _ = _estimate(sides(searches, (5, 5), (2, 3)), notes, layout(), 2)
+    assert stats is not None and stats.mean == pytest.approx(2.0)
+    assert (stats.ci_low, stats.ci_high) == (pytest.approx(1.0), pytest.approx(3.0))
+    assert [(r.why, r.detail) for r in notes] == [(Why.SEARCH_RESOLUTION, "1 to 3")]
+    assert "widened to the lowest that failed (1 to 3)" in notes[0].text
+
+
+def test_a_ratio_widened_by_the_interval_over_the_bracket_ends(searches: dict[str, SearchStep]) -> None:
+    both = sides(searches, (5, 6), (2, 3))
+    _, stats, _ = _estimate(both, [], layout(), 2)
+    top, bottom = both
+    low = ratio_interval(top.values, bottom.ceilings, fixed_critical).ci_low  # [4, 6] over [4, 4]
+    high = ratio_interval(top.ceilings, bottom.values, fixed_critical).ci_high  # [6, 8] over [2, 2]
+    plain = ratio_interval(top.values, bottom.values, fixed_critical)
+    # never narrower than the capacities' own interval: here the low end moves, the high end is the plain one
+    assert low < plain.ci_low and high < plain.ci_high and stats is not None
+    assert (stats.ci_low, stats.ci_high) == (pytest.approx(low), pytest.approx(plain.ci_high))
+    assert stats.mean == pytest.approx(plain.mean)
+
+
+def test_one_capacity_widened_up_to_the_levels_that_failed(searches: dict[str, SearchStep]) -> None:
+    notes: list = []  # type: ignore[type-arg]
+    _, stats, _ = _estimate(sides(searches, (5, 6), None), notes, layout(), 2)
+    assert stats is not None and stats.mean == pytest.approx(5.0)
+    plain_low = 5.0 - 12.706 * 1.0  # t(1) on [4, 6]: the low end is the held levels' own
+    high = 7.0 + 12.706 * 1.0  # and the high end the failed levels' [6, 8]
+    assert (stats.ci_low, stats.ci_high) == (pytest.approx(plain_low, abs=1e-2), pytest.approx(high, abs=1e-2))
+    assert notes[0].why is Why.SEARCH_RESOLUTION
+
+
+def test_a_side_without_ceilings_is_not_widened(searches: dict[str, SearchStep]) -> None:
+    top, bottom = sides(searches, (5, 5), (2, 3))
+    bottom.ceilings = bottom.ceilings[:1]  # a side that is not all searches: the plain interval
+    notes: list = []  # type: ignore[type-arg]
+    _, stats, _ = _estimate([top, bottom], notes, layout(), 2)
+    assert stats is not None and stats.ci_low == stats.ci_high == pytest.approx(2.0) and notes == []

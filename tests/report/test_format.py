@@ -32,6 +32,13 @@ def test_display_units_and_quantities() -> None:
     assert fmt.quantity(189.3, "tok/s") == "189.3 tok/s" and fmt.quantity(None, "x") == "-"
     assert fmt.span(187.5, 191.04, "tok/s", ref=189.3) == "187.5–191.0 tok/s"
     assert fmt.span(0.974, 0.983, "x") == "0.974–0.983x"
+    # a machine's rates in tera, measured and predicted, the unit as the metric's is scaled
+    assert fmt.display_unit("FLOP/s") == "TFLOP/s" and fmt.display_unit("B/s") == "TB/s"
+    assert fmt.quantity(658_209_573_000_000.0, "TFLOP/s") == "658.2 TFLOP/s"
+    assert fmt.quantity(4.2698e12, "TB/s") == "4.270 TB/s"
+    assert fmt.quantity(824e12, "TFLOP/s", measured=False) == "824 TFLOP/s"
+    assert fmt.span(4.2675e12, 4.2722e12, "TB/s", ref=4.2698e12) == "4.268–4.272 TB/s"
+    assert (fmt.factor("ms"), fmt.factor("%"), fmt.factor("TB/s"), fmt.factor("tok/s")) == (1e3, 100.0, 1e-12, 1.0)
 
 
 def test_one_renderer_of_a_prediction() -> None:
