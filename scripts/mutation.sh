@@ -45,6 +45,8 @@ MODULES=(
   "prestart|runner/execute/prestart.py|tests/runner/test_prestart.py"
   "machine|runner/execute/machine.py|tests/runner/test_machine_calibration.py"
   "plan_estimate|compiler/plan_estimate.py|tests/compiler/test_capacity.py"
+  "format|studyc/format.py|tests/report/test_format.py"
+  "capacity_report|report/capacity.py|tests/report/test_capacity.py"
 )
 
 [ -x "$MUTMUT" ] || { echo "mutmut missing: .venv/bin/pip install -e '.[mutation]'" >&2; exit 2; }

@@ -310,6 +310,37 @@ def merge(out: Path, inputs: tuple[Path, ...]) -> None:
 
 
 @main.command()
+@click.argument("runs", nargs=-1, required=True, metavar="RUN_OR_STUDY...")
+@_DBS
+def phases(runs: tuple[str, ...], dbs: tuple[Path, ...]) -> None:
+    """Where the wall went, run beside run: each RUN_OR_STUDY is a run id, or a study id for every run of it.
+
+    With two runs (say the same study with --cold-starts, then without) a last column gives the second
+    minus the first, phase by phase.
+    """
+    from report.phase_compare import compare_text, run_cost
+    from report.results import all_runs, read_run
+    from studyc.errors import StudycError
+
+    known = all_runs(list(dbs))
+    by_id = {run.run_id: db for found in known.values() for db, run in found}
+    picked: list[tuple[Path, str]] = []
+    for name in runs:
+        if name in by_id:
+            picked.append((by_id[name], name))
+        elif name in known:
+            picked += [(db, run.run_id) for db, run in known[name]]
+        else:
+            raise StudycError(f"{', '.join(map(str, dbs))}: no run or study {name!r} (studies: "
+                              f"{', '.join(known) or 'none'})")
+    costs = [c for c in (run_cost(read_run(db, rid)) for db, rid in dict.fromkeys(picked)) if c is not None]
+    left_out = len(dict.fromkeys(picked)) - len(costs)
+    click.echo(compare_text(costs))
+    if left_out:
+        click.echo(f"  ({left_out} run(s) stored before phases were: left out)")
+
+
+@main.command()
 @click.option("--db", type=click.Path(path_type=Path), default=DEFAULT_DB, show_default=True,
               help="Results database (DuckDB file) to re-judge in place.")
 def recheck(db: Path) -> None:

@@ -7,12 +7,14 @@ or on a Ray cluster (`runner.execute.ray_exec`); `runner.execute.driver.Driver` 
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 import re
 import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -216,7 +218,8 @@ def _open_run(store: Store, plan: Plan, options: RunOptions, progress: Progress,
                 resumed += f" from a changed study file (sha256 {previous.study_sha256[:12]} -> {plan.study_sha256[:12]})"
             store.save_run(replace(previous, status="running", plan_json=plan.to_json(), study_sha256=plan.study_sha256,
                                    study_toml_sha256=_study_version(plan),
-                                   notes=_with_notes(previous.notes, (*options.warnings, resumed))))
+                                   notes=_with_notes(previous.notes, (*options.warnings, resumed,
+                                                                      *setup_notes(options, os.environ)))))
             progress.message(f"resuming run {previous.run_id}")
             done, reruns = rerun_whole_blocks(store, previous.run_id, plan, store.done_points(previous.run_id),
                                               machine_id())
@@ -231,7 +234,7 @@ def _open_run(store: Store, plan: Plan, options: RunOptions, progress: Progress,
         study_toml_sha256=_study_version(plan),
         plan_json=plan.to_json(), studyc_version=__version__, git_sha=git_sha(), host=socket.gethostname(),
         started_at=datetime.now(UTC), status="running", engine_command=" ".join(options.engine_command),
-        notes=_with_notes(platform.platform(), options.warnings),
+        notes=_with_notes(platform.platform(), (*options.warnings, *setup_notes(options, os.environ))),
     )
     t0 = time.monotonic()
     run = _calibration(run, options, progress)
@@ -282,6 +285,19 @@ def _at(plan: Plan, key: str, message: str) -> str:
     except OSError:
         return f"{plan.study_path}: {message}"
     return str(Problem(plan.study_path, line_of(key_lines(text), key), key, message))
+
+
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+
+
+def setup_notes(options: RunOptions, environ: Mapping[str, str]) -> tuple[str, ...]:
+    """What a run's notes say of how it ran that its plan does not: how its servers started (`studyc
+    phases` reads "starts:") and the VLLM_* variables its servers inherit from the shell (every server gets
+    them, so they can change what is measured), never one whose name says it is a secret."""
+    starts = "starts: held" if options.held_start else "starts: cold (--cold-starts)"
+    inherited = sorted(f"{k}={v}" for k, v in environ.items()
+                       if k.startswith("VLLM_") and not any(w in k for w in SECRET_WORDS))
+    return (starts, *((f"servers inherit {', '.join(inherited)}",) if inherited else ()))
 
 
 def _with_notes(notes: str | None, more: tuple[str, ...]) -> str | None:

@@ -191,6 +191,7 @@ def test_crash_at_start_keep_going_then_kill_and_resume(tmp_path: Path) -> None:
         assert {r.server_id for r in good if r.point_id in before} == {"faults/good"}
         assert len(store.runs()) == 1
         assert f"resumed on {socket.gethostname()} at " in (store.run(run_id).notes or "")  # type: ignore[union-attr]
+        assert "starts: held" in (store.run(run_id).notes or "")  # type: ignore[union-attr]  # studyc phases reads it
         # The servers that measured before the kill keep their rows; the resumed launches start new
         # ones under "~2" (the broken arm fails again, the good arm's second server serves the rest).
         servers = {s.server_id: s for s in store.servers(run_id)}
