@@ -8,6 +8,8 @@
 #                                                # the latest run in /tmp/results/h200-STUDY.duckdb, e.g. its budget
 #                                                # blocks; on a fresh machine, the one in results/h200-running/STUDY.duckdb)
 #   bash scripts/gpu/device.sh start STUDY...    # the same in the background (outlives this call)
+#   bash scripts/gpu/device.sh levers STUDY      # STUDY run with --cold-starts, then held, one database; then
+#                                                # `studyc phases` side by side (background: then `wait`)
 #   bash scripts/gpu/device.sh wait SECONDS      # wait for it at most SECONDS, copy what it has to $OUT
 #                                                # (databases gzipped in pieces: see snapshot)
 #   bash scripts/gpu/device.sh agree             # benchmarks/bench_agreement.py on the 8B shape
@@ -70,9 +72,23 @@ print(gpu_info(0)); print(calibrate(['python3']))" 2>&1 | tail -2
         echo "resuming from results/h200-running/$s.duckdb"
       fi
       # streamed, not tailed: `wait` shows the run's progress while it runs
-      python3 -m studyc run "studies/$s.toml" --db "/tmp/results/h200-$s.duckdb" --keep-going ${RESUME:+--resume} 2>&1 | grep --line-buffered -v '━'
+      python3 -m studyc run "studies/$s.toml" --db "/tmp/results/h200-$s.duckdb" --keep-going ${RESUME:+--resume} ${FLAGS:-} 2>&1 | grep --line-buffered -v '━'
       snapshot
     done
+    ;;
+  levers)
+    # A study run twice on this machine, one after the other into one database: every server started cold
+    # (--cold-starts), then with held starts (the default); then `studyc phases` side by side. Background
+    # like `start`, so `wait` brings the table back (issue: cheap launches, the before/after of a lever).
+    rm -rf /tmp/repo-bg && mkdir -p /tmp/repo-bg
+    tar -C "$REPO" --exclude=./.vb --exclude=./.whl --exclude=./.git -cf - . | tar -C /tmp/repo-bg -xf -
+    sha=$(commit) && echo "$sha" > /tmp/repo-bg/.studyc-commit
+    s=${1:?levers STUDY}
+    setsid nohup bash -c "FLAGS=--cold-starts bash /tmp/repo-bg/scripts/gpu/device.sh run $s; \
+      bash /tmp/repo-bg/scripts/gpu/device.sh run $s; cd /tmp/repo-bg && \
+      python3 -m studyc phases ${s//_/-} --db /tmp/results/h200-$s.duckdb" >/tmp/results/background.log 2>&1 </dev/null &
+    echo $! >/tmp/results/background.pid
+    echo "started $s twice (cold starts, then held) in the background, pid $(cat /tmp/results/background.pid)"
     ;;
   start)
     # The run in the background, so that a study longer than one call's limit needs no split: later
