@@ -77,7 +77,7 @@ def test_a_name_in_a_quote_does_not_move_a_one_document_study() -> None:
 
 
 def test_every_study_in_the_repository_has_its_seed() -> None:
-    """Every study file but the CPU quickstart and engine-fork (studyc's own cost) names a seed; cuda-graphs
+    """Every study file but the CPU quickstart, engine-fork and launch-cost (studyc's own cost) names a seed; cuda-graphs
     splits across the two documents."""
     found: dict[str, set[str]] = {}
     for path in sorted((REPO / "studies").glob("*.toml")):
@@ -87,6 +87,7 @@ def test_every_study_in_the_repository_has_its_seed() -> None:
             found.setdefault(study["id"], set()).add(place(study.get("source", ""), hyp.get("source", ""))[0])
     assert found.pop("quickstart") == {NO_SEED}
     assert found.pop("engine-fork") == {NO_SEED}
+    assert found.pop("launch-cost") == {NO_SEED}
     assert found.pop("cuda-graphs") == {H100, TWELVE}
     assert found["decode-roofline"] == {H100} and found["past-the-knee"] == {TWELVE}
     assert all(len(docs) == 1 and NO_SEED not in docs for docs in found.values()), found
