@@ -10,8 +10,8 @@ import pytest
 from compiler.load import load_study
 from compiler.plan import SearchStep
 from compiler.plan_compile import compile_study
-from report.capacity import search_side, wilson
-from report.intervals import Layout, Place, fixed_critical, ratio_interval
+from report.capacity import ProbeRow, probe_rows, search_side, wilson
+from report.intervals import Layout, Obs, Place, fixed_critical, ratio_interval
 from report.results import RunData
 from report.score_model import Why
 from report.scoring import _estimate
@@ -154,3 +154,49 @@ def test_a_side_without_ceilings_is_not_widened(searches: dict[str, SearchStep])
     notes: list = []  # type: ignore[type-arg]
     _, stats, _ = _estimate([top, bottom], notes, layout(), 2)
     assert stats is not None and stats.ci_low == stats.ci_high == pytest.approx(2.0) and notes == []
+
+
+def test_wilson_of_one_request() -> None:
+    low, high = wilson(1, 1) or (0, 0)
+    assert low == pytest.approx(0.2065, abs=1e-4) and high == pytest.approx(1.0)
+    assert wilson(0, 1) == (0.0, pytest.approx(0.7935, abs=1e-4))
+
+
+def test_probe_rows_say_each_probe_whole_and_skip_one_without_a_level(searches: dict[str, SearchStep]) -> None:
+    q = searches["capacity/large/L1/w/search"]
+    no_level = PointRecord(run_id="r", point_id=f"{q.id}/c0/r1", arm=q.arm, workload="w", concurrency=None,
+                           summary=PointSummary(requests_ok=16, slo_attainment=0.95))
+    failed = PointRecord(run_id="r", point_id=f"{q.id}/c4/r1", arm=q.arm, workload="w", concurrency=4,
+                         status="failed", valid=True,
+                         summary=PointSummary(requests_ok=10, requests_failed=6, slo_attainment=0.97))
+    rows = probe_rows(data([no_level, probe(q, 8, 0.5, valid=False), failed, probe(q, 1, 0.95)]), q)
+    assert rows == [ProbeRow(f"{q.id}/c1/r1", 1.0, 0.95, 16, True, True),
+                    ProbeRow(f"{q.id}/c4/r1", 4.0, 0.97, 16, False, None),  # failed: not valid, held unknown
+                    ProbeRow(f"{q.id}/c8/r1", 8.0, 0.5, 16, False, None)]
+
+
+def test_a_side_reads_every_search_past_one_unknown_or_without_probes(searches: dict[str, SearchStep]) -> None:
+    large = [searches[f"capacity/large/L{k}/w/search"] for k in (1, 2)]
+    stored = run_search(large[1], 6)  # only the second launch's search has probes
+    side = search_side(data(stored), ["not/a/search", large[0].id, large[1].id], searches, {}, layout())
+    assert side.rows == 1 and side.point_ids == [large[1].id]
+    assert side.values == [Obs(large[1].id, 6.0, "capacity/large/L2", 2, 1)]
+    assert side.ceilings == [Obs(large[1].id, 8.0, "capacity/large/L2", 2, 1)]
+
+
+@pytest.mark.parametrize(("servers", "place"), [
+    ({"capacity/large/L1/s1": Place("capacity/large/L1", 7)}, ("capacity/large/L1", 7)),  # a replica's server id
+    ({}, ("capacity/large/L1", None)),  # no design: the launch alone, block unknown
+])
+def test_a_capacity_placed_by_its_launch(searches: dict[str, SearchStep], servers: dict[str, Place],
+                                         place: tuple[str, int | None]) -> None:
+    q = searches["capacity/large/L1/w/search"]
+    side = search_side(data(run_search(q, 5)), [q.id], searches, {}, Layout(servers=servers))
+    assert side.values == [Obs(q.id, 4.0, *place, 1)] and side.ceilings == [Obs(q.id, 6.0, *place, 1)]
+
+
+def test_an_invalid_probe_without_stored_checks_names_none(searches: dict[str, SearchStep]) -> None:
+    q = searches["capacity/large/L1/w/search"]
+    stored = [probe(q, 8, 0.5), probe(q, 1, 0.95, valid=False)]
+    side = search_side(data(stored), [q.id], searches, {}, layout())
+    assert [(r.why, r.point, r.checks) for r in side.invalid] == [(Why.FAILED_CHECK, f"{q.id}/c1/r1", ())]
