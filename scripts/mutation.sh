@@ -45,7 +45,7 @@ MODULES=(
   "prestart|runner/execute/prestart.py|tests/runner/test_prestart.py"
   "machine|runner/execute/machine.py|tests/runner/test_machine_calibration.py"
   "plan_estimate|compiler/plan_estimate.py|tests/compiler/test_capacity.py"
-  "format|studyc/format.py|tests/report/test_format.py"
+  "format|studyc/format.py|tests/report/test_format.py tests/report/test_format_edges.py"
   "capacity_report|report/capacity.py|tests/report/test_capacity.py"
 )
 
