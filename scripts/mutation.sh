@@ -47,6 +47,7 @@ MODULES=(
   "plan_estimate|compiler/plan_estimate.py|tests/compiler/test_capacity.py"
   "format|studyc/format.py|tests/report/test_format.py tests/report/test_format_edges.py"
   "capacity_report|report/capacity.py|tests/report/test_capacity.py"
+  "phase_compare|report/phase_compare.py|tests/report/test_phase_compare.py"
 )
 
 [ -x "$MUTMUT" ] || { echo "mutmut missing: .venv/bin/pip install -e '.[mutation]'" >&2; exit 2; }
