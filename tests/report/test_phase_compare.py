@@ -110,3 +110,26 @@ def test_the_command_reads_runs_and_studies_from_a_real_database(tmp_path: Path)
 def test_notes_without_a_starts_entry_read_not_recorded_or_the_entry(notes: str | None) -> None:
     cost = run_cost(run("n", notes, {"s/a/L1": 1.0}, 1.0, 3.0))
     assert cost is not None and cost.starts == ("held" if notes else "not recorded")
+
+
+def test_the_table_exactly_phases_in_run_order_unknown_ones_last_and_a_phase_one_run_lacks() -> None:
+    a = run("a", "starts: held", {"s/x/L1": 2.0}, 1.0, 10.0)
+    b = run("b", None, {"s/x/L1": 1.0}, 2.0, 8.0)
+    extra = (PhaseRecord(1, 90, "s/x/L2", "window", 1.0), PhaseRecord(1, 91, "", "zz later", 0.5),
+             PhaseRecord(1, 92, "", "aa later", 0.5))
+    b = RunData(db=b.db, run=b.run, servers=(), points=(), checks=(), telemetry=(), segments=b.segments,
+                phases=b.phases + extra)  # a launch that only measured (its start in an earlier segment)
+    costs = [c for c in (run_cost(a), run_cost(b)) if c is not None]
+    assert costs[1].launches == 1  # a launch without a start phase is not a launch started here
+    got = compare_text(costs).splitlines()
+    w = len("start: engine process (config, spawn, imports)")
+    head = lambda label: f"  {label:<{w}}"  # noqa: E731
+    assert got[0] == head("run") + f"  {'a':>17}  {'b':>17}  {'second - first':>12}"
+    assert got[1] == head("study") + f"  {'s':>17}  {'s':>17}  {'':>12}"
+    assert got[2] == head("starts") + f"  {'held':>17}  {'not recorded':>17}  {'':>12}"
+    assert [ln[2:2 + w].strip() for ln in got[3:9]] == [
+        "calibration", "start: engine process (config, spawn, imports)", "window", "gap", "aa later", "zz later"]
+    assert got[5] == head("window") + f"  {'1.0 s  10.0%':>17}  {'3.0 s  37.5%':>17}  {'+2.0 s':>12}"
+    assert got[7] == head("aa later") + f"  {'-':>17}  {'0.5 s   6.2%':>17}  {'+0.5 s':>12}"
+    alone = compare_text(costs[:1]).splitlines()
+    assert alone[0] == head("run") + f"  {'a':>17}" and alone[-1] == head("launches started") + f"  {'1':>17}"
