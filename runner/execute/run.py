@@ -287,7 +287,7 @@ def _at(plan: Plan, key: str, message: str) -> str:
     return str(Problem(plan.study_path, line_of(key_lines(text), key), key, message))
 
 
-SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASS", "AUTH", "CREDENTIAL")
 
 
 def setup_notes(options: RunOptions, environ: Mapping[str, str]) -> tuple[str, ...]:

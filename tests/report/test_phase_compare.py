@@ -80,7 +80,8 @@ def test_two_runs_side_by_side_with_the_second_minus_the_first() -> None:
 def test_the_notes_say_how_servers_started_and_what_they_inherit_never_a_secret() -> None:
     options = RunOptions(db=Path("x"), engine_command=["vllm"], python_argv=["python"], runs_dir=Path("r"))
     env = {"VLLM_WORKER_MULTIPROC_METHOD": "fork", "VLLM_API_KEY": "s3cret", "HF_TOKEN": "t",
-           "VLLM_HF_TOKEN": "t", "PATH": "/bin", "VLLM_A": "1"}
+           "VLLM_HF_TOKEN": "t", "PATH": "/bin", "VLLM_A": "1", "VLLM_DB_PASSWORD": "p",
+           "VLLM_AUTHORIZATION": "a", "VLLM_S3_CREDENTIALS": "c", "VLLM_SECRET_X": "s"}
     assert setup_notes(options, env) == ("starts: held", "servers inherit VLLM_A=1, VLLM_WORKER_MULTIPROC_METHOD=fork")
     cold = RunOptions(db=Path("x"), engine_command=["vllm"], python_argv=["python"], runs_dir=Path("r"),
                       held_start=False)
