@@ -77,8 +77,8 @@ def test_a_name_in_a_quote_does_not_move_a_one_document_study() -> None:
 
 
 def test_every_study_in_the_repository_has_its_seed() -> None:
-    """Every study file but the CPU quickstart, engine-fork and launch-cost (studyc's own cost) names a seed; cuda-graphs
-    splits across the two documents."""
+    """Every study file but the CPU quickstart, engine-fork, launch-cost and graph-sizes (studyc's own cost) names a
+    seed; cuda-graphs splits across the two documents."""
     found: dict[str, set[str]] = {}
     for path in sorted((REPO / "studies").glob("*.toml")):
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -88,6 +88,7 @@ def test_every_study_in_the_repository_has_its_seed() -> None:
     assert found.pop("quickstart") == {NO_SEED}
     assert found.pop("engine-fork") == {NO_SEED}
     assert found.pop("launch-cost") == {NO_SEED}
+    assert found.pop("graph-sizes") == {NO_SEED}
     assert found.pop("cuda-graphs") == {H100, TWELVE}
     assert found["decode-roofline"] == {H100} and found["past-the-knee"] == {TWELVE}
     assert all(len(docs) == 1 and NO_SEED not in docs for docs in found.values()), found
