@@ -53,15 +53,10 @@ class ForestRow:
         return self.estimate is None
 
 
-def _scale_of(unit: str) -> float:
-    """The factor from the metric's own unit to its display unit (studyc.format.display_unit)."""
-    return fmt.factor(unit)
-
-
 def forest_row(s: Score, label: str) -> ForestRow:
     """A score as a row of the plot; `label` names it ("fp8-kv/neutral-at-c1" on the audit page)."""
     unit = s.display_unit
-    k = _scale_of(unit)
+    k = fmt.factor(unit)
 
     def shown(x: float | None) -> float | None:
         return None if x is None or not math.isfinite(x) else k * x

@@ -61,8 +61,9 @@ def compare_text(costs: Sequence[RunCost]) -> str:
     lines = [row("run", [c.run_id for c in costs], "second - first" if two else ""),
              row("study", [c.study_id for c in costs]),
              row("starts", [c.starts for c in costs])]
+    by_phase = [{n: (s, share) for n, s, share in c.table.rows} for c in costs]
     for name in names:
-        got = [dict((n, (s, share)) for n, s, share in c.table.rows).get(name) for c in costs]
+        got = [phases.get(name) for phases in by_phase]
         cells = [f"{s:.1f} s {share:6.1%}" if s is not None else "-" for s, share in (g or (None, 0.0) for g in got)]
         diff = ""
         if two:

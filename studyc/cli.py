@@ -333,8 +333,9 @@ def phases(runs: tuple[str, ...], dbs: tuple[Path, ...]) -> None:
         else:
             raise StudycError(f"{', '.join(map(str, dbs))}: no run or study {name!r} (studies: "
                               f"{', '.join(known) or 'none'})")
-    costs = [c for c in (run_cost(read_run(db, rid)) for db, rid in dict.fromkeys(picked)) if c is not None]
-    left_out = len(dict.fromkeys(picked)) - len(costs)
+    unique = list(dict.fromkeys(picked))
+    costs = [c for c in (run_cost(read_run(db, rid)) for db, rid in unique) if c is not None]
+    left_out = len(unique) - len(costs)
     click.echo(compare_text(costs))
     if left_out:
         click.echo(f"  ({left_out} run(s) stored before phases were: left out)")

@@ -47,6 +47,13 @@ snapshot() {
 # A carried .studyc-commit wins: the device's copy of .git was seen older than the tree (2026-12-03: HEAD
 # read 2ac7b81 where the tree was 60c31b1).
 commit() { cat "$REPO/.studyc-commit" 2>/dev/null || git -C "$REPO" rev-parse --verify -q HEAD 2>/dev/null; }
+# A background run works from its own copy of the tree (a later call's fresh copy must not change files
+# under it), with the commit written in (the copy has no .git: runs.git_sha reads .studyc-commit).
+copy_tree() {
+  rm -rf /tmp/repo-bg && mkdir -p /tmp/repo-bg
+  tar -C "$REPO" --exclude=./.vb --exclude=./.whl --exclude=./.git -cf - . | tar -C /tmp/repo-bg -xf -
+  sha=$(commit) && echo "$sha" > /tmp/repo-bg/.studyc-commit
+}
 stage=${1:?stamp|unpack|run}; shift
 case "$stage" in
   stamp)
@@ -80,10 +87,8 @@ print(gpu_info(0)); print(calibrate(['python3']))" 2>&1 | tail -2
     # A study run twice on this machine, one after the other into one database: every server started cold
     # (--cold-starts), then with held starts (the default); then `studyc phases` side by side. Background
     # like `start`, so `wait` brings the table back (issue: cheap launches, the before/after of a lever).
-    rm -rf /tmp/repo-bg && mkdir -p /tmp/repo-bg
-    tar -C "$REPO" --exclude=./.vb --exclude=./.whl --exclude=./.git -cf - . | tar -C /tmp/repo-bg -xf -
-    sha=$(commit) && echo "$sha" > /tmp/repo-bg/.studyc-commit
     s=${1:?levers STUDY}
+    copy_tree
     setsid nohup bash -c "FLAGS=--cold-starts bash /tmp/repo-bg/scripts/gpu/device.sh run $s; \
       bash /tmp/repo-bg/scripts/gpu/device.sh run $s; cd /tmp/repo-bg && \
       python3 -m studyc phases ${s//_/-} --db /tmp/results/h200-$s.duckdb" >/tmp/results/background.log 2>&1 </dev/null &
@@ -93,10 +98,7 @@ print(gpu_info(0)); print(calibrate(['python3']))" 2>&1 | tail -2
   start)
     # The run in the background, so that a study longer than one call's limit needs no split: later
     # calls `wait` for it while the machine stays held.
-    # It runs from its own copy of the tree: a later call's fresh copy must not change files under it.
-    rm -rf /tmp/repo-bg && mkdir -p /tmp/repo-bg
-    tar -C "$REPO" --exclude=./.vb --exclude=./.whl --exclude=./.git -cf - . | tar -C /tmp/repo-bg -xf -
-    sha=$(commit) && echo "$sha" > /tmp/repo-bg/.studyc-commit  # the copy has no .git: runs.git_sha reads this
+    copy_tree
     setsid nohup bash /tmp/repo-bg/scripts/gpu/device.sh run "$@" >/tmp/results/background.log 2>&1 </dev/null &
     echo $! >/tmp/results/background.pid
     echo "started $* in the background, pid $(cat /tmp/results/background.pid)"
@@ -125,8 +127,7 @@ print(gpu_info(0)); print(calibrate(['python3']))" 2>&1 | tail -2
   sleep)
     # a woken server vs fresh starts, two KV arms swapped by sleep mode (issue: cheap launches); background
     # like `start`, so `wait` brings the table back
-    rm -rf /tmp/repo-bg && mkdir -p /tmp/repo-bg
-    tar -C "$REPO" --exclude=./.vb --exclude=./.whl --exclude=./.git -cf - . | tar -C /tmp/repo-bg -xf -
+    copy_tree
     setsid nohup bash -c "cd /tmp/repo-bg && python3 benchmarks/sleep_swap.py --engine '$STUDYC_VLLM' \
       --model models/qwen3-8b --arm 'bf16=--kv-cache-dtype auto' --arm 'fp8=--kv-cache-dtype fp8' \
       --launches ${LAUNCHES:-2} --cycles ${CYCLES:-3} --json /tmp/results/sleep_swap.json --logs /tmp/results/sleep-logs" \
