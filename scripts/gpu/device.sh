@@ -8,8 +8,8 @@
 #                                                # the latest run in /tmp/results/h200-STUDY.duckdb, e.g. its budget
 #                                                # blocks; on a fresh machine, the one in results/h200-running/STUDY.duckdb)
 #   bash scripts/gpu/device.sh start STUDY...    # the same in the background (outlives this call)
-#   bash scripts/gpu/device.sh levers STUDY      # STUDY run with --cold-starts, then held, one database; then
-#                                                # `studyc phases` side by side (background: then `wait`)
+#   bash scripts/gpu/device.sh levers STUDY [THEN...] # STUDY run with --cold-starts, then held, one database;
+#                                                # then `studyc phases` side by side, then THEN (background: `wait`)
 #   bash scripts/gpu/device.sh wait SECONDS      # wait for it at most SECONDS, copy what it has to $OUT
 #                                                # (databases gzipped in pieces: see snapshot)
 #   bash scripts/gpu/device.sh agree             # benchmarks/bench_agreement.py on the 8B shape
@@ -87,11 +87,13 @@ print(gpu_info(0)); print(calibrate(['python3']))" 2>&1 | tail -2
     # A study run twice on this machine, one after the other into one database: every server started cold
     # (--cold-starts), then with held starts (the default); then `studyc phases` side by side. Background
     # like `start`, so `wait` brings the table back (issue: cheap launches, the before/after of a lever).
-    s=${1:?levers STUDY}
+    # Studies named after STUDY run next, once each, in the same background job (one chain of calls).
+    s=${1:?levers STUDY [THEN...]}; shift
     copy_tree
     setsid nohup bash -c "FLAGS=--cold-starts bash /tmp/repo-bg/scripts/gpu/device.sh run $s; \
       bash /tmp/repo-bg/scripts/gpu/device.sh run $s; cd /tmp/repo-bg && \
-      python3 -m studyc phases ${s//_/-} --db /tmp/results/h200-$s.duckdb" >/tmp/results/background.log 2>&1 </dev/null &
+      python3 -m studyc phases ${s//_/-} --db /tmp/results/h200-$s.duckdb; \
+      ${*:+bash /tmp/repo-bg/scripts/gpu/device.sh run $*}" >/tmp/results/background.log 2>&1 </dev/null &
     echo $! >/tmp/results/background.pid
     echo "started $s twice (cold starts, then held) in the background, pid $(cat /tmp/results/background.pid)"
     ;;
