@@ -202,10 +202,11 @@ def run_launch(
     servers: list[Any] = []
     records: list[ServerRecord] = []
     starts: list[int] = []
-    held = False
+    held, first = False, False
     for sid, devices in zip(spec.servers, spec.placement.server_devices, strict=True):
         server = new_server(spec, sid, devices)
         if prestart is not None and not servers:
+            first = prestart.first
             server = prestart.claim(server)
             held = server.held
         log_path = server.log_path
@@ -226,8 +227,8 @@ def run_launch(
     t_start, spawned_at, up = time.monotonic(), datetime.now(), False  # local: as vLLM stamps
     try:
         for server, record in zip(servers, records, strict=True):
-            emit(ServerEvent(record, status=("starting (held: imported while the launch before ran)" if held
-                                              else "starting") + calibrated))
+            how = "imported before its start" if first else "imported while the launch before ran"
+            emit(ServerEvent(record, status=(f"starting (held: {how})" if held else "starting") + calibrated))
             cancel.add(server)
             server.start()
             if pin:  # see runner.server.pinning

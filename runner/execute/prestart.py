@@ -1,7 +1,9 @@
 """Held starts: while a launch starts and measures, the next launch's server is spawned held after its
 imports (`runner.server.held`), so its own start begins where those imports end. Used by the sequential
 executor, for a launch of one server whose engine command names its interpreter (`engine_python`), on a
-host with /proc; `studyc run --cold-starts` turns it off.
+host with /proc; `studyc run --cold-starts` turns it off. The run's first launch has nothing to overlap
+its imports with, but it is held too (`hold_first`: spawned held, let go once imported), so that every
+launch's start counts from the same point and `startup_s` compares like with like between arms.
 
 It must not disturb what is measured: the held server's process group is stopped (SIGSTOP) for the
 whole of every point of the running launch (warmup, reset, load, judge), and the point's check
@@ -27,6 +29,7 @@ from runner.store.records import CheckResult
 
 CHECK = "held_start_paused"
 STOP_WAIT_S = 2.0  # how long a SIGSTOPped group may take to show every member stopped
+IMPORTED = "modules imported in"  # the held script's line once its imports are done (runner.server.held)
 
 
 def paused_check(point_id: str, stopped: bool, before: dict[int, int], after: dict[int, int]) -> CheckResult:
@@ -72,6 +75,7 @@ class Prestart:
 
     def __init__(self, stop_signal: signal.Signals = signal.SIGSTOP, proc: Path = Path("/proc")) -> None:
         self.server: VllmServer | None = None
+        self.first = False  # the held server is the run's first launch's (`hold_first`): it overlapped nothing
         self.stop_signal = stop_signal
         self.proc = proc
 
@@ -79,12 +83,26 @@ class Prestart:
         """Spawn `server` held (dropping any other held one); False when it cannot be held (its engine
         command's interpreter unknown, or no /proc to check it by): it then starts cold when claimed."""
         self.close()
+        self.first = False
         python = engine_python(server.command)
         if python is None or not self.proc.is_dir():
             return False
         server.hold(python, server.key_dir)
         self.server = server
         return True
+
+    def hold_first(self, server: VllmServer, timeout_s: float = 600.0) -> float | None:
+        """The run's first launch held as well, with nothing to overlap: `server` spawned held and waited
+        for until its imports are done (its log's imported line), it exits, or `timeout_s` passes. The
+        seconds waited (its API process's imports, a phase of the launch), or None when it cannot be held
+        (it then starts cold when claimed)."""
+        t0 = time.monotonic()
+        if not self.hold(server):
+            return None
+        self.first = True
+        while server.poll() is None and IMPORTED not in server.log_tail(5) and time.monotonic() - t0 < timeout_s:
+            time.sleep(0.05)
+        return time.monotonic() - t0
 
     def claim(self, server: VllmServer) -> VllmServer:
         """The held server if it is `server` (same command, arguments, environment and log), else `server`;

@@ -31,7 +31,7 @@ from runner.execute.driver import (
     run_phases,
     stored_run,
 )
-from runner.execute.launch import LaunchSpec, run_launch
+from runner.execute.launch import LaunchSpec, PhaseEvent, new_server, run_launch
 from runner.execute.parallel import run_parallel
 from runner.execute.point import NVML_NOTE, PointContext
 from runner.execute.prestart import Prestart
@@ -43,6 +43,7 @@ from runner.measure.calibrate import calibrate
 from runner.measure.host import machine_id
 from runner.measure.nvml import gpu_info
 from runner.server.placement import Placement, idle_gpus, parse_gpus, place
+from runner.server.startlog import API_IMPORTS
 from runner.store.records import RunRecord
 from runner.store.store import Store, as_json
 from studyc import __version__
@@ -195,6 +196,11 @@ def run_sequential(specs: list[LaunchSpec], driver: Driver, held: bool = True) -
     held while the launch before it runs (`runner.execute.prestart`)."""
     prestart = Prestart() if held else None
     try:
+        if prestart is not None and specs and len(specs[0].servers) == 1:
+            first = specs[0]
+            waited = prestart.hold_first(new_server(first, first.servers[0], first.placement.server_devices[0]))
+            if waited is not None:
+                driver.handle(PhaseEvent(first.launch.id, ((API_IMPORTS, waited),)))
         for i, spec in enumerate(specs):
             try:
                 run_launch(spec, driver.handle, prestart=prestart, next_spec=specs[i + 1] if i + 1 < len(specs) else None)

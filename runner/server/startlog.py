@@ -23,6 +23,7 @@ START_PHASES: tuple[tuple[str, re.Pattern[str] | None], ...] = (
     ("start: API server", re.compile(r"Starting vLLM server on")),
     ("start: until ready (health, introspection)", None),
 )
+API_IMPORTS = START_PHASES[0][0]  # before the API process's first stamped line: its imports
 _STAMP = re.compile(r"^(?:\(\w+ pid=\d+\) )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d) ")
 _SPAWN = "# studyc: "  # the line VllmServer writes before each spawn
 

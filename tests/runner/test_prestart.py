@@ -269,3 +269,48 @@ def test_a_held_start_imports_the_engine_cores_modules_only_when_it_will_be_fork
         assert done.returncode == 0 and found, done.stdout + done.stderr
         counts.append(int(found.group(1)) + int(found.group(2)))  # what the held process tried
     assert counts == [len(MODULES), len(MODULES) + len(ENGINE_CORE_MODULES)]
+
+
+def test_hold_first_waits_for_the_imports_then_is_claimed(tmp_path: Path) -> None:
+    """The run's first launch: spawned held and waited for until the held script says its imports are done
+    (here every import is skipped, so the line comes soon); it stays held, alive, marked first, and is
+    the server its launch claims. A later `hold` (the next launch's) is not first."""
+    prestart = Prestart()
+    server = _held_server(tmp_path)
+    waited = prestart.hold_first(server, timeout_s=60)
+    assert waited is not None and 0.0 < waited < 60
+    assert "modules imported in" in server.log_tail(5) and server.poll() is None and server.held
+    assert prestart.first and prestart.claim(_held_server(tmp_path)) is server
+    server.stop()
+    nxt = _held_server(tmp_path)
+    assert prestart.hold(nxt) and not prestart.first
+    prestart.close()
+
+
+def test_hold_first_stops_waiting_at_its_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A held server whose imported line never comes: the wait ends at `timeout_s`, the server still held."""
+    import runner.execute.prestart as prestart_module
+
+    monkeypatch.setattr(prestart_module, "IMPORTED", "a line the held script never prints")
+    prestart = Prestart()
+    server = _held_server(tmp_path)
+    waited = prestart.hold_first(server, timeout_s=1.0)
+    assert waited is not None and 1.0 <= waited < 5.0 and server.poll() is None
+    prestart.close()
+
+
+def test_hold_first_stops_waiting_when_the_server_exits(tmp_path: Path) -> None:
+    """A held spawn that exits before importing (an interpreter that is not Python) ends the wait at once;
+    claimed, it is started again cold (test_a_held_start_that_fails_is_started_again_cold)."""
+    server = VllmServer(["serve", "m"], command=["/bin/false", "-m", "vllm.entrypoints.cli.main"],
+                        startup_timeout_s=5, key_dir=tmp_path / "keys", log_path=tmp_path / "s.log")
+    waited = Prestart().hold_first(server, timeout_s=30)
+    assert waited is not None and waited < 10 and server.poll() is not None
+
+
+def test_hold_first_none_when_it_cannot_hold(tmp_path: Path) -> None:
+    server = VllmServer(["serve", "m"], command=["sh", "-c", "vllm"], startup_timeout_s=5,
+                        key_dir=tmp_path / "keys", log_path=tmp_path / "s.log")
+    prestart = Prestart()
+    assert prestart.hold_first(server, timeout_s=5) is None
+    assert prestart.server is None and not prestart.first and server.pid is None
