@@ -61,9 +61,10 @@ def compile_study(loaded: LoadedStudy) -> Plan:
     # fingerprints use them relative to the study file, so they don't depend on the checkout's place.
     study_path = os.path.normpath(os.path.abspath(loaded.path))
     directory = os.path.dirname(study_path)
-    # A GPU start, measured on the H200 (Qwen3-8B shape, vLLM 0.26): about 60 s with the compile cache warm
-    # (39-60 s held, 48-93 s not), 140 s for the first start of a configuration on a fresh machine.
-    start_s = 25.0 if hardware.name == "cpu" else 60.0
+    # A GPU start, measured on the H200 (Qwen3-8B shape, vLLM 0.26, 2026-12-04, launch-cost and engine-fork):
+    # 35-45 s held with the compile cache warm (58-66 s with --cold-starts), 100-113 s for the first start of
+    # a configuration on a fresh machine (its compile cache cold) and up to 140 s on earlier machines.
+    start_s = 25.0 if hardware.name == "cpu" else 45.0
     first_start_s = 25.0 if hardware.name == "cpu" else 140.0
     arms: dict[str, dict[str, Any]] = {}
     shaped: dict[str, dict[str, Shaped]] = {}  # per arm and workload, read once (a trace is hashed here)
@@ -114,6 +115,7 @@ def compile_study(loaded: LoadedStudy) -> Plan:
         estimated_max_s=round(most, 1),
         estimate_basis=(
             f"{len(required)} launch(es) one at a time, each starting its servers in {start_s:.0f} s"
+            + (" (held; about 20 s more with --cold-starts)" if hardware.name != "cpu" else "")
             + (f" ({first_start_s:.0f} s the first start of a configuration: its compile cache cold)"
                if first_start_s != start_s else "")
             + "; decode at "

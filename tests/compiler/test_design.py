@@ -285,7 +285,7 @@ def test_plan_table_shows_blocks_launches_gpus_and_the_estimate() -> None:
     assert result.exit_code == 0, result.output
     out = result.output
     assert "3 block(s) of 3 arm(s), 9 launch(es), 2 repeat(s) per launch, 18 point(s)" in out
-    assert "12 server start(s) ~11m40s, GPUs per launch 1/2 of 2 available" in out
+    assert "12 server start(s) ~9m55s, GPUs per launch 1/2 of 2 available" in out
     assert "sequential: up to 3 more block(s)" in out and "block 4  (sequential: only while undecided)" in out
     assert "launch replicas-1v2/two/L1" in out and "2 servers (least_outstanding), 2 GPU(s)" in out
-    assert "estimated 15m23s one launch at a time on h200 (server starts 76%)" in out
+    assert "estimated 13m38s one launch at a time on h200 (server starts 73%)" in out
