@@ -55,10 +55,17 @@ class Spread:
                 ((self.within_sd or 0.0) ** 2 / max(repeats, 1), self.within_df)]
 
 
+def launch_configuration(launch: Launch) -> tuple[str, ...]:
+    """What makes two launches the same server: its engine configuration (the argv, see
+    `compiler.plan.Engine`) and the environment the study gives it (an arm's `env`: the same argv with
+    VLLM_WORKER_MULTIPROC_METHOD=fork is another server, which starts and serves differently)."""
+    return (*launch.engine.configuration, *(f"env {name}={value}" for name, value in sorted(launch.env.items())))
+
+
 def config_key(launch: Launch, point: PointStep) -> Key:
-    """What makes two measurements the same configuration: the launch's engine configuration (its argv,
-    see `compiler.plan.Engine`), the workload's shape, the cache policy and the load level."""
-    return (launch.engine.configuration, point.input_len, point.output_len, point.prefix_len, point.cache,
+    """What makes two measurements the same configuration: the launch's (`launch_configuration`), the
+    workload's shape, the cache policy and the load level."""
+    return (launch_configuration(launch), point.input_len, point.output_len, point.prefix_len, point.cache,
             point.concurrency, point.rate_rps, point.shape_key)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from compiler.hardware import HardwareError, get_hardware
 from compiler.metrics import SERVER_METRICS
 from compiler.plan import HypothesisStep, Launch, Plan, budget_points
-from report.block_planner import Cells, Key, config_key, paired_spread, pool
+from report.block_planner import Cells, Key, config_key, launch_configuration, paired_spread, pool
 from report.cheapest_design import LIMITS, POWER, Components, Costs, Goal, Limits, Proposal, cheapest
 from report.intervals import Layout, layout, welch_df
 from report.sides import compiled_apart
@@ -89,17 +89,17 @@ def read_stored(db: Path, study_id: str, hardware: str) -> Stored:
                     fixed[ph.launch_id] = fixed.get(ph.launch_id, 0.0) + ph.seconds
             out.start_from_phases |= bool(fixed)
             for lid, seconds in fixed.items():
-                out.start_s.setdefault(launches[lid].engine.configuration, []).append(seconds)
+                out.start_s.setdefault(launch_configuration(launches[lid]), []).append(seconds)
             for server in servers if not fixed else ():
                 at = places.servers.get(base_server_id(server.server_id))
                 if at is not None and server.startup_s:
-                    out.start_s.setdefault(launches[at.launch].engine.configuration, []).append(server.startup_s)
+                    out.start_s.setdefault(launch_configuration(launches[at.launch]), []).append(server.startup_s)
     return out
 
 
 def server_key(launch: Launch) -> Key:
-    """A server metric's configuration: the launch's engine configuration alone."""
-    return ("server", launch.engine.configuration)
+    """A server metric's configuration: the launch's alone (`launch_configuration`)."""
+    return ("server", launch_configuration(launch))
 
 
 def _server_values(out: Stored, run_id: str, servers: Sequence[ServerRecord], launches: dict[str, Launch],
@@ -183,7 +183,7 @@ def _costs(stored: Stored, launches: Sequence[Launch], points: Sequence[set[Key]
     estimates where nothing was."""
     start = 0.0
     for launch in launches:
-        got = stored.start_s.get(launch.engine.configuration)
+        got = stored.start_s.get(launch_configuration(launch))
         if got:
             start += statistics.median(got)
         else:

@@ -268,3 +268,26 @@ def test_blocks_within_a_budget_are_read_at_its_looks() -> None:
     assert blocks_within(0.001, sd, first=3, budget=12) is None
     assert blocks_within(1.0, sd, first=3, budget=12) == 3  # the first look, after the required blocks
     assert blocks_within(100.0, sd, first=1, budget=12) == 2  # never a look on one block
+
+
+def test_arms_that_differ_only_in_their_environment_are_two_configurations() -> None:
+    """engine-fork's arms have the same argv and differ in VLLM_WORKER_MULTIPROC_METHOD: two servers (they start
+    and serve differently), so the planner must not pool them into one configuration (it read their paired
+    spread as 0% when it did); launches of one arm share theirs, and the env is in it in name order."""
+    from report.block_planner import config_key, launch_configuration
+    from report.design_costs import server_key
+
+    root = Path(__file__).resolve().parents[2]
+    plan = compile_study(load_study(root / "studies/engine_fork.toml"))
+    by_arm: dict[str, list[Launch]] = {}
+    for launch in plan.launches:
+        by_arm.setdefault(launch.arm, []).append(launch)
+    spawn, fork = by_arm["spawn"][0], by_arm["fork"][0]
+    assert spawn.engine.configuration == fork.engine.configuration
+    assert launch_configuration(spawn) == (*spawn.engine.configuration, "env VLLM_WORKER_MULTIPROC_METHOD=spawn")
+    assert launch_configuration(fork) == (*fork.engine.configuration, "env VLLM_WORKER_MULTIPROC_METHOD=fork")
+    assert config_key(spawn, spawn.points[0]) != config_key(fork, fork.points[0])
+    assert server_key(spawn) != server_key(fork)
+    assert {launch_configuration(x) for x in by_arm["fork"]} == {launch_configuration(fork)}
+    two = spawn.model_copy(update={"env": {"B": "2", "A": "1"}})
+    assert launch_configuration(two)[-2:] == ("env A=1", "env B=2")
