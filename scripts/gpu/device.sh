@@ -14,7 +14,7 @@
 #                                                # (databases gzipped in pieces: see snapshot)
 #   bash scripts/gpu/device.sh agree             # benchmarks/bench_agreement.py on the 8B shape
 #   bash scripts/gpu/device.sh disturb           # benchmarks/telemetry_disturbance.py on the 0.6B shape
-#   bash scripts/gpu/device.sh sleep             # benchmarks/sleep_swap.py, in the background (then `wait`)
+#   bash scripts/gpu/device.sh sleep [THEN...]   # benchmarks/sleep_swap.py, then THEN, in the background (`wait`)
 #
 # Wheels carried in .whl/ (scripts/offline_wheels.sh) are installed into /tmp/site. Results go to
 # /tmp/results (kept while the machine stays warm) and are copied to $OUT when it is set.
@@ -129,10 +129,12 @@ print(gpu_info(0)); print(calibrate(['python3']))" 2>&1 | tail -2
   sleep)
     # a woken server vs fresh starts, two KV arms swapped by sleep mode (issue: cheap launches); background
     # like `start`, so `wait` brings the table back
+    # Studies named after it run next in the same background job (sleep [THEN...]).
     copy_tree
     setsid nohup bash -c "cd /tmp/repo-bg && python3 benchmarks/sleep_swap.py --engine '$STUDYC_VLLM' \
       --model models/qwen3-8b --arm 'bf16=--kv-cache-dtype auto' --arm 'fp8=--kv-cache-dtype fp8' \
-      --launches ${LAUNCHES:-2} --cycles ${CYCLES:-3} --json /tmp/results/sleep_swap.json --logs /tmp/results/sleep-logs" \
+      --launches ${LAUNCHES:-2} --cycles ${CYCLES:-3} --json /tmp/results/sleep_swap.json --logs /tmp/results/sleep-logs; \
+      ${*:+bash /tmp/repo-bg/scripts/gpu/device.sh run $*}" \
       >/tmp/results/background.log 2>&1 </dev/null &
     echo $! >/tmp/results/background.pid
     echo "sleep_swap started, pid $(cat /tmp/results/background.pid)"

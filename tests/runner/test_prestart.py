@@ -276,6 +276,7 @@ def test_hold_first_waits_for_the_imports_then_is_claimed(tmp_path: Path) -> Non
     (here every import is skipped, so the line comes soon); it stays held, alive, marked first, and is
     the server its launch claims. A later `hold` (the next launch's) is not first."""
     prestart = Prestart()
+    assert prestart.first is False  # nothing held yet
     server = _held_server(tmp_path)
     waited = prestart.hold_first(server, timeout_s=60)
     assert waited is not None and 0.0 < waited < 60
@@ -283,7 +284,7 @@ def test_hold_first_waits_for_the_imports_then_is_claimed(tmp_path: Path) -> Non
     assert prestart.first and prestart.claim(_held_server(tmp_path)) is server
     server.stop()
     nxt = _held_server(tmp_path)
-    assert prestart.hold(nxt) and not prestart.first
+    assert prestart.hold(nxt) and prestart.first is False
     prestart.close()
 
 
