@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compiler.hardware import HardwareError, get_hardware
+from compiler.metrics import SERVER_METRICS
 from compiler.plan import Launch, Plan, PointStep, budget_points
 from report.intervals import fixed_critical, layout, welch_df
 from report.power import power_inside, power_to_clear, sd_upper
@@ -311,6 +312,8 @@ def _side_spread(
         return spread, "the same configuration"
     if metric in by_metric:
         return by_metric[metric], "every configuration of the metric"
+    if metric in SERVER_METRICS:  # one value a start, not a point's: read by report.design_costs
+        return None, "a server metric (one value a start): see 'GPU time to a decision' below"
     return None, "no earlier run of this metric on this GPU, model and vLLM version"
 
 

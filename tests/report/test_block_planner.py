@@ -291,3 +291,14 @@ def test_arms_that_differ_only_in_their_environment_are_two_configurations() -> 
     assert {launch_configuration(x) for x in by_arm["fork"]} == {launch_configuration(fork)}
     two = spawn.model_copy(update={"env": {"B": "2", "A": "1"}})
     assert launch_configuration(two)[-2:] == ("env A=1", "env B=2")
+
+
+def test_a_server_metric_is_sent_to_the_plan_that_reads_it() -> None:
+    """The power plan reads points; a server metric (startup_s, one value a start) is read by the GPU-time
+    plan below it, so the power plan says so rather than "no earlier run" beside a plan that found runs."""
+    from report.block_planner import _side_spread
+
+    assert _side_spread("startup_s", None, {}, {}, {}) == (
+        None, "a server metric (one value a start): see 'GPU time to a decision' below")
+    assert _side_spread("output_throughput", None, {}, {}, {}) == (
+        None, "no earlier run of this metric on this GPU, model and vLLM version")
