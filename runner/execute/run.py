@@ -43,7 +43,7 @@ from runner.measure.calibrate import calibrate
 from runner.measure.host import machine_id
 from runner.measure.nvml import gpu_info
 from runner.server.placement import Placement, idle_gpus, parse_gpus, place
-from runner.server.startlog import API_IMPORTS
+from runner.server.startlog import HELD_FIRST_IMPORTS
 from runner.store.records import RunRecord
 from runner.store.store import Store, as_json
 from studyc import __version__
@@ -200,7 +200,7 @@ def run_sequential(specs: list[LaunchSpec], driver: Driver, held: bool = True) -
             first = specs[0]
             waited = prestart.hold_first(new_server(first, first.servers[0], first.placement.server_devices[0]))
             if waited is not None:
-                driver.handle(PhaseEvent(first.launch.id, ((API_IMPORTS, waited),)))
+                driver.handle(PhaseEvent(first.launch.id, ((HELD_FIRST_IMPORTS, waited),)))
         for i, spec in enumerate(specs):
             try:
                 run_launch(spec, driver.handle, prestart=prestart, next_spec=specs[i + 1] if i + 1 < len(specs) else None)

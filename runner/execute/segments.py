@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from runner.server.startlog import START_PHASES, UNSPLIT
+from runner.server.startlog import HELD_FIRST_IMPORTS, START_PHASES, UNSPLIT
 from runner.store.records import PhaseRecord, SegmentRecord
 from runner.store.store import Store
 
@@ -21,7 +21,7 @@ GAP = "gap"
 WINDOW = "window"
 # Every phase, in the order a run goes through them (tables and charts keep this order).
 PHASES: tuple[str, ...] = (
-    "calibration", "client self-test", "predictions", *(name for name, _ in START_PHASES), UNSPLIT,
+    "calibration", "client self-test", "predictions", HELD_FIRST_IMPORTS, *(name for name, _ in START_PHASES), UNSPLIT,
     "start (failed)", "warmup", "reset, scrape", "ramp/drain", WINDOW, "judge", "stop", GAP,
 )
 

@@ -23,7 +23,9 @@ START_PHASES: tuple[tuple[str, re.Pattern[str] | None], ...] = (
     ("start: API server", re.compile(r"Starting vLLM server on")),
     ("start: until ready (health, introspection)", None),
 )
-API_IMPORTS = START_PHASES[0][0]  # before the API process's first stamped line: its imports
+# The run's first launch, held with nothing to overlap: its API process's imports, waited for before its
+# start (runner.execute.prestart.Prestart.hold_first); its own imports row then reads about 0
+HELD_FIRST_IMPORTS = "start: imports (first launch, held)"
 _STAMP = re.compile(r"^(?:\(\w+ pid=\d+\) )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d) ")
 _SPAWN = "# studyc: "  # the line VllmServer writes before each spawn
 
