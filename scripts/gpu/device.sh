@@ -42,6 +42,10 @@ snapshot() {
   # between machines could fit the device calls' 64 MiB
   du -s "$STUDYC_CACHE_DIR" "$STUDYC_CACHE_DIR"/* "$HOME/.cache/vllm" "$HOME/.triton" /tmp/torchinductor_* \
     "$HOME/.cache/flashinfer" 2>/dev/null > "$OUT/caches.txt" || true
+  # Triton's kernel cache (no secret in it, unlike vLLM's compile cache): carried back as .vb/triton-cache.tgz,
+  # `unpack` puts it in place on the next machine, so its first starts can show whether the post-capture gap
+  # of a fresh machine's first starts (13-15 s on 2026-12-04, 0-1 s after) is Triton compiling kernels
+  [ -d "$HOME/.triton" ] && tar -C "$HOME" -czf "$OUT/triton-cache.tgz" .triton 2>/dev/null || true
 }
 # The commit this tree is: the one `stamp` wrote where it was carried, else git
 # A carried .studyc-commit wins: the device's copy of .git was seen older than the tree (2026-12-03: HEAD
@@ -63,6 +67,10 @@ case "$stage" in
   unpack)
     # After the bundle's last piece arrived: extract it, then check the engine, NVML and calibration.
     [ -d .vb ] && bash .vb/scripts/device_unpack.sh .vb /tmp/vsite
+    # A Triton cache carried from an earlier machine (see snapshot), restored unless this one has its own
+    if [ -f .vb/triton-cache.tgz ] && [ ! -d "$HOME/.triton" ]; then
+      tar -C "$HOME" -xzf .vb/triton-cache.tgz && echo "triton cache restored: $(du -sh "$HOME/.triton" | cut -f1)"
+    fi
     nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
     python3 -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)" 2>&1 | tail -1
     python3 -c "from runner.measure.nvml import gpu_info; from runner.measure.calibrate import calibrate
