@@ -186,3 +186,52 @@ def test_format_power_line_by_line() -> None:
     ]
     assert format_power([], None, Path("x.duckdb")).startswith("power plan from x.duckdb (vLLM unknown;")
     assert format_power([], None, Path("x.duckdb")).endswith("bound):\n")
+
+
+LEVEL = '''
+[[hypothesis]]
+id = "level"
+claim = "arm a runs about 100 tok/s at c1"
+metric = "output_throughput"
+where = { arm = "a", concurrency = 1 }
+predict = { value = 100.0, tolerance = 0.05 }
+'''
+
+
+def test_a_single_sides_row_reads_its_own_configuration(tmp_path: Path, study: Path) -> None:  # noqa: F811
+    """Not a ratio: the block SD is the side's own per-block SD (no sqrt(2)), its df by Welch over its
+    parts; a point that failed, or was judged invalid, is not read (here they hold wild values)."""
+    from datetime import datetime
+
+    from report.block_planner import read_spreads
+    from runner.store.records import PointRecord, PointSummary
+    from runner.store.store import Store
+    from tests.report.test_block_planner import HYP
+
+    text = study.read_text().replace(HYP.strip(), (HYP + LEVEL).strip())
+    assert "id = \"level\"" in text
+    study.write_text(text)
+    plan = compile_study(load_study(study))
+    db = _db(tmp_path, study)
+    _, by_config, _ = read_spreads(db, "h200", ["tiny-qwen3"])
+    before = dict(by_config)
+    with Store(db) as store:
+        for i, (status, valid) in enumerate((("failed", True), ("ok", False))):
+            store.commit_point(PointRecord(
+                run_id="r1", point_id=f"toy/a/w/c1/r{9 + i}", server_id="toy/a/L1", arm="a", workload="w",
+                concurrency=1, repeat=1, valid=valid, status=status, started_at=datetime(2026, 1, 1),
+                summary=PointSummary(output_throughput=1e6)), [], [], [])
+    assert read_spreads(db, "h200", ["tiny-qwen3"])[1] == before
+    rows = {r.hypothesis: r for r in power_plan(plan, db)[0]}
+    r = rows["level"]
+    from report.block_planner import config_key
+
+    launch, step = next((la, p) for la in plan.launches if la.arm == "a" for p in la.points if p.concurrency == 1)
+    a_side = by_config[("output_throughput", config_key(launch, step))]
+    repeats = plan.design.repeats
+    assert r.tolerance == 0.05 and r.source == "the same configuration"
+    assert r.block_sd == pytest.approx(a_side.per_block(repeats, False), rel=1e-9)
+    assert r.block_df == pytest.approx(welch_df(a_side.parts(repeats)), rel=1e-9)
+    assert r.launch_sd == pytest.approx(a_side.launch_sd) and r.launch_df == a_side.launch_df
+    want = [blocks_needed(0.05, r.block_sd, power=p, df=r.block_df, first=3) for p in POWERS]
+    assert (r.blocks, r.blocks_95) == tuple(want)
