@@ -193,7 +193,8 @@ def _spec(launch: Launch, points: tuple[PointStep, ...], placed: Placement, ctx:
 
 def run_sequential(specs: list[LaunchSpec], driver: Driver, held: bool = True) -> None:
     """One launch after another on this thread (one device); with `held`, each launch's server is spawned
-    held while the launch before it runs (`runner.execute.prestart`)."""
+    held while the launch before it runs, and the first one held and let go once imported, so every start
+    counts from the same point (`runner.execute.prestart`)."""
     prestart = Prestart() if held else None
     try:
         if prestart is not None and specs and len(specs[0].servers) == 1:
