@@ -20,10 +20,9 @@ from report.block_planner import Cells, Key, config_key, launch_configuration, p
 from report.cheapest_design import LIMITS, POWER, Components, Costs, Goal, Limits, Proposal, cheapest
 from report.intervals import Layout, layout, welch_df
 from report.sides import compiled_apart
+from runner.execute.segments import START
 from runner.store.records import ServerRecord, base_server_id
 from runner.store.store import Store
-
-START = "start"  # every start phase's name begins with it (runner.execute.segments.PHASES)
 
 
 @dataclass

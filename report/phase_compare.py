@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from report.results import RunData
-from runner.execute.segments import PHASES, WINDOW, PhaseTable, phase_table
+from runner.execute.segments import PHASES, START, WINDOW, PhaseTable, phase_table
 
 STARTS = "starts:"  # how the run's notes say how its servers were started (runner.execute.run)
 
@@ -35,7 +35,7 @@ def run_cost(data: RunData) -> RunCost | None:
     table = phase_table(data.segments, data.phases)
     if table is None:
         return None
-    launches = {p.launch_id for p in data.phases if p.launch_id and p.phase.startswith("start")}
+    launches = {p.launch_id for p in data.phases if p.launch_id and p.phase.startswith(START)}
     said = [part.strip()[len(STARTS):].strip() for part in (data.run.notes or "").split(";")
             if part.strip().startswith(STARTS)]
     starts = " then ".join(dict.fromkeys(said)) or "not recorded"  # a resumed segment may have said otherwise

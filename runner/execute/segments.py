@@ -19,6 +19,7 @@ from runner.store.store import Store
 
 GAP = "gap"
 WINDOW = "window"
+START = "start"  # every start phase's name begins with it (START_PHASES, UNSPLIT, "start (failed)", ...)
 # Every phase, in the order a run goes through them (tables and charts keep this order).
 PHASES: tuple[str, ...] = (
     "calibration", "client self-test", "predictions", HELD_FIRST_IMPORTS, *(name for name, _ in START_PHASES), UNSPLIT,
