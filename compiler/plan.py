@@ -301,6 +301,9 @@ class Plan(Frozen):
     calibrate_launches: bool = Field(default=False, description=(
         "Calibrate the GPU once per launch, just before its servers start (a hypothesis names a machine "
         "metric: machine_flops, machine_bandwidth, ridge_point); left out of the JSON when false."))
+    prime_s: float = Field(default=0.0, description=(
+        "Seconds of the unmeasured prime starts, one per configuration (a GPU host's run primes: "
+        "runner.execute.prime), in estimated_s; left out of the JSON when 0."))
 
     @model_validator(mode="before")
     @classmethod
@@ -326,6 +329,8 @@ class Plan(Frozen):
             drop["launches"] = {"__all__": {"searches"}}
         if not self.calibrate_launches:
             drop["calibrate_launches"] = True
+        if not self.prime_s:
+            drop["prime_s"] = True
         return self.model_dump_json(indent=2, exclude=drop or None)
 
     @classmethod

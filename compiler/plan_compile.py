@@ -100,8 +100,11 @@ def compile_study(loaded: LoadedStudy) -> Plan:
     # A machine metric named: each launch calibrates its GPU first (5-6 s a calibration on the H200 host).
     calibrate = any(h.metric in MACHINE_METRICS for h in study.hypothesis)
     calibrate_s = LAUNCH_CALIBRATION_S if calibrate else 0.0
-    total = sum(_launch_s(s) + calibrate_s for s in required)
-    most = sum(_launch_s(s) + calibrate_s for s in launches)
+    # On a GPU host each configuration's first (compiling) start is an unmeasured prime (runner.execute.prime):
+    # one start more per configuration, at the warm start's time
+    primes_s = 0.0 if hardware.name == "cpu" else start_s * len({s.fingerprint for s in required})
+    total = sum(_launch_s(s) + calibrate_s for s in required) + primes_s
+    most = sum(_launch_s(s) + calibrate_s for s in launches) + primes_s
     return Plan(
         study_id=study.study.id,
         title=study.study.title,
@@ -116,8 +119,9 @@ def compile_study(loaded: LoadedStudy) -> Plan:
         estimate_basis=(
             f"{len(required)} launch(es) one at a time, each starting its servers in {start_s:.0f} s"
             + (" (held; about 20 s more with --cold-starts)" if hardware.name != "cpu" else "")
-            + (f" ({first_start_s:.0f} s the first start of a configuration: its compile cache cold)"
-               if first_start_s != start_s else "")
+            + (f" ({first_start_s:.0f} s the first start of a configuration: its compile cache cold; that start is"
+               f" an unmeasured prime, {len({s.fingerprint for s in required})} x {start_s:.0f} s more, unless"
+               " --no-prime)" if first_start_s != start_s else "")
             + "; decode at "
             f"75% of the {hardware.name} spec-sheet bandwidth roofline, with a per-step floor; prefill at half the spec-sheet bf16 FLOP/s, no prefix cache"
             + ("; a capacity search as its probes at hi, lo and the middle of the range" if study.load.search else "")
@@ -126,6 +130,7 @@ def compile_study(loaded: LoadedStudy) -> Plan:
         hypotheses=tuple(plan_hypotheses(study, launches)),
         slo=study.slo,
         calibrate_launches=calibrate,
+        prime_s=primes_s,
     )
 
 

@@ -14,7 +14,8 @@ def summary(plan: Plan) -> list[str]:
     points = sum(len(s.points) for s in required)
     searches = [q for s in required for q in s.searches]
     starts = sum(s.replicas for s in required)
-    start_s = sum(s.estimated_start_s for s in required)
+    start_s = sum(s.estimated_start_s for s in required) + plan.prime_s
+    primes = len({s.fingerprint for s in required}) if plan.prime_s else 0
     gpus = sorted({s.gpus for s in plan.launches})
     per_launch = "/".join(str(g) for g in gpus)
     lines = [
@@ -22,7 +23,8 @@ def summary(plan: Plan) -> list[str]:
         f"{design.repeats} repeat(s) per launch, {points} point(s)"
         + (f", {len(searches)} capacity search(es) of up to {sum(q.probes for q in searches)} probe point(s)"
            if searches else "") + f"; block order seed {design.seed} (from {design.seed_from})",
-        f"  {starts} server start(s) ~{fmt.duration(start_s)}, GPUs per launch {per_launch}"
+        f"  {starts} server start(s)" + (f" and {primes} unmeasured prime start(s)" if primes else "")
+        + f" ~{fmt.duration(start_s)}, GPUs per launch {per_launch}"
         + (f" of {design.gpus} available" if design.gpus is not None else ""),
         f"  estimated {fmt.duration(plan.estimated_s)} one launch at a time on {plan.hardware}"
         f" (server starts {100 * start_s / plan.estimated_s:.0f}%)" if plan.estimated_s else "",

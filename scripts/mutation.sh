@@ -43,6 +43,7 @@ MODULES=(
   "shapes|runner/load/shapes.py|tests/runner/test_shapes.py tests/runner/test_shapes_edges.py tests/runner/test_checks_shapes.py"
   "cache|runner/checks/cache.py|tests/runner/test_cache.py"
   "prestart|runner/execute/prestart.py|tests/runner/test_prestart.py"
+  "prime|runner/execute/prime.py|tests/runner/test_prime.py"
   "machine|runner/execute/machine.py|tests/runner/test_machine_calibration.py"
   "plan_estimate|compiler/plan_estimate.py|tests/compiler/test_capacity.py"
   "format|studyc/format.py|tests/report/test_format.py tests/report/test_format_edges.py"

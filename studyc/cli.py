@@ -171,8 +171,12 @@ def _stop_on_term(signum: int, frame: Any) -> None:
 @click.option("--cold-starts", is_flag=True,
               help="Start every server from nothing. By default, while a launch runs, the next launch's server "
                    "is spawned held after its imports and kept stopped during every point (see README).")
+@click.option("--prime/--no-prime", default=None,
+              help="Start each configuration's server once, unmeasured, before the first launch, so that no "
+                   "measured launch compiles its graphs (default: on a GPU host; remembered per compile cache).")
 def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry_run: bool, no_calibrate: bool,
-        allow_hardware_mismatch: bool, gpus: str | None, ray_address: str | None, cold_starts: bool) -> None:
+        allow_hardware_mismatch: bool, gpus: str | None, ray_address: str | None, cold_starts: bool,
+        prime: bool | None) -> None:
     """Carry out studies against real vLLM servers and store every measurement in DuckDB.
 
     Every study file is validated and compiled, and the engine and the hardware are checked,
@@ -199,7 +203,7 @@ def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry
 
     setup = prepare_run(plans, db, resume=resume, keep_going=keep_going, calibrate=not no_calibrate, gpus=gpus,
                         ray=ray_address, allow_hardware_mismatch=allow_hardware_mismatch, say=_say,
-                        held_start=not cold_starts)
+                        held_start=not cold_starts, prime=prime)
     any_failed = False
     signal.signal(signal.SIGTERM, _stop_on_term)  # `timeout`, `kill`, a batch scheduler: stop as on Ctrl-C
     for loaded, plan in zip(loaded_studies, plans, strict=True):

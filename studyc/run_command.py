@@ -28,7 +28,7 @@ class RunSetup:
 
 def prepare_run(plans: Sequence[Plan], db: Path, *, resume: bool, keep_going: bool, calibrate: bool,
                 gpus: str | None, ray: str | None, allow_hardware_mismatch: bool,
-                say: Callable[[str], None], held_start: bool = True) -> RunSetup:
+                say: Callable[[str], None], held_start: bool = True, prime: bool | None = None) -> RunSetup:
     """Settings -> the host's GPU checked against each study's hardware -> the engine checked -> RunOptions.
     `say` gets the warnings and the engine line as they come."""
     from runner.measure.nvml import gpu_info
@@ -46,7 +46,7 @@ def prepare_run(plans: Sequence[Plan], db: Path, *, resume: bool, keep_going: bo
     engine = check_engine(settings.vllm_argv, cache_dir=settings.cache_path)
     say(f"engine: {' '.join(settings.vllm_argv)} ({engine.version}); GPU: {gpu_name or 'none'}")
     options = run_options(settings, db, resume=resume, keep_going=keep_going, calibrate=calibrate,
-                          gpus=gpus, ray=ray, predict=predict_run, held_start=held_start)
+                          gpus=gpus, ray=ray, predict=predict_run, held_start=held_start, prime=prime)
     return RunSetup(options, tuple(mismatches))
 
 

@@ -53,6 +53,9 @@ class RunOptions:
     calibrate: bool = True
     client_selftest: bool = True
     held_start: bool = True  # spawn the next launch's server held while one runs (--cold-starts: off)
+    # start each configuration once, unmeasured, before the first launch (runner.execute.prime); None: on a
+    # GPU host (--prime / --no-prime)
+    prime: bool | None = None
     gpus: str | None = None  # --gpus: device ids ("0,1"); None: every idle GPU, or one logical device on a CPU host
     ray: str | None = None  # --ray: None off; "local" a Ray cluster started here; else the address to join
     warnings: tuple[str, ...] = ()  # preflight warnings a flag let through: stored in the run's notes

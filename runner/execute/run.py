@@ -35,9 +35,10 @@ from runner.execute.launch import LaunchSpec, PhaseEvent, new_server, run_launch
 from runner.execute.parallel import run_parallel
 from runner.execute.point import NVML_NOTE, PointContext
 from runner.execute.prestart import Prestart
+from runner.execute.prime import prime, prime_note, primes
 from runner.execute.ray_exec import run_ray
 from runner.execute.resume import rerun_cut_searches, rerun_whole_blocks
-from runner.execute.segments import Timeline, phase_table
+from runner.execute.segments import PRIME, Timeline, phase_table
 from runner.load.loadgen_limit import measure_client_ceiling
 from runner.measure.calibrate import calibrate
 from runner.measure.host import machine_id
@@ -138,6 +139,8 @@ def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) 
         driver.timeline = timeline
         status = "interrupted"
         try:
+            if primes(options.prime, gpu_host, options.ray is not None):
+                _prime(store, run_id, [sp for sp in specs if sp.points or sp.searches], timeline, progress)
             if options.ray is not None:
                 run_ray(specs, driver, options, devices=len(devices))
             elif report.slots > 1 and plan.calibrate_launches:
@@ -162,6 +165,17 @@ def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) 
                                    window_s=round(whole.window_s if whole else report.window_s, 3)))
             progress.close()
     return report
+
+
+def _prime(store: Store, run_id: str, specs: list[LaunchSpec], timeline: Timeline, progress: Progress) -> None:
+    """Each configuration's first start, unmeasured (`runner.execute.prime`): its time in the run's phases,
+    what it did in the run's notes."""
+    t0 = time.monotonic()
+    primed = prime(specs, progress.message)
+    if primed:
+        timeline.add("", [(PRIME, time.monotonic() - t0)])
+        run = stored_run(store, run_id)
+        store.save_run(replace(run, notes=_with_notes(run.notes, (prime_note(primed),))))
 
 
 def resolve_devices(gpus: str | None, *, gpu_host: bool, gpu_index: int = 0) -> tuple[str, ...]:

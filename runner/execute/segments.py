@@ -19,10 +19,11 @@ from runner.store.store import Store
 
 GAP = "gap"
 WINDOW = "window"
+PRIME = "prime (unmeasured start)"  # runner.execute.prime: a configuration's first start, before the first launch
 START = "start"  # every start phase's name begins with it (START_PHASES, UNSPLIT, "start (failed)", ...)
 # Every phase, in the order a run goes through them (tables and charts keep this order).
 PHASES: tuple[str, ...] = (
-    "calibration", "client self-test", "predictions", HELD_FIRST_IMPORTS, *(name for name, _ in START_PHASES), UNSPLIT,
+    "calibration", "client self-test", "predictions", PRIME, HELD_FIRST_IMPORTS, *(name for name, _ in START_PHASES), UNSPLIT,
     "start (failed)", "warmup", "reset, scrape", "ramp/drain", WINDOW, "judge", "stop", GAP,
 )
 

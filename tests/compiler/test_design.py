@@ -285,7 +285,9 @@ def test_plan_table_shows_blocks_launches_gpus_and_the_estimate() -> None:
     assert result.exit_code == 0, result.output
     out = result.output
     assert "3 block(s) of 3 arm(s), 9 launch(es), 2 repeat(s) per launch, 18 point(s)" in out
-    assert "12 server start(s) ~9m55s, GPUs per launch 1/2 of 2 available" in out
+    # two configurations ("one" and "two" share an argv), each primed once: 2 x 45 s more
+    assert "12 server start(s) and 2 unmeasured prime start(s) ~11m25s, GPUs per launch 1/2 of 2 available" in out
+    assert "that start is an unmeasured prime, 2 x 45 s more, unless --no-prime" in out
     assert "sequential: up to 3 more block(s)" in out and "block 4  (sequential: only while undecided)" in out
     assert "launch replicas-1v2/two/L1" in out and "2 servers (least_outstanding), 2 GPU(s)" in out
-    assert "estimated 13m38s one launch at a time on h200 (server starts 73%)" in out
+    assert "estimated 15m08s one launch at a time on h200 (server starts 75%)" in out

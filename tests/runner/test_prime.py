@@ -1,0 +1,179 @@
+"""Priming (`runner.execute.prime`): each configuration started once, unmeasured, before the first launch,
+and remembered per compile cache. The pure parts at their edges; then a real run on the CPU vLLM server
+with a configuration that serves and one that dies at start: the one that served is primed once and
+remembered, the one that died is tried again on the next run and never remembered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from runner.execute.prime import (
+    RECORD,
+    Primed,
+    configuration,
+    known,
+    prime,
+    prime_note,
+    primes,
+    remember,
+    to_prime,
+    uncached,
+)
+from runner.execute.segments import PHASES, PRIME
+from runner.store.store import Store
+from tests.conftest import REPO, vllm_missing
+
+
+def spec(argv: tuple[str, ...], env: dict[str, str] | None = None, command: tuple[str, ...] = ("vllm",),
+         lid: str = "s/a/L1") -> Any:
+    return SimpleNamespace(engine_command=command, launch=SimpleNamespace(argv=argv, env=env or {}, id=lid))
+
+
+def test_a_configuration_is_command_argv_and_env() -> None:
+    base = configuration(spec(("serve", "m")))
+    assert base == configuration(spec(("serve", "m"), lid="s/a/L2"))  # another launch of it: the same
+    assert base != configuration(spec(("serve", "m", "--x")))
+    assert base != configuration(spec(("serve", "m"), {"VLLM_X": "1"}))
+    assert base != configuration(spec(("serve", "m"), command=("python3", "-m", "vllm")))
+    assert configuration(spec(("serve", "m"), {"A": "1", "B": "2"})) == configuration(spec(("serve", "m"), {"B": "2", "A": "1"}))
+
+
+def test_to_prime_takes_the_first_launch_of_each_new_configuration() -> None:
+    a1, b1, a2, b2 = spec(("a",), lid="L1a"), spec(("b",), lid="L1b"), spec(("a",), lid="L2a"), spec(("b",), lid="L2b")
+    assert [s.launch.id for s in to_prime([a1, b1, a2, b2], set())] == ["L1a", "L1b"]
+    assert [s.launch.id for s in to_prime([a1, b1, a2, b2], {configuration(a1)})] == ["L1b"]
+    assert to_prime([a1, a2], {configuration(a1)}) == []
+    assert to_prime([], set()) == []
+    off = spec(("c",), {"VLLM_DISABLE_COMPILE_CACHE": "1"}, lid="L1c")  # compiles on every start: nothing to warm
+    assert [s.launch.id for s in to_prime([off, a1], set())] == ["L1a"]
+    for value, skipped in (("1", True), ("True", True), ("0", False), ("false", False), ("", False), (" 0 ", False)):
+        assert len(to_prime([spec(("c",), {"VLLM_DISABLE_COMPILE_CACHE": value})], set())) == (0 if skipped else 1), value
+    assert uncached({"VLLM_DISABLE_COMPILE_CACHE": "1"}) and not uncached({}) and not uncached({"X": "1"})
+
+
+def test_the_record_is_read_whole_or_not_at_all(tmp_path: Path) -> None:
+    assert known(None) == set() and known(tmp_path) == set()
+    remember(tmp_path, {"k1"})
+    remember(tmp_path, {"k2"})
+    assert known(tmp_path) == {"k1", "k2"}
+    assert json.loads((tmp_path / RECORD).read_text()) == ["k1", "k2"]
+    remember(tmp_path, set())  # nothing to add: the file is untouched
+    assert known(tmp_path) == {"k1", "k2"}
+    remember(None, {"k3"})  # no folder: nothing written anywhere
+    (tmp_path / RECORD).write_text("{not json")
+    assert known(tmp_path) == set()
+    (tmp_path / RECORD).write_text('{"k1": 1}')  # not a list
+    assert known(tmp_path) == set()
+    (tmp_path / RECORD).write_text('["k1", 2]')  # only strings count
+    assert known(tmp_path) == {"k1"}
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
+def test_prime_note_counts_compiles_and_failures() -> None:
+    assert prime_note([Primed("L1", 1.0, "cold"), Primed("L2", 1.0, "warm")]) == (
+        "primed: 2 configuration(s) started once, unmeasured, before the first launch (1 compiled their graphs)")
+    assert prime_note([Primed("L1", 1.0, None, "exited")]).endswith("(0 compiled their graphs, 1 failed)")
+    assert prime(()) == []  # no launch: nothing started
+    assert PHASES.index(PRIME) < PHASES.index("warmup")  # before every launch's own phases
+
+
+def test_a_gpu_host_primes_unless_told_not_to() -> None:
+    assert primes(None, gpu_host=True, ray=False) and not primes(None, gpu_host=False, ray=False)
+    assert primes(True, gpu_host=False, ray=False) and not primes(False, gpu_host=True, ray=False)
+    assert not primes(True, gpu_host=True, ray=True) and not primes(None, gpu_host=True, ray=True)
+
+
+STUDY = f'''[study]
+id = "prime"
+title = "t"
+question = "q"
+hardware = "cpu"
+
+[model]
+path = "{REPO / "models/tiny-qwen3"}"
+name = "tiny-qwen3"
+
+[engine]
+max_model_len = 512
+max_num_seqs = 4
+kv_cache_memory_bytes = "64M"
+block_size = 32
+enforce_eager = true
+distributed_executor_backend = "uni"
+
+[env]
+VLLM_ENABLE_V1_MULTIPROCESSING = "0"
+
+[arms.good]
+description = "Serves"
+
+[arms.broken]
+description = "Asks for a context longer than the model's: vLLM exits at start"
+max_model_len = 999999
+
+[workloads.short]
+input_len = 32
+output_len = 8
+
+[load]
+concurrency = [1]
+requests = 2
+warmup = 1
+launches = 1
+repeats = 1
+
+[[hypothesis]]
+id = "it-streams"
+claim = "The arm streams tokens"
+metric = "output_throughput"
+where = {{ arm = "good" }}
+predict = {{ relation = ">", value = 0 }}
+'''
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(vllm_missing() is not None, reason=str(vllm_missing()))
+def test_a_run_primes_each_configuration_once(tmp_path: Path) -> None:
+    path = tmp_path / "prime.toml"
+    path.write_text(STUDY)
+    cache, runs = tmp_path / "cache", tmp_path / "runs"
+    env = os.environ | {"STUDYC_CACHE_DIR": str(cache), "STUDYC_RUNS_DIR": str(runs), "PYTHONUNBUFFERED": "1"}
+
+    def run(db: Path, *flags: str) -> str:
+        out = subprocess.run([sys.executable, "-m", "studyc", "run", str(path), "--db", str(db), "--keep-going",
+                              "--no-calibrate", *flags], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 1, out.stdout + out.stderr  # the broken arm fails: keep-going reports it
+        return out.stdout + out.stderr
+
+    def stored(db: Path) -> tuple[Any, list[Any], list[Any]]:
+        with Store(db, read_only=True) as store:
+            r = store.runs()[0]
+            return r, list(store.timing(r.run_id)[1]), store.servers(r.run_id)
+
+    text = run(tmp_path / "one.duckdb", "--prime")
+    assert "prime/good/prime: ready and stopped (no torch.compile in its log)" in text
+    assert "prime/broken/prime: failed" in text
+    r, phases, servers = stored(tmp_path / "one.duckdb")
+    primed = [p for p in phases if p.phase == PRIME]
+    assert len(primed) == 1 and primed[0].launch_id == "" and primed[0].seconds > 0
+    assert "primed: 2 configuration(s) started once, unmeasured, before the first launch " \
+           "(0 compiled their graphs, 1 failed)" in (r.notes or "")
+    assert {s.server_id: s.status for s in servers} == {"prime/good": "ready", "prime/broken": "failed"}
+    log = runs / r.run_id / "prime__good__prime.log"  # the prime start's own log, beside the launches'
+    assert log.is_file() and "# studyc: " in log.read_text()
+    assert len(known(cache / "compile-cache")) == 1  # the configuration that served, not the broken one
+
+    # The same cache again: the good configuration is not started again; the broken one is tried again.
+    text = run(tmp_path / "two.duckdb", "--prime")
+    assert "prime/good/prime" not in text and "prime/broken/prime: failed" in text
+    r, phases, _ = stored(tmp_path / "two.duckdb")
+    assert "primed: 1 configuration(s)" in (r.notes or "") and len([p for p in phases if p.phase == PRIME]) == 1
