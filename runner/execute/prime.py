@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from runner.execute.launch import LaunchSpec, compile_cache_state, new_server
 from runner.execute.point import log_size
@@ -91,9 +92,11 @@ class Primed:
     error: str = ""  # why it did not come up (the launch itself will then fail, or start cold)
 
 
-def prime(specs: Sequence[LaunchSpec], say: Callable[[str], None] = lambda _: None) -> list[Primed]:
+def prime(specs: Sequence[LaunchSpec], say: Callable[[str], None] = lambda _: None,
+          server_for: Callable[..., Any] = new_server) -> list[Primed]:
     """Start and stop the first server of each configuration not primed yet under the specs' compile
-    cache; remember those that came up. Nothing is measured and nothing is stored but what is returned."""
+    cache; remember those that came up. Nothing is measured and nothing is stored but what is returned.
+    `server_for(spec, sid, devices)` makes the server (a test's stand-in makes faults happen)."""
     folder = specs[0].cache_root if specs else None
     done: list[Primed] = []
     up: set[str] = set()
@@ -102,7 +105,7 @@ def prime(specs: Sequence[LaunchSpec], say: Callable[[str], None] = lambda _: No
         if Path(spec.launch.model_dir, "config.json").is_file():
             ensure_tokenizer(spec.launch.model_dir)
         sid = f"{spec.servers[0]}/prime"
-        server = new_server(spec, sid, spec.placement.server_devices[0])
+        server = server_for(spec, sid, spec.placement.server_devices[0])
         start = log_size(server.log_path)
         say(f"server {sid}: starting, unmeasured (no measured launch is its configuration's first start)")
         t0 = time.monotonic()

@@ -30,6 +30,7 @@ from runner.execute.prime import (
 )
 from runner.execute.segments import PHASES, PRIME
 from runner.store.store import Store
+from studyc.errors import EngineError
 from tests.conftest import REPO, vllm_missing
 
 
@@ -40,6 +41,7 @@ def spec(argv: tuple[str, ...], env: dict[str, str] | None = None, command: tupl
 
 def test_a_configuration_is_command_argv_and_env() -> None:
     base = configuration(spec(("serve", "m")))
+    assert len(base) == 16 and int(base, 16) >= 0
     assert base == configuration(spec(("serve", "m"), lid="s/a/L2"))  # another launch of it: the same
     assert base != configuration(spec(("serve", "m", "--x")))
     assert base != configuration(spec(("serve", "m"), {"VLLM_X": "1"}))
@@ -62,6 +64,9 @@ def test_to_prime_takes_the_first_launch_of_each_new_configuration() -> None:
 
 def test_the_record_is_read_whole_or_not_at_all(tmp_path: Path) -> None:
     assert known(None) == set() and known(tmp_path) == set()
+    deep = tmp_path / "a" / "b"
+    remember(deep, {"k0"})  # folders made as needed
+    assert known(deep) == {"k0"}
     remember(tmp_path, {"k1"})
     remember(tmp_path, {"k2"})
     assert known(tmp_path) == {"k1", "k2"}
@@ -84,6 +89,79 @@ def test_prime_note_counts_compiles_and_failures() -> None:
     assert prime_note([Primed("L1", 1.0, None, "exited")]).endswith("(0 compiled their graphs, 1 failed)")
     assert prime(()) == []  # no launch: nothing started
     assert PHASES.index(PRIME) < PHASES.index("warmup")  # before every launch's own phases
+
+
+class Stand:
+    """A server that comes up (its log saying what vLLM's would) or exits at start: faults on demand."""
+
+    def __init__(self, log: Path, lines: str = "", fails: str = "") -> None:
+        self.log_path, self.lines, self.fails, self.calls = log, lines, fails, []
+
+    def start(self) -> None:
+        self.calls.append("start")
+        with self.log_path.open("a") as f:
+            f.write(self.lines)
+
+    def wait_ready(self) -> None:
+        self.calls.append("wait_ready")
+        if self.fails:
+            raise EngineError(self.fails)
+
+    def stop(self) -> None:
+        self.calls.append("stop")
+
+
+COLD = "INFO 12-04 15:30:01 [backends.py:393] Compiling a graph for compile range (1, 8192) takes 15.35 s\n"
+WARM = "INFO 12-04 15:36:19 [backends.py:292] Directly load the compiled graph(s) for compile range (1, 8192)\n"
+
+
+def launch_spec(tmp: Path, argv: tuple[str, ...], lid: str, env: dict[str, str] | None = None) -> Any:
+    return SimpleNamespace(
+        engine_command=("vllm",), launch=SimpleNamespace(argv=argv, env=env or {}, id=lid, model_dir=str(tmp / "none")),
+        servers=(lid,), placement=SimpleNamespace(server_devices=(("0",),)), log_dir=tmp / "runs" / "r1",
+        cache_root=tmp / "cache" / "compile-cache")
+
+
+def test_prime_starts_each_new_configuration_once_and_remembers_what_came_up(tmp_path: Path) -> None:
+    specs = [launch_spec(tmp_path, ("a",), "s/a/L1"), launch_spec(tmp_path, ("b",), "s/b/L1"),
+             launch_spec(tmp_path, ("a",), "s/a/L2"), launch_spec(tmp_path, ("c",), "s/c/L1")]
+    made: dict[str, Stand] = {}
+    behaviour = {"s/a/L1/prime": (COLD, ""), "s/b/L1/prime": ("", "vLLM exited with code 1 during startup"),
+                 "s/c/L1/prime": (WARM, "")}
+
+    def server_for(spec: Any, sid: str, devices: tuple[str, ...]) -> Stand:
+        assert devices == ("0",)
+        made[sid] = Stand(spec.log_dir / (sid.replace("/", "__") + ".log"), *behaviour[sid])
+        return made[sid]
+
+    said: list[str] = []
+    done = prime(specs, said.append, server_for)
+    assert [(p.launch_id, p.compile_cache, p.error) for p in done] == [
+        ("s/a/L1", "cold", ""), ("s/b/L1", None, "vLLM exited with code 1 during startup"), ("s/c/L1", "warm", "")]
+    assert all(0 <= p.seconds < 60 for p in done)  # this start's own seconds
+    assert list(made) == ["s/a/L1/prime", "s/b/L1/prime", "s/c/L1/prime"]  # the second launch of a: not again
+    assert all(m.calls == ["start", "wait_ready", "stop"] for m in made.values())  # stopped, failed or not
+    assert said == [
+        "server s/a/L1/prime: starting, unmeasured (no measured launch is its configuration's first start)",
+        "server s/a/L1/prime: ready and stopped (it compiled its graphs)",
+        "server s/b/L1/prime: starting, unmeasured (no measured launch is its configuration's first start)",
+        "server s/b/L1/prime: failed: vLLM exited with code 1 during startup",
+        "server s/c/L1/prime: starting, unmeasured (no measured launch is its configuration's first start)",
+        "server s/c/L1/prime: ready and stopped (it loaded compiled graphs)",
+    ]
+    assert (tmp_path / "runs" / "r1").is_dir()  # the log folder is made before the first start
+    assert known(tmp_path / "cache" / "compile-cache") == {configuration(specs[0]), configuration(specs[3])}
+    assert prime_note(done).endswith("(1 compiled their graphs, 1 failed)")
+    # Again under the same cache: only the one that failed is started.
+    made.clear()
+    done = prime(specs, said.append, server_for)
+    assert list(made) == ["s/b/L1/prime"] and [p.launch_id for p in done] == ["s/b/L1"]
+    # A log that already held an earlier start's lines: only this start's own count.
+    made.clear()
+    (tmp_path / "cache" / "compile-cache" / RECORD).unlink()
+    behaviour["s/a/L1/prime"] = (WARM, "")
+    done = prime(specs[:1], said.append, server_for)
+    assert done[0].compile_cache == "warm"
 
 
 def test_a_gpu_host_primes_unless_told_not_to() -> None:
