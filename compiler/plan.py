@@ -12,7 +12,7 @@ plans upgraded here).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -343,6 +343,17 @@ class Plan(Frozen):
             return cls.model_validate(json.loads(text))
         except ValueError:  # not JSON, or not a plan (pydantic's ValidationError is a ValueError)
             return None
+
+
+def compile_cache_off(env: Mapping[str, str]) -> bool:
+    """The arm turns vLLM's compile cache off (VLLM_DISABLE_COMPILE_CACHE): every start of it compiles, so it
+    is never primed (runner.execute.prime) and every start is estimated as a compiling one."""
+    return env.get("VLLM_DISABLE_COMPILE_CACHE", "0").strip().lower() not in ("", "0", "false")
+
+
+def primed_configurations(launches: Sequence[Launch]) -> int:
+    """Configurations a GPU run primes: one per fingerprint, none whose arm turns the compile cache off."""
+    return len({s.fingerprint for s in launches if not compile_cache_off(s.env)})
 
 
 def upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:

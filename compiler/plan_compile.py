@@ -14,7 +14,18 @@ from compiler.capacity import wave_requests
 from compiler.engine_options import parallel_gpus
 from compiler.load import LoadedStudy
 from compiler.metrics import MACHINE_METRICS
-from compiler.plan import Block, BlockDesign, Engine, Launch, Plan, PointStep, SearchStep, mark_cold
+from compiler.plan import (
+    Block,
+    BlockDesign,
+    Engine,
+    Launch,
+    Plan,
+    PointStep,
+    SearchStep,
+    compile_cache_off,
+    mark_cold,
+    primed_configurations,
+)
 from compiler.plan_estimate import estimate_point_s
 from compiler.plan_resolve import plan_hypotheses
 from compiler.study import Rung, Study
@@ -102,7 +113,7 @@ def compile_study(loaded: LoadedStudy) -> Plan:
     calibrate_s = LAUNCH_CALIBRATION_S if calibrate else 0.0
     # On a GPU host each configuration's first (compiling) start is an unmeasured prime (runner.execute.prime):
     # one start more per configuration, at the warm start's time
-    primes_s = 0.0 if hardware.name == "cpu" else start_s * len({s.fingerprint for s in required})
+    primes_s = 0.0 if hardware.name == "cpu" else start_s * primed_configurations(required)
     total = sum(_launch_s(s) + calibrate_s for s in required) + primes_s
     most = sum(_launch_s(s) + calibrate_s for s in launches) + primes_s
     return Plan(
@@ -120,8 +131,8 @@ def compile_study(loaded: LoadedStudy) -> Plan:
             f"{len(required)} launch(es) one at a time, each starting its servers in {start_s:.0f} s"
             + (" (held; about 20 s more with --cold-starts)" if hardware.name != "cpu" else "")
             + (f" ({first_start_s:.0f} s the first start of a configuration: its compile cache cold; that start is"
-               f" an unmeasured prime, {len({s.fingerprint for s in required})} x {start_s:.0f} s more, unless"
-               " --no-prime)" if first_start_s != start_s else "")
+               f" an unmeasured prime, {primes_s / start_s:.0f} x {start_s:.0f} s more, unless --no-prime)"
+               if first_start_s != start_s else "")
             + "; decode at "
             f"75% of the {hardware.name} spec-sheet bandwidth roofline, with a per-step floor; prefill at half the spec-sheet bf16 FLOP/s, no prefix cache"
             + ("; a capacity search as its probes at hi, lo and the middle of the range" if study.load.search else "")
@@ -149,11 +160,12 @@ def launch_counts(study: Study) -> dict[str, int]:
 
 def _first_starts_cold(launches: list[Launch], first_start_s: float) -> list[Launch]:
     """The first launch of each configuration (its fingerprint) starts in `first_start_s`: its compile cache
-    is cold on a fresh machine."""
+    is cold on a fresh machine; every launch of an arm that turns the cache off does."""
     seen: set[str] = set()
     out = []
     for launch in launches:
-        if launch.fingerprint not in seen and launch.estimated_start_s < first_start_s:
+        cold = launch.fingerprint not in seen or compile_cache_off(launch.env)
+        if cold and launch.estimated_start_s < first_start_s:
             launch = launch.model_copy(update={"estimated_start_s": first_start_s})
         seen.add(launch.fingerprint)
         out.append(launch)

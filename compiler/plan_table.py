@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from compiler.plan import HypothesisSide, HypothesisStep, Launch, Plan
+from compiler.plan import HypothesisSide, HypothesisStep, Launch, Plan, primed_configurations
 from studyc import format as fmt
 
 
@@ -15,7 +15,7 @@ def summary(plan: Plan) -> list[str]:
     searches = [q for s in required for q in s.searches]
     starts = sum(s.replicas for s in required)
     start_s = sum(s.estimated_start_s for s in required) + plan.prime_s
-    primes = len({s.fingerprint for s in required}) if plan.prime_s else 0
+    primes = primed_configurations(required) if plan.prime_s else 0
     gpus = sorted({s.gpus for s in plan.launches})
     per_launch = "/".join(str(g) for g in gpus)
     lines = [

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from compiler.plan import compile_cache_off
 from runner.execute.launch import LaunchSpec, compile_cache_state, new_server
 from runner.execute.point import log_size
 from runner.server.tokenizer import ensure_tokenizer
@@ -46,18 +47,13 @@ def configuration(spec: LaunchSpec) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
-def uncached(env: dict[str, str]) -> bool:
-    """The arm turns vLLM's compile cache off: every start of it compiles, and a prime would warm nothing."""
-    return env.get("VLLM_DISABLE_COMPILE_CACHE", "0").strip().lower() not in ("", "0", "false")
-
-
 def to_prime(specs: Sequence[LaunchSpec], known: set[str]) -> list[LaunchSpec]:
     """The first launch of each configuration not in `known`, in run order; none whose arm turns the
     compile cache off."""
     seen, out = set(known), []
     for spec in specs:
         key = configuration(spec)
-        if key not in seen and not uncached(dict(spec.launch.env)):
+        if key not in seen and not compile_cache_off(dict(spec.launch.env)):
             seen.add(key)
             out.append(spec)
     return out

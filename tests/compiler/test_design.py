@@ -291,3 +291,17 @@ def test_plan_table_shows_blocks_launches_gpus_and_the_estimate() -> None:
     assert "sequential: up to 3 more block(s)" in out and "block 4  (sequential: only while undecided)" in out
     assert "launch replicas-1v2/two/L1" in out and "2 servers (least_outstanding), 2 GPU(s)" in out
     assert "estimated 15m08s one launch at a time on h200 (server starts 75%)" in out
+
+
+def test_an_arm_with_the_compile_cache_off_compiles_every_start_and_is_not_primed() -> None:
+    from compiler.plan import compile_cache_off, primed_configurations
+    from compiler.plan_table import summary
+
+    plan = compile_study(load_study(ROOT / "studies/warmup_trap.toml"))
+    starts = {arm: sorted(s.estimated_start_s for s in plan.launches if s.arm == arm) for arm in ("cold", "warmed")}
+    assert starts == {"cold": [140.0, 140.0, 140.0], "warmed": [45.0, 45.0, 140.0]}
+    assert primed_configurations(plan.launches) == 1 and plan.prime_s == 45.0
+    assert "1 unmeasured prime start(s)" in "\n".join(summary(plan))
+    cpu = compile_study(load_study(ROOT / "studies/quickstart.toml"))
+    assert cpu.prime_s == 0.0 and '"prime_s"' not in cpu.to_json()  # a CPU plan: no prime, bytes as before
+    assert compile_cache_off({"VLLM_DISABLE_COMPILE_CACHE": "true"}) and not compile_cache_off({"VLLM_DISABLE_COMPILE_CACHE": " 0"})

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from compiler.plan import compile_cache_off
 from runner.execute.prime import (
     RECORD,
     Primed,
@@ -27,7 +28,6 @@ from runner.execute.prime import (
     primes,
     remember,
     to_prime,
-    uncached,
 )
 from runner.execute.segments import PHASES, PRIME
 from runner.store.store import Store
@@ -60,7 +60,8 @@ def test_to_prime_takes_the_first_launch_of_each_new_configuration() -> None:
     assert [s.launch.id for s in to_prime([off, a1], set())] == ["L1a"]
     for value, skipped in (("1", True), ("True", True), ("0", False), ("false", False), ("", False), (" 0 ", False)):
         assert len(to_prime([spec(("c",), {"VLLM_DISABLE_COMPILE_CACHE": value})], set())) == (0 if skipped else 1), value
-    assert uncached({"VLLM_DISABLE_COMPILE_CACHE": "1"}) and not uncached({}) and not uncached({"X": "1"})
+    assert compile_cache_off({"VLLM_DISABLE_COMPILE_CACHE": "1"}) and not compile_cache_off({})
+    assert not compile_cache_off({"X": "1"})
 
 
 def test_the_record_is_read_whole_or_not_at_all(tmp_path: Path) -> None:
