@@ -113,7 +113,8 @@ def compile_study(loaded: LoadedStudy) -> Plan:
     calibrate_s = LAUNCH_CALIBRATION_S if calibrate else 0.0
     # On a GPU host each configuration's first (compiling) start is an unmeasured prime (runner.execute.prime):
     # one start more per configuration, at the warm start's time
-    primes_s = 0.0 if hardware.name == "cpu" else start_s * primed_configurations(required)
+    primed = 0 if hardware.name == "cpu" else primed_configurations(required)
+    primes_s = start_s * primed
     total = sum(_launch_s(s) + calibrate_s for s in required) + primes_s
     most = sum(_launch_s(s) + calibrate_s for s in launches) + primes_s
     return Plan(
@@ -131,7 +132,7 @@ def compile_study(loaded: LoadedStudy) -> Plan:
             f"{len(required)} launch(es) one at a time, each starting its servers in {start_s:.0f} s"
             + (" (held; about 20 s more with --cold-starts)" if hardware.name != "cpu" else "")
             + (f" ({first_start_s:.0f} s the first start of a configuration: its compile cache cold; that start is"
-               f" an unmeasured prime, {primes_s / start_s:.0f} x {start_s:.0f} s more, unless --no-prime)"
+               f" an unmeasured prime, {primed} x {start_s:.0f} s more, unless --no-prime)"
                if first_start_s != start_s else "")
             + "; decode at "
             f"75% of the {hardware.name} spec-sheet bandwidth roofline, with a per-step floor; prefill at half the spec-sheet bf16 FLOP/s, no prefix cache"

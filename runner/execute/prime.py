@@ -8,7 +8,7 @@ that compiled, 37.5 and 37.6 ms on the two that loaded). With three launches per
 third of the design. Primed, the compile happens in a start nobody measures, and every measured launch
 loads compiled graphs.
 
-A configuration is the engine command, the server's argv and the env its arm gives it. Which ones this
+A configuration is the engine command and the launch's fingerprint (its argv and the env its arm gives it). Which ones this
 host has primed is remembered in the compile cache's folder (`primed.json`), so a run on a host that
 already compiled them starts nothing extra; a cache emptied since is found by the launch's own log
 (its `compile_cache` reads "cold"), as without priming.
@@ -16,7 +16,6 @@ already compiled them starts nothing extra; a cache emptied since is found by th
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from compiler.plan import compile_cache_off
+from compiler.plan_compile import fingerprint
 from runner.execute.launch import LaunchSpec, compile_cache_state, new_server
 from runner.execute.point import log_size
 from runner.server.tokenizer import ensure_tokenizer
@@ -42,9 +42,9 @@ def primes(asked: bool | None, gpu_host: bool, ray: bool) -> bool:
 
 
 def configuration(spec: LaunchSpec) -> str:
-    """What a compile-cache entry can depend on that the run sees: engine command, argv, the arm's env."""
-    raw = json.dumps([list(spec.engine_command), list(spec.launch.argv), sorted(spec.launch.env.items())])
-    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+    """What a compile-cache entry can depend on that the run sees: the engine command and the launch's
+    fingerprint (its argv and its arm's env, as the plan counts configurations)."""
+    return fingerprint([list(spec.engine_command), spec.launch.fingerprint])
 
 
 def to_prime(specs: Sequence[LaunchSpec], known: set[str]) -> list[LaunchSpec]:
@@ -53,7 +53,7 @@ def to_prime(specs: Sequence[LaunchSpec], known: set[str]) -> list[LaunchSpec]:
     seen, out = set(known), []
     for spec in specs:
         key = configuration(spec)
-        if key not in seen and not compile_cache_off(dict(spec.launch.env)):
+        if key not in seen and not compile_cache_off(spec.launch.env):
             seen.add(key)
             out.append(spec)
     return out

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from compiler.plan import compile_cache_off
+from compiler.plan_compile import fingerprint
 from runner.execute.prime import (
     RECORD,
     Primed,
@@ -37,7 +38,8 @@ from tests.conftest import REPO, vllm_missing
 
 def spec(argv: tuple[str, ...], env: dict[str, str] | None = None, command: tuple[str, ...] = ("vllm",),
          lid: str = "s/a/L1") -> Any:
-    return SimpleNamespace(engine_command=command, launch=SimpleNamespace(argv=argv, env=env or {}, id=lid))
+    return SimpleNamespace(engine_command=command, launch=SimpleNamespace(
+        argv=argv, env=env or {}, id=lid, fingerprint=fingerprint({"argv": list(argv), "env": env or {}})))
 
 
 def test_a_configuration_is_command_argv_and_env() -> None:
@@ -119,7 +121,8 @@ WARM = "INFO 12-04 15:36:19 [backends.py:292] Directly load the compiled graph(s
 
 def launch_spec(tmp: Path, argv: tuple[str, ...], lid: str, env: dict[str, str] | None = None) -> Any:
     return SimpleNamespace(
-        engine_command=("vllm",), launch=SimpleNamespace(argv=argv, env=env or {}, id=lid, model_dir=str(tmp / "none")),
+        engine_command=("vllm",), launch=SimpleNamespace(argv=argv, env=env or {}, id=lid, model_dir=str(tmp / "none"),
+                                                        fingerprint=fingerprint({"argv": list(argv), "env": env or {}})),
         servers=(lid,), placement=SimpleNamespace(server_devices=(("0",),)), log_dir=tmp / "runs" / "r1",
         cache_root=tmp / "cache" / "compile-cache")
 
