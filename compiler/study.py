@@ -318,6 +318,11 @@ class Hypothesis(Strict):
     where: Where = Field(default_factory=Where, description="Which points the measurement rests on.")
     predict: Prediction = Field(description="The prediction.")
     source: str = Field(default="", description="The seed's own figure or words, for 'against the seed'.")
+    requires: list[str] = Field(
+        default_factory=list,
+        description="Premises: ids of other hypotheses of this study that must be confirmed for this claim to be "
+        "measurable here. One refuted: this one reads 'not measurable here'; one unsettled: at most inconclusive.",
+    )
 
 
 class Study(Strict):

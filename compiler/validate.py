@@ -242,6 +242,21 @@ def _check_server_selection(hyp: Hypothesis, base: str) -> Iterator[Finding]:
             return
 
 
+def _check_premises(study: Study, index: int, hyp: Hypothesis) -> Iterator[Finding]:
+    """`requires` names other hypotheses of the study, each a premise that has none of its own (one level:
+    a premise is judged by its own interval, never by another premise)."""
+    by_id = {h.id: h for h in study.hypothesis}
+    for i, name in enumerate(hyp.requires):
+        key = f"hypothesis[{index}].requires[{i}]"
+        if name == hyp.id:
+            yield key, f"hypothesis '{hyp.id}' cannot require itself"
+        elif name not in by_id:
+            yield key, f"unknown hypothesis '{name}'{_did_you_mean(name, by_id)}"
+        elif by_id[name].requires:
+            yield key, (f"'{name}' has premises of its own (requires {by_id[name].requires}): a premise must be "
+                        "decided by its own measurement")
+
+
 def _check_hypotheses(study: Study) -> Iterator[Finding]:
     seen: set[str] = set()
     for index, hyp in enumerate(study.hypothesis):
@@ -249,6 +264,7 @@ def _check_hypotheses(study: Study) -> Iterator[Finding]:
         if hyp.id in seen:
             yield f"{base}.id", f"duplicate hypothesis id '{hyp.id}'"
         seen.add(hyp.id)
+        yield from _check_premises(study, index, hyp)
         if hyp.metric not in METRICS:
             close = difflib.get_close_matches(hyp.metric, METRICS, n=1, cutoff=0.6)
             hint = f"; did you mean '{close[0]}'?" if close else " (see `studyc metrics`)"

@@ -35,6 +35,8 @@ class Why(StrEnum):
     SPLIT_HOSTS = "split across hosts"  # a block whose points ran on two hosts: left out of the pairing
     SEARCH_OPEN = "search open"  # a capacity search found no bracket (held at hi, failed at lo) or was cut short
     SEARCH_RESOLUTION = "search resolution"  # a capacity's interval widened to the levels that failed
+    PREMISE_REFUTED = "premise refuted"  # a hypothesis it requires is refuted: not measurable here (report.premise)
+    PREMISE_UNSETTLED = "premise unsettled"  # a hypothesis it requires is not confirmed: at most inconclusive
 
 
 SPLIT = "split across hosts: block"  # how a split block's observations say why they are left out (report.sides)
@@ -94,6 +96,12 @@ class Reason:
             alone = f" ({self.detail})" if self.detail else ""
             return (f"inconclusive (one launch): launch-to-launch variation is not in it{alone}; what would "
                     f"decide it: {self.decide or 'at least 2 launches per arm'}")
+        if w is Why.PREMISE_REFUTED:
+            return (f"not measurable here: its premise {self.point} is refuted ({self.detail}), so what was measured "
+                    "is not what the claim is about; no verdict on the claim")
+        if w is Why.PREMISE_UNSETTLED:
+            return (f"its premise {self.point} is {self.detail}, not confirmed: at most inconclusive until the "
+                    "premise is")
         if w is Why.SPLIT_HOSTS:
             return f"{self.point}: left out of the pairing, {self.detail}"
         if w is Why.NOT_EXCHANGEABLE:
@@ -162,12 +170,12 @@ class Score:
     @property
     def verdict_label(self) -> str:
         """The verdict as shown: "inconclusive (one launch)" where no launch variation could decide it."""
-        return label_of(self.verdict, self.has(Why.ONE_LAUNCH))
+        return label_of(self.verdict, self.has(Why.ONE_LAUNCH), self.has(Why.PREMISE_REFUTED))
 
     @property
     def verdict_spec_label(self) -> str:
         """The spec-sheet verdict as shown (`verdict_label`)."""
-        return label_of(self.verdict_spec, self.has(Why.ONE_LAUNCH))
+        return label_of(self.verdict_spec, self.has(Why.ONE_LAUNCH), self.has(Why.PREMISE_REFUTED))
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -190,8 +198,14 @@ def interval_label(confidence: float, look: tuple[int, int] | None) -> str:
     return f"{label}, look {look[0]} of {look[1]}" if look else label
 
 
-def label_of(verdict: Verdict, one_launch: bool) -> str:
-    """A verdict as shown: an inconclusive one resting on one launch says so."""
+NOT_MEASURABLE = "not measurable here"
+
+
+def label_of(verdict: Verdict, one_launch: bool, premise_refuted: bool = False) -> str:
+    """A verdict as shown: an inconclusive one resting on one launch says so; an invalid one whose premise was
+    refuted is "not measurable here" (report.premise)."""
+    if premise_refuted and verdict == "invalid":
+        return NOT_MEASURABLE
     return "inconclusive (one launch)" if one_launch and verdict == "inconclusive" else verdict
 
 

@@ -31,6 +31,7 @@ from report.capacity import search_side
 from report.context import StudyContext, build_context, side_label
 from report.intervals import Critical, Interval, Layout, fixed_critical, mean_interval, ratio_interval
 from report.prediction import Resolved, resolve_prediction
+from report.premise import premised
 from report.results import RunData
 from report.score_model import Reason, Score, Why, interval_label
 from report.sequential import look_alpha, look_critical
@@ -84,7 +85,8 @@ def score(ctx: StudyContext, *, explain: bool = True) -> list[Score]:
         if not check.passed:
             failed.setdefault(check.point_id, []).append(check)
     run_blocks = len(ctx.layout.blocks(ctx.data.points)) if ctx.data else 0
-    return [_score(ctx, hyp, failed, run_blocks, explain) for hyp in ctx.study.hypothesis]
+    hypotheses = ctx.study.hypothesis
+    return premised(hypotheses, [_score(ctx, hyp, failed, run_blocks, explain) for hyp in hypotheses])
 
 
 def _score(ctx: StudyContext, hyp: Hypothesis, failed: dict[str, list[CheckResult]], run_blocks: int,
