@@ -50,6 +50,7 @@ MODULES=(
   "capacity_report|report/capacity.py|tests/report/test_capacity.py"
   "phase_compare|report/phase_compare.py|tests/report/test_phase_compare.py"
   "block_planner|report/block_planner.py|tests/report/test_block_planner.py tests/report/test_block_planner_edges.py tests/report/test_one_launch.py"
+  "premise|report/premise.py|tests/report/test_premise.py"
 )
 
 [ -x "$MUTMUT" ] || { echo "mutmut missing: .venv/bin/pip install -e '.[mutation]'" >&2; exit 2; }

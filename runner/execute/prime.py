@@ -8,7 +8,7 @@ that compiled, 37.5 and 37.6 ms on the two that loaded). With three launches per
 third of the design. Primed, the compile happens in a start nobody measures, and every measured launch
 loads compiled graphs.
 
-A configuration is the engine command and the launch's fingerprint (its argv and the env its arm gives it). Which ones this
+A configuration is the engine command, the launch's options (in any order) and the env its arm gives it. Which ones this
 host has primed is remembered in the compile cache's folder (`primed.json`), so a run on a host that
 already compiled them starts nothing extra; a cache emptied since is found by the launch's own log
 (its `compile_cache` reads "cold"), as without priming.
@@ -41,10 +41,27 @@ def primes(asked: bool | None, gpu_host: bool, ray: bool) -> bool:
     return not ray and (gpu_host if asked is None else asked)
 
 
+def option_groups(argv: Sequence[str]) -> list[list[str]]:
+    """A serve argv as its leading positionals (`serve MODEL`) then each option with its values, the options
+    sorted: `--a 1 --b` and `--b --a=1` are one server (each option is given once; argparse reads them in any
+    order), so they are one configuration across studies that spell their options in another order."""
+    head: list[str] = []
+    groups: list[list[str]] = []
+    for arg in argv:
+        if arg.startswith("--"):
+            groups.append(arg.split("=", 1))
+        elif groups:
+            groups[-1].append(arg)
+        else:
+            head.append(arg)
+    return [head, *sorted(groups)]
+
+
 def configuration(spec: LaunchSpec) -> str:
-    """What a compile-cache entry can depend on that the run sees: the engine command and the launch's
-    fingerprint (its argv and its arm's env, as the plan counts configurations)."""
-    return fingerprint([list(spec.engine_command), spec.launch.fingerprint])
+    """What a compile-cache entry can depend on that the run sees: the engine command, the launch's argv as
+    its options (`option_groups`, order aside) and its arm's env. Two studies that serve the same model with
+    the same options share it: the second one starts nothing extra."""
+    return fingerprint([list(spec.engine_command), option_groups(spec.launch.argv), spec.launch.env])
 
 
 def to_prime(specs: Sequence[LaunchSpec], known: set[str]) -> list[LaunchSpec]:

@@ -7,6 +7,11 @@
 #   bash scripts/gpu/device.sh run STUDY...      # run studies/STUDY.toml, one DuckDB file each (RESUME=1: continue
 #                                                # the latest run in /tmp/results/h200-STUDY.duckdb, e.g. its budget
 #                                                # blocks; on a fresh machine, the one in results/h200-running/STUDY.duckdb)
+#                                                # A call carries 64 MiB at most, and the bundle's largest piece
+#                                                # (60 MB) leaves about 3.5 MB for the tree: a running database
+#                                                # travels in a call of its own (copy it to an ignored path such as
+#                                                # .vb/STUDY.duckdb, carry that, cp it to /tmp/results/h200-STUDY.duckdb),
+#                                                # and results/h200-running/ stays out of the piece's call.
 #   bash scripts/gpu/device.sh start STUDY...    # the same in the background (outlives this call)
 #   bash scripts/gpu/device.sh levers STUDY [THEN...] # STUDY run with --cold-starts, then held, one database;
 #                                                # then `studyc phases` side by side, then THEN (background: `wait`)

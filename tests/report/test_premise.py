@@ -4,6 +4,7 @@ premise that is unknown, the hypothesis itself, or has premises of its own."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,30 @@ def test_the_moe_study_with_its_premise_is_valid_and_scored_against_its_run() ->
     assert premise.hypothesis == "union-read" and premise.verdict == "inconclusive"
     assert premise.measured is not None and premise.band_low is not None and premise.measured < premise.band_low
     assert claim.verdict == "inconclusive" and claim.has(Why.PREMISE_UNSETTLED)
+
+
+def test_an_unsettled_premise_holds_the_spec_sheet_verdict_too() -> None:
+    hyps = [_hyp("claim", ("premise",)), _hyp("premise")]
+    claim = replace(_score("claim", "confirmed"), verdict_spec="refuted")
+    held, _ = premised(hyps, [claim, _score("premise", "inconclusive")])
+    assert (held.verdict, held.verdict_spec) == ("inconclusive", "inconclusive")
+
+
+def test_a_premise_without_a_score_counts_as_not_run() -> None:
+    """A premise missing from the scores (none to read) is unsettled: "not run", never confirmed."""
+    (claim,) = premised([_hyp("claim", ("premise",))], [_score("claim", "refuted")])
+    assert claim.verdict == "inconclusive"
+    assert claim.notes == ("its premise premise is not run, not confirmed: at most inconclusive until the premise is",)
+
+
+def test_scores_and_hypotheses_must_pair_one_to_one() -> None:
+    with pytest.raises(ValueError):
+        premised([_hyp("a"), _hyp("b")], [_score("a", "confirmed")])
+
+
+def test_the_premise_interval_is_as_precise_as_its_mean() -> None:
+    """The refuted premise's interval is given at its mean's precision (46.5 ms: two decimals), not at that of
+    its wider end (105 ms: one)."""
+    premise = replace(_score("premise", "refuted", measured=0.0465), ci_low=0.040, ci_high=0.105)
+    claim, _ = premised([_hyp("claim", ("premise",)), _hyp("premise")], [_score("claim", "confirmed"), premise])
+    assert "(claim premise: 46.50 ms, interval 40.00–105.00 ms)" in claim.notes[0]

@@ -24,6 +24,7 @@ from runner.execute.prime import (
     Primed,
     configuration,
     known,
+    option_groups,
     prime,
     prime_note,
     primes,
@@ -50,6 +51,23 @@ def test_a_configuration_is_command_argv_and_env() -> None:
     assert base != configuration(spec(("serve", "m"), {"VLLM_X": "1"}))
     assert base != configuration(spec(("serve", "m"), command=("python3", "-m", "vllm")))
     assert configuration(spec(("serve", "m"), {"A": "1", "B": "2"})) == configuration(spec(("serve", "m"), {"B": "2", "A": "1"}))
+
+
+def test_options_in_another_order_are_the_same_configuration() -> None:
+    """fp8-weights' bf16 arm and max-num-seqs' mns32 arm spell one server in two orders (2026-12-04: primed
+    twice); `--x=1` is `--x 1`; a value, a flag or the model that differs is another configuration."""
+    one = ("serve", "/m/qwen3-4b", "--max-model-len", "4096", "--max-num-batched-tokens", "4096", "--max-num-seqs", "32")
+    other = ("serve", "/m/qwen3-4b", "--max-num-seqs", "32", "--max-model-len=4096", "--max-num-batched-tokens", "4096")
+    assert configuration(spec(one)) == configuration(spec(other))
+    assert option_groups(other) == [["serve", "/m/qwen3-4b"], ["--max-model-len", "4096"],
+                                    ["--max-num-batched-tokens", "4096"], ["--max-num-seqs", "32"]]
+    assert option_groups(("serve", "m", "--enforce-eager", "--a", "1", "2")) == [["serve", "m"], ["--a", "1", "2"],
+                                                                                ["--enforce-eager"]]
+    assert option_groups(()) == [[]]
+    assert configuration(spec(one)) != configuration(spec(one[:-1] + ("64",)))
+    assert configuration(spec(one)) != configuration(spec(one + ("--enforce-eager",)))
+    assert configuration(spec(one)) != configuration(spec(("serve", "/m/qwen3-8b") + one[2:]))
+    assert configuration(spec(("serve", "m", "--a", "1", "--b"))) != configuration(spec(("serve", "m", "--a", "--b", "1")))
 
 
 def test_to_prime_takes_the_first_launch_of_each_new_configuration() -> None:
