@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from compiler.plan import compile_cache_off
+from compiler.plan import configuration as launch_configuration
 from compiler.plan_compile import fingerprint
 from runner.execute.launch import LaunchSpec, compile_cache_state, new_server
 from runner.execute.point import log_size
@@ -41,27 +42,11 @@ def primes(asked: bool | None, gpu_host: bool, ray: bool) -> bool:
     return not ray and (gpu_host if asked is None else asked)
 
 
-def option_groups(argv: Sequence[str]) -> list[list[str]]:
-    """A serve argv as its leading positionals (`serve MODEL`) then each option with its values, the options
-    sorted: `--a 1 --b` and `--b --a=1` are one server (each option is given once; argparse reads them in any
-    order), so they are one configuration across studies that spell their options in another order."""
-    head: list[str] = []
-    groups: list[list[str]] = []
-    for arg in argv:
-        if arg.startswith("--"):
-            groups.append(arg.split("=", 1))
-        elif groups:
-            groups[-1].append(arg)
-        else:
-            head.append(arg)
-    return [head, *sorted(groups)]
-
-
 def configuration(spec: LaunchSpec) -> str:
-    """What a compile-cache entry can depend on that the run sees: the engine command, the launch's argv as
-    its options (`option_groups`, order aside) and its arm's env. Two studies that serve the same model with
-    the same options share it: the second one starts nothing extra."""
-    return fingerprint([list(spec.engine_command), option_groups(spec.launch.argv), spec.launch.env])
+    """What a compile-cache entry can depend on that the run sees: the engine command and the launch's
+    configuration as the plan counts it (compiler.plan.configuration: its options, order aside, and its arm's
+    env). Two studies that serve the same model with the same options share it: the second starts nothing."""
+    return fingerprint([list(spec.engine_command), launch_configuration(spec.launch)])
 
 
 def to_prime(specs: Sequence[LaunchSpec], known: set[str]) -> list[LaunchSpec]:

@@ -305,3 +305,20 @@ def test_an_arm_with_the_compile_cache_off_compiles_every_start_and_is_not_prime
     cpu = compile_study(load_study(ROOT / "studies/quickstart.toml"))
     assert cpu.prime_s == 0.0 and '"prime_s"' not in cpu.to_json()  # a CPU plan: no prime, bytes as before
     assert compile_cache_off({"VLLM_DISABLE_COMPILE_CACHE": "true"}) and not compile_cache_off({"VLLM_DISABLE_COMPILE_CACHE": " 0"})
+
+
+def test_the_plan_counts_a_configuration_as_the_runner_primes_it_options_in_any_order() -> None:
+    """Two launches whose argv differ only in the order of their options are one configuration to prime
+    (compiler.plan.configuration, which runner.execute.prime keys on too); another value is another."""
+    from compiler.plan import configuration, primed_configurations
+
+    plan = compile_study(load_study(ROOT / "studies/fp8_weights.toml"))
+    bf16 = next(s for s in plan.launches if s.arm == "bf16")
+    head, options = list(bf16.argv[:2]), list(bf16.argv[2:])
+    pairs = [options[i:i + 2] for i in range(0, len(options), 2)]
+    assert all(p[0].startswith("--") and not p[1].startswith("--") for p in pairs)  # this argv: options with values
+    swapped = bf16.model_copy(update={"argv": tuple(head + [a for p in reversed(pairs) for a in p])})
+    assert swapped.argv != bf16.argv and configuration(swapped) == configuration(bf16)
+    assert primed_configurations([bf16, swapped]) == 1
+    other = bf16.model_copy(update={"argv": tuple(head + [a for p in pairs for a in p] + ["--enforce-eager"])})
+    assert primed_configurations([bf16, swapped, other]) == 2

@@ -17,14 +17,13 @@ from typing import Any
 
 import pytest
 
-from compiler.plan import compile_cache_off
+from compiler.plan import compile_cache_off, option_groups
 from compiler.plan_compile import fingerprint
 from runner.execute.prime import (
     RECORD,
     Primed,
     configuration,
     known,
-    option_groups,
     prime,
     prime_note,
     primes,
