@@ -11,21 +11,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from compiler.capacity import wave_requests
+from compiler.configurations import compile_cache_off, primed_configurations
 from compiler.engine_options import parallel_gpus
 from compiler.load import LoadedStudy
 from compiler.metrics import MACHINE_METRICS
-from compiler.plan import (
-    Block,
-    BlockDesign,
-    Engine,
-    Launch,
-    Plan,
-    PointStep,
-    SearchStep,
-    compile_cache_off,
-    mark_cold,
-    primed_configurations,
-)
+from compiler.plan import Block, BlockDesign, Engine, Launch, Plan, PointStep, SearchStep, mark_cold
 from compiler.plan_estimate import estimate_point_s
 from compiler.plan_resolve import plan_hypotheses
 from compiler.study import Rung, Study

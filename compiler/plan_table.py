@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from compiler.plan import HypothesisSide, HypothesisStep, Launch, Plan, primed_configurations
+from compiler.configurations import primed_configurations
+from compiler.plan import HypothesisSide, HypothesisStep, Launch, Plan
 from studyc import format as fmt
 
 

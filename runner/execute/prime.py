@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from compiler.plan import compile_cache_off
-from compiler.plan import configuration as launch_configuration
+from compiler.configurations import compile_cache_off
+from compiler.configurations import configuration as launch_configuration
 from compiler.plan_compile import fingerprint
 from runner.execute.launch import LaunchSpec, compile_cache_state, new_server
 from runner.execute.point import log_size
@@ -44,7 +44,7 @@ def primes(asked: bool | None, gpu_host: bool, ray: bool) -> bool:
 
 def configuration(spec: LaunchSpec) -> str:
     """What a compile-cache entry can depend on that the run sees: the engine command and the launch's
-    configuration as the plan counts it (compiler.plan.configuration: its options, order aside, and its arm's
+    configuration as the plan counts it (compiler.configurations.configuration: its options, order aside, and its arm's
     env). Two studies that serve the same model with the same options share it: the second starts nothing."""
     return fingerprint([list(spec.engine_command), launch_configuration(spec.launch)])
 

@@ -294,7 +294,7 @@ def test_plan_table_shows_blocks_launches_gpus_and_the_estimate() -> None:
 
 
 def test_an_arm_with_the_compile_cache_off_compiles_every_start_and_is_not_primed() -> None:
-    from compiler.plan import compile_cache_off, primed_configurations
+    from compiler.configurations import compile_cache_off, primed_configurations
     from compiler.plan_table import summary
 
     plan = compile_study(load_study(ROOT / "studies/warmup_trap.toml"))
@@ -309,8 +309,8 @@ def test_an_arm_with_the_compile_cache_off_compiles_every_start_and_is_not_prime
 
 def test_the_plan_counts_a_configuration_as_the_runner_primes_it_options_in_any_order() -> None:
     """Two launches whose argv differ only in the order of their options are one configuration to prime
-    (compiler.plan.configuration, which runner.execute.prime keys on too); another value is another."""
-    from compiler.plan import configuration, primed_configurations
+    (compiler.configurations.configuration, which runner.execute.prime keys on too); another value is another."""
+    from compiler.configurations import configuration, primed_configurations
 
     plan = compile_study(load_study(ROOT / "studies/fp8_weights.toml"))
     bf16 = next(s for s in plan.launches if s.arm == "bf16")

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from compiler.plan import compile_cache_off, option_groups
+from compiler.configurations import compile_cache_off, option_groups
 from compiler.plan_compile import fingerprint
 from runner.execute.prime import (
     RECORD,
