@@ -3,6 +3,7 @@ leave-one-study-out predictions, and the ledger of their error by study, GPU, vL
 
 from __future__ import annotations
 
+import os
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -86,13 +87,52 @@ _FITS: dict[tuple[ModelKey, tuple[tuple[str, str], ...]], Coefficients | str] = 
 
 def _fit_key(key: ModelKey, points: Sequence[StoredPoint]) -> Coefficients | str:
     """The key's coefficients fitted on `points`, or why the fit failed; cached for the process."""
-    ids = (key, tuple(sorted((p.run_id, p.point_id) for p in points)))
+    ids = _fit_id(key, points)
     if ids not in _FITS:
-        try:
-            _FITS[ids] = fit([p.observation for p in points]).coefficients
-        except ValueError as exc:
-            _FITS[ids] = f"the fit of {key.label()} failed: {exc}"
+        _FITS[ids] = _fitted(key.label(), [p.observation for p in points])
     return _FITS[ids]
+
+
+def _fit_id(key: ModelKey, points: Sequence[StoredPoint]) -> tuple[ModelKey, tuple[tuple[str, str], ...]]:
+    return key, tuple(sorted((p.run_id, p.point_id) for p in points))
+
+
+def _fitted(label: str, observations: list[Observation]) -> Coefficients | str:
+    """`fit`'s coefficients, or why it failed (a pure function: the same in a worker process)."""
+    try:
+        return fit(observations).coefficients
+    except ValueError as exc:
+        return f"the fit of {label} failed: {exc}"
+
+
+def fit_workers() -> int:
+    """Processes for the leave-one-study-out fits: STUDYC_FIT_WORKERS, else the CPUs this process may use."""
+    named = os.environ.get("STUDYC_FIT_WORKERS", "").strip()
+    if named.isdigit() and int(named) > 0:
+        return int(named)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _fit_all(jobs: Sequence[tuple[ModelKey, Sequence[StoredPoint]]], workers: int) -> None:
+    """Fit each (key, training points) not yet in `_FITS`, `workers` at a time. Each fit is a pure function
+    of its observations, so fitting them in worker processes gives the coefficients one process would."""
+    todo: dict[tuple[ModelKey, tuple[tuple[str, str], ...]], tuple[str, list[Observation]]] = {}
+    for key, points in jobs:
+        ids = _fit_id(key, points)
+        if ids not in _FITS:
+            todo[ids] = (key.label(), [p.observation for p in points])
+    if workers <= 1 or len(todo) <= 1:
+        for ids, (label, observations) in todo.items():
+            _FITS[ids] = _fitted(label, observations)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # spawn: a fresh interpreter per worker, nothing inherited from this one (a database's threads)
+    with ProcessPoolExecutor(min(workers, len(todo)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        results = pool.map(_fitted, *zip(*todo.values(), strict=True))
+        for ids, found in zip(todo, results, strict=True):
+            _FITS[ids] = found
 
 
 _PREDICTIONS: dict[tuple[str, StepLoad, EngineShape, Card, Coefficients], StepPrediction] = {}
@@ -106,19 +146,33 @@ def _predict(p: StoredPoint, coef: Coefficients) -> StepPrediction:
     return _PREDICTIONS[inputs]
 
 
-def leave_one_study_out(points: Sequence[StoredPoint]) -> list[Scored]:
-    """For each study: fit on every other study, predict the held-out one. A point whose key (GPU,
-    vLLM version, family, eager, KV dtype) or model shape no other study measured, or whose key's fit
-    on the other studies does not converge, is not validated. Each fold fits only the keys its held-out
-    study needs, and a fit on the same training points is done once (see `_fit_key`)."""
-    scored: list[Scored] = []
+def _folds(points: Sequence[StoredPoint]) -> list[tuple[str, list[StoredPoint], list[StoredPoint],
+                                                         dict[ModelKey, list[StoredPoint]]]]:
+    """Per study: (study, its training points, its held-out points, the training points of each key it needs)."""
+    folds = []
     for study in sorted({p.study for p in points}):
         train = [p for p in points if p.study != study]
         held = [q for q in points if q.study == study]
         by_key: dict[ModelKey, list[StoredPoint]] = defaultdict(list)
         for p in train:
             by_key[p.key].append(p)
-        coefs = {key: _fit_key(key, by_key[key]) for key in {q.key for q in held} if by_key.get(key)}
+        needed = {q.key for q in held}
+        folds.append((study, train, held, {k: v for k, v in by_key.items() if k in needed}))
+    return folds
+
+
+def leave_one_study_out(points: Sequence[StoredPoint], workers: int | None = None) -> list[Scored]:
+    """For each study: fit on every other study, predict the held-out one. A point whose key (GPU,
+    vLLM version, family, eager, KV dtype) or model shape no other study measured, or whose key's fit
+    on the other studies does not converge, is not validated. Each fold fits only the keys its held-out
+    study needs, and a fit on the same training points is done once (see `_fit_key`); the folds' fits
+    run in `workers` processes (default `fit_workers()`)."""
+    folds = _folds(points)
+    _fit_all([(key, used) for *_, by_key in folds for key, used in by_key.items()],
+             fit_workers() if workers is None else workers)
+    scored: list[Scored] = []
+    for _, train, held, by_key in folds:
+        coefs = {key: _fit_key(key, used) for key, used in by_key.items()}
         shapes = {(p.key, p.model) for p in train}
         for p in held:
             coef = coefs.get(p.key)

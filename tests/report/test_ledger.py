@@ -3,12 +3,14 @@ cannot drift silently, coverage gaps named, and the plan's prefix-cache replay."
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
 from compiler.plan import Plan, PointStep
+from report import ledger_fit
 from report.ledger import _model_dir, cached_tokens, predict_points, read_points
 from report.ledger_fit import leave_one_study_out, ledger, not_validated
 from runner.store.store import Store
@@ -164,3 +166,20 @@ def test_predict_plan_never_fits_on_excluded_run(small_db):
     predicted = predict_plan(plan, small_db, exclude_runs=[run_id])
     assert all(v is None for v in predicted["cuda-graphs/eager/decode/c1/r1"].values())  # only this run is eager
     assert predicted["cuda-graphs/graphs/decode/c1/r1"]["tpot_s"] == pytest.approx(0.00518, rel=0.03)
+
+
+def test_folds_fitted_in_worker_processes_are_the_folds_fitted_here(small_db, monkeypatch):
+    points = read_points(small_db)
+    monkeypatch.setattr(ledger_fit, "_FITS", {})
+    here = leave_one_study_out(points, workers=1)
+    fitted_here = dict(ledger_fit._FITS)
+    monkeypatch.setattr(ledger_fit, "_FITS", {})
+    apart = leave_one_study_out(points, workers=2)
+    assert len(fitted_here) >= 2 and ledger_fit._FITS == fitted_here  # two folds, each its own fit
+    assert here == apart and any(s.validated for s in here)
+
+
+@pytest.mark.parametrize(("named", "workers"), [("3", 3), ("1", 1), ("0", None), ("", None), ("x", None)])
+def test_fit_workers_reads_the_environment_else_the_cpus(monkeypatch, named, workers):
+    monkeypatch.setenv("STUDYC_FIT_WORKERS", named)
+    assert ledger_fit.fit_workers() == (workers or len(os.sched_getaffinity(0)))
