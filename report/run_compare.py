@@ -105,7 +105,7 @@ class StudyRuns:
                 out.append((2, f"{r.run.run_id[:15]} {s.hypothesis}", f"{estimate(s)}{verdict}{test}"))
         for s in next((r.scores for r in self.runs if r.published), ()):
             for run_id, w in self.differ(s.hypothesis):
-                out.append((1, f"{self.study_id}/{s.hypothesis}", f"runs differ (p = {p_text(w.p)}): run {run_id} "
+                out.append((1, f"{self.study_id}/{s.hypothesis}", f"runs differ ({p_text(w.p)}): run {run_id} "
                                                                   f"against the published {self.published}"))
         return out
 
@@ -117,7 +117,7 @@ class StudyRuns:
         said = [f"{r.run.run_id} {r.status}" + (", same file, GPU and vLLM" if r.comparable else
                                                   ", not scored" if r.status != PUBLISHED else
                                                   ", another version or setup") for r in others]
-        differ = sorted({f"{h} (p = {p_text(w.p)})" for s in self.runs if s.published for h, _ in s.tests
+        differ = sorted({f"{h} ({p_text(w.p)})" for s in self.runs if s.published for h, _ in s.tests
                          for _, w in self.differ(h)})
         return f"; other runs: {', '.join(said)}" + (f"; runs differ on {', '.join(differ)}" if differ else "")
 
@@ -141,7 +141,8 @@ def estimate(s: Score) -> str:
 
 
 def p_text(p: float) -> str:
-    return f"{p:.2g}" if p >= 0.001 else "< 0.001"
+    """"p = 0.073", or "p < 0.001" below that."""
+    return f"p = {p:.2g}" if p >= 0.001 else "p < 0.001"
 
 
 def test_text(w: Welch | None, published: bool) -> str:
@@ -149,7 +150,7 @@ def test_text(w: Welch | None, published: bool) -> str:
         return ""
     if w is None:
         return "; against the published run: no test (a side without two block, launch or repeat values)"
-    return f"; against the published run: Welch t = {w.t:.2f}, df {w.df:.1f}, p = {p_text(w.p)}"
+    return f"; against the published run: Welch t = {w.t:.2f}, df {w.df:.1f}, {p_text(w.p)}"
 
 
 def version_of(run: RunRecord) -> str:

@@ -103,7 +103,7 @@ def test_runs_that_differ_are_flagged_and_the_latest_decides(tmp_path: Path, mon
     assert first.comparable and not first.published and first.current
     (run_id, w), = compared.differ("same")
     assert run_id == "first" and w.p < 0.05
-    assert f"toy/same: runs differ (p = {run_compare.p_text(w.p)})" in "\n".join(compared.lines())
+    assert f"toy/same: runs differ ({run_compare.p_text(w.p)})" in "\n".join(compared.lines())
     assert "runs differ on same" in markdown_table(result)
     # The flag's edge: p exactly at the threshold does not flag, just above it does.
     monkeypatch.setattr(run_compare, "DIFFER_P", w.p)
