@@ -60,3 +60,20 @@ def test_a_trace_is_fingerprinted_by_content_not_path() -> None:
     assert payload["input"] == {"dist": "uniform", "min": 1, "max": 2} and payload["think_s"] == 0.5
     assert "path" not in str(one.fingerprint_payload()) and one.fingerprint_payload()["trace"] == {
         "sha256": "1" * 64, "rows": 3}
+
+
+def test_the_fingerprint_payload_is_plain_json() -> None:
+    """JSON types only (a histogram's lengths a list, not a tuple): the payload is hashed as JSON, and the plan
+    read back from JSON must give the same payload."""
+    payload = Shape(input=Histogram(dist="histogram", values=(1, 2), weights=(1.0, 3.0)), output=3).fingerprint_payload()
+    assert payload["input"] == {"dist": "histogram", "file": None, "values": [1, 2], "weights": [1.0, 3.0]}
+    assert type(payload["input"]["values"]) is list  # type: ignore[index]
+
+
+def test_a_histogram_with_a_weight_missing_is_refused_not_cut_short() -> None:
+    """Validation refuses it; built past validation, the mean and floor still refuse it (zip strict)."""
+    bad = Histogram.model_construct(dist="histogram", file=None, values=(1, 2, 3), weights=(1.0, 1.0))
+    with pytest.raises(ValueError):
+        length_mean(bad)
+    with pytest.raises(ValueError):
+        length_floor(bad)
