@@ -161,3 +161,34 @@ def test_study_version_ignores_comments_and_layout_not_values() -> None:
     assert study_version(a) == study_version('# note\nx   = 1\n\n[t]\ny = "z" # c\n')
     assert study_version(a) != study_version(a.replace("1", "2"))
     assert study_version("x = ") is None
+
+
+def test_a_block_whose_host_was_not_recorded_says_so(tmp_path: Path) -> None:
+    plan = _plan(tmp_path)
+    db = _store(tmp_path, plan, {1: {"a": "A", "b": "A"}, 2: {"a": None}})
+    measured = [p.id for launch in plan.launches if (launch.block, launch.arm) == (2, "a") for p in launch.points]
+    with Store(db) as store:
+        (rerun,) = split_blocks(store, "r1", plan, store.done_points("r1"), "A")
+        assert (rerun.block, rerun.hosts, rerun.point_ids) == (2, ("not recorded",), tuple(sorted(measured)))
+        _, messages = rerun_whole_blocks(store, "r1", plan, dict(store.done_points("r1")), "A")
+    assert messages == [f"block 2 run again whole on A by --resume: these ran on not recorded "
+                        f"({len(measured)} points kept, set aside)"]
+
+
+def test_replicas_points_find_their_host_through_the_launch(tmp_path: Path) -> None:
+    """A launch of replicas stores a server per replica (its own id, the launch's id beside it); the points
+    name the launch. Measured on A, resumed on A, the block continues; resumed on B, it runs again."""
+    plan = _plan(tmp_path)
+    db = tmp_path / "replicas.duckdb"
+    first = [launch for launch in plan.launches if launch.block == 1][0]
+    with Store(db) as store:
+        store.save_run(RunRecord("r1", plan.study_id, plan_json=plan.to_json(), started_at=datetime(2026, 1, 1)))
+        for replica in (1, 2):
+            store.record_server(ServerRecord("r1", f"{first.id}/r{replica}", arm=first.arm, launch_id=first.id,
+                                             machine_id="A"))
+        p = first.points[0]
+        store.commit_point(PointRecord("r1", p.id, server_id=first.id, arm=p.arm, fingerprint=p.fingerprint,
+                                       valid=True, summary=PointSummary(output_throughput=1.0)), [], [], [])
+        done = store.done_points("r1")
+        assert split_blocks(store, "r1", plan, done, "A") == []
+        assert [(r.block, r.hosts) for r in split_blocks(store, "r1", plan, done, "B")] == [(1, ("A",))]
