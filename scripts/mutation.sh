@@ -99,6 +99,10 @@ summary() {
           n["no tests"] + 0, n["timeout"] + 0, total ? 100 * k / total : 0
       }' "$f"
   done
+  # All the modules above together: killed / total over every mutant
+  for name in "$@"; do [ -f "$WORK/$name.results" ] && cat "$WORK/$name.results"; done | awk '
+    / killed$/ { k++ } { t++ }
+    END { if (t) printf "%-10s %7d %6d %8s %8s %7s %5.1f%%\n", "all", k, t, "", "", "", 100 * k / t }'
 }
 
 selected=()
