@@ -87,10 +87,7 @@ _FITS: dict[tuple[ModelKey, tuple[tuple[str, str], ...]], Coefficients | str] = 
 
 def _fit_key(key: ModelKey, points: Sequence[StoredPoint]) -> Coefficients | str:
     """The key's coefficients fitted on `points`, or why the fit failed; cached for the process."""
-    ids = _fit_id(key, points)
-    if ids not in _FITS:
-        _FITS[ids] = _fitted(key.label(), [p.observation for p in points])
-    return _FITS[ids]
+    return _fit_all([(key, points)], workers=1)[0]
 
 
 def _fit_id(key: ModelKey, points: Sequence[StoredPoint]) -> tuple[ModelKey, tuple[tuple[str, str], ...]]:
@@ -113,26 +110,25 @@ def fit_workers() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def _fit_all(jobs: Sequence[tuple[ModelKey, Sequence[StoredPoint]]], workers: int) -> None:
-    """Fit each (key, training points) not yet in `_FITS`, `workers` at a time. Each fit is a pure function
-    of its observations, so fitting them in worker processes gives the coefficients one process would."""
-    todo: dict[tuple[ModelKey, tuple[tuple[str, str], ...]], tuple[str, list[Observation]]] = {}
-    for key, points in jobs:
-        ids = _fit_id(key, points)
-        if ids not in _FITS:
-            todo[ids] = (key.label(), [p.observation for p in points])
+def _fit_all(jobs: Sequence[tuple[ModelKey, Sequence[StoredPoint]]], workers: int) -> list[Coefficients | str]:
+    """`_fit_key` of each (key, training points), in order: those not yet in `_FITS` fitted `workers` at a
+    time. Each fit is a pure function of its observations, so fitting them in worker processes gives the
+    coefficients one process would."""
+    ids = [_fit_id(key, points) for key, points in jobs]
+    todo = {i: (key.label(), [p.observation for p in points])
+            for i, (key, points) in zip(ids, jobs, strict=True) if i not in _FITS}
     if workers <= 1 or len(todo) <= 1:
-        for ids, (label, observations) in todo.items():
-            _FITS[ids] = _fitted(label, observations)
-        return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+        for i, (label, observations) in todo.items():
+            _FITS[i] = _fitted(label, observations)
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
 
-    # spawn: a fresh interpreter per worker, nothing inherited from this one (a database's threads)
-    with ProcessPoolExecutor(min(workers, len(todo)), mp_context=multiprocessing.get_context("spawn")) as pool:
-        results = pool.map(_fitted, *zip(*todo.values(), strict=True))
-        for ids, found in zip(todo, results, strict=True):
-            _FITS[ids] = found
+        # spawn: a fresh interpreter per worker, nothing inherited from this one (a database's threads)
+        with ProcessPoolExecutor(min(workers, len(todo)), mp_context=multiprocessing.get_context("spawn")) as pool:
+            for i, found in zip(todo, pool.map(_fitted, *zip(*todo.values(), strict=True)), strict=True):
+                _FITS[i] = found
+    return [_FITS[i] for i in ids]
 
 
 _PREDICTIONS: dict[tuple[str, StepLoad, EngineShape, Card, Coefficients], StepPrediction] = {}
@@ -146,9 +142,9 @@ def _predict(p: StoredPoint, coef: Coefficients) -> StepPrediction:
     return _PREDICTIONS[inputs]
 
 
-def _folds(points: Sequence[StoredPoint]) -> list[tuple[str, list[StoredPoint], list[StoredPoint],
+def _folds(points: Sequence[StoredPoint]) -> list[tuple[list[StoredPoint], list[StoredPoint],
                                                          dict[ModelKey, list[StoredPoint]]]]:
-    """Per study: (study, its training points, its held-out points, the training points of each key it needs)."""
+    """Per study: (its training points, its held-out points, the training points of each key it needs)."""
     folds = []
     for study in sorted({p.study for p in points}):
         train = [p for p in points if p.study != study]
@@ -157,7 +153,7 @@ def _folds(points: Sequence[StoredPoint]) -> list[tuple[str, list[StoredPoint], 
         for p in train:
             by_key[p.key].append(p)
         needed = {q.key for q in held}
-        folds.append((study, train, held, {k: v for k, v in by_key.items() if k in needed}))
+        folds.append((train, held, {k: v for k, v in by_key.items() if k in needed}))
     return folds
 
 
@@ -168,11 +164,11 @@ def leave_one_study_out(points: Sequence[StoredPoint], workers: int | None = Non
     study needs, and a fit on the same training points is done once (see `_fit_key`); the folds' fits
     run in `workers` processes (default `fit_workers()`)."""
     folds = _folds(points)
-    _fit_all([(key, used) for *_, by_key in folds for key, used in by_key.items()],
-             fit_workers() if workers is None else workers)
+    fitted = iter(_fit_all([(key, used) for *_, by_key in folds for key, used in by_key.items()],
+                           fit_workers() if workers is None else workers))
     scored: list[Scored] = []
-    for _, train, held, by_key in folds:
-        coefs = {key: _fit_key(key, used) for key, used in by_key.items()}
+    for train, held, by_key in folds:
+        coefs = {key: next(fitted) for key in by_key}
         shapes = {(p.key, p.model) for p in train}
         for p in held:
             coef = coefs.get(p.key)
