@@ -73,7 +73,9 @@ def json_row(s: Score) -> dict[str, Any]:
 
 
 def json_rows(result: Audit) -> list[dict[str, Any]]:
-    return [json_row(s) for s in result.scores]
+    """Every score as JSON, each with how its study file changed since the run it is read from (null if not)."""
+    changed = {sid: c.changed or None for sid, c in result.compared.items()}
+    return [json_row(s) | {"study_file_changed": changed.get(s.study_id)} for s in result.scores]
 
 
 def print_table(result: Audit) -> None:

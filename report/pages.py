@@ -39,6 +39,7 @@ from report.page_models import (
     WorkloadRow,
 )
 from report.results import RunData
+from report.run_compare import plan_differs
 from report.score_model import Score, Why, verdict_counts
 from report.seed import seed_note
 from report.seed_index import seed_groups
@@ -46,7 +47,6 @@ from report.study_charts import study_charts
 from studyc import format as fmt
 
 if TYPE_CHECKING:
-    from compiler.plan import Plan
     from runner.store.records import ServerRecord
 
 DOWNLOADS = (("points", "csv"), ("points", "parquet"), ("requests", "csv"), ("requests", "parquet"),
@@ -153,27 +153,6 @@ def _spec_cell(s: Score) -> SpecCell | None:
 
 
 # -- study page ----------------------------------------------------------------------------------------
-
-
-def _plan_shape(plan: Plan) -> dict[str, Any]:
-    """What a run carried out and claims: launches and points by fingerprint, hypotheses, title, design."""
-    return {
-        "title": plan.title, "hardware": plan.hardware, "hypotheses": plan.hypotheses, "design": plan.design,
-        "launches": sorted((s.id, s.fingerprint, tuple(sorted((p.id, p.fingerprint) for p in s.points)))
-                           for s in plan.launches),
-    }
-
-
-def plan_differs(loaded: LoadedStudy, stored: Plan | None) -> str:
-    """Why the study file no longer compiles to the plan its run stored ("" when it still does): edits
-    to notes, comments or the question change the file's hash but not what was measured or claimed."""
-    from compiler.plan_compile import compile_study
-
-    if stored is None:
-        return "its stored plan is unreadable"
-    a, b = _plan_shape(stored), _plan_shape(compile_study(loaded))
-    changed = [k for k in a if a[k] != b[k]]
-    return f"its plan differs ({', '.join(changed)})" if changed else ""
 
 
 def study_page(ctx: StudyContext, scores: Sequence[Score]) -> StudyPage:

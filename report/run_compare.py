@@ -10,8 +10,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from compiler.load import LoadedStudy, study_version
+from compiler.plan import Plan
 from report import score_text
 from report.context import build_context
 from report.intervals import t_cdf
@@ -83,6 +85,8 @@ class StudyRuns:
     study_id: str
     published: str | None  # the run id verdicts are read from
     runs: tuple[RunVersion, ...]  # oldest first
+    changed: str = ""  # how the study file now differs from the plan the published run carried out ("" if not)
+    path: str = ""  # the study file
 
     def differ(self, hypothesis: str) -> list[tuple[str, Welch]]:
         """(run id, test) of the comparable runs whose estimate differs from the published one."""
@@ -111,27 +115,51 @@ class StudyRuns:
 
     def summary(self) -> str:
         """One clause for the headline's runs note: the other runs and whether any differs ("" if none)."""
+        changed = f"; the study file changed since: {self.changed}" if self.changed else ""
         others = [r for r in self.runs if not r.published]
         if not others:
-            return ""
+            return changed
         said = [f"{r.run.run_id} {r.status}" + (", same file, GPU and vLLM" if r.comparable else
                                                   ", not scored" if r.status != PUBLISHED else
                                                   ", another version or setup") for r in others]
         differ = sorted({f"{h} ({p_text(w.p)})" for s in self.runs if s.published for h, _ in s.tests
                          for _, w in self.differ(h)})
-        return f"; other runs: {', '.join(said)}" + (f"; runs differ on {', '.join(differ)}" if differ else "")
+        return (changed + f"; other runs: {', '.join(said)}"
+                + (f"; runs differ on {', '.join(differ)}" if differ else ""))
 
     def lines(self) -> list[str]:
         """What the audit prints: a head line, then `rows`."""
         rows = self.rows()
+        changed = [f"{self.study_id}: {self.path} changed since run {self.published}: {self.changed}"] if self.changed else []
         if not rows:
-            return []
+            return changed
         head = f"{self.study_id}: {len(self.runs)} runs; verdicts from {self.published or 'none (no complete run)'}"
-        return [head] + [f"{'  ' * indent}{label}: {text}" for indent, label, text in rows]
+        return changed + [head] + [f"{'  ' * indent}{label}: {text}" for indent, label, text in rows]
 
     def facts(self) -> tuple[Fact, ...]:
         """`rows` as the study page's provenance facts."""
         return tuple(Fact(label, text) for _, label, text in self.rows())
+
+
+def _plan_shape(plan: Plan) -> dict[str, Any]:
+    """What a run carried out and claims: launches and points by fingerprint, hypotheses, title, design."""
+    return {
+        "title": plan.title, "hardware": plan.hardware, "hypotheses": plan.hypotheses, "design": plan.design,
+        "launches": sorted((s.id, s.fingerprint, tuple(sorted((p.id, p.fingerprint) for p in s.points)))
+                           for s in plan.launches),
+    }
+
+
+def plan_differs(loaded: LoadedStudy, stored: Plan | None) -> str:
+    """Why the study file no longer compiles to the plan its run stored ("" when it still does): edits
+    to notes, comments or the question change the file's hash but not what was measured or claimed."""
+    from compiler.plan_compile import compile_study
+
+    if stored is None:
+        return "its stored plan is unreadable"
+    a, b = _plan_shape(stored), _plan_shape(compile_study(loaded))
+    changed = [k for k in a if a[k] != b[k]]
+    return f"its plan differs ({', '.join(changed)})" if changed else ""
 
 
 def estimate(s: Score) -> str:
@@ -193,4 +221,8 @@ def compare_runs(loaded: LoadedStudy, runs: Sequence[tuple[Path, RunRecord]], pu
                        else welch(unit_values(s), unit_values(base[s.hypothesis]))) for s in scores)
         out.append(RunVersion(run, version_of(run), is_current(run, loaded, toml_now), mine, comparable,
                               scores, tests))
-    return StudyRuns(loaded.study.study.id, published.run_id if published else None, tuple(out))
+    changed = ""
+    if published is not None and published.run.study_sha256 and published.run.study_sha256 != loaded.sha256:
+        changed = plan_differs(loaded, published.plan)
+    return StudyRuns(loaded.study.study.id, published.run_id if published else None, tuple(out), changed,
+                     str(loaded.path))

@@ -113,3 +113,37 @@ def test_is_current_by_toml_when_both_are_known(tmp_path: Path) -> None:
     assert is_current(run, loaded, "a" * 64) and not is_current(run, loaded, "b" * 64)
     assert is_current(run, loaded, None)  # the file's TOML not readable: its bytes decide
     assert not is_current(replace(run, study_sha256="x"), loaded, None)
+
+
+def test_a_study_edited_since_its_one_run_says_so_in_the_audit(tmp_path: Path) -> None:
+    """A prediction widened after the run is scored from that run, and every form of the audit says the file
+    changed; a note added after it changes nothing the run measured or claimed, and nothing is said."""
+    from report.audit import json_rows, markdown_table
+
+    study, db = _study(tmp_path), tmp_path / "r.duckdb"
+    _run(db, study, "only", [1.0, 1.01, 0.99])
+    text = study.read_text()
+    study.write_text(text.replace('notes = "', 'notes = "Edited after the run. ', 1) if 'notes = "' in text
+                     else text.replace("[study]\n", '[study]\nnotes = "Edited after the run."\n', 1))
+    noted = audit_studies([load_study(study)], [db])
+    assert noted.compared["toy"].changed == "" and noted.compared["toy"].lines() == []
+    assert noted.compared["toy"].summary() == ""
+    assert [r["study_file_changed"] for r in json_rows(noted)] == [None]
+    study.write_text(text.replace("tolerance = 0.05", "tolerance = 0.08"))
+    wider = audit_studies([load_study(study)], [db])
+    compared = wider.compared["toy"]
+    assert compared.changed == "its plan differs (hypotheses)"
+    assert compared.lines() == [f"toy: {study} changed since run only: its plan differs (hypotheses)"]
+    assert compared.summary() == "; the study file changed since: its plan differs (hypotheses)"
+    assert "3 launches per arm x 1 repeat; the study file changed since: its plan differs (hypotheses))" in (
+        markdown_table(wider))
+    assert [r["study_file_changed"] for r in json_rows(wider)] == ["its plan differs (hypotheses)"]
+
+
+def test_an_edited_study_with_other_runs_says_so_before_them(three_runs: tuple[StudyRuns, str]) -> None:
+    compared, _ = three_runs
+    edited = replace(compared, changed="its plan differs (launches)", path="s.toml")
+    assert edited.lines()[:2] == ["toy: s.toml changed since run second: its plan differs (launches)",
+                                  "toy: 3 runs; verdicts from second"]
+    assert edited.lines()[2:] == compared.lines()[1:]
+    assert edited.summary() == "; the study file changed since: its plan differs (launches)" + compared.summary()

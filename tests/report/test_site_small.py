@@ -149,7 +149,7 @@ def test_a_study_edited_since_its_run_is_flagged_only_when_its_plan_differs(tmp_
     """Notes written after a run change the file's hash, not what was measured or claimed."""
     from compiler.load import load_study
     from compiler.plan import Plan
-    from report.pages import plan_differs
+    from report.run_compare import plan_differs
     from runner.store.store import Store
 
     repo = Path(__file__).resolve().parents[2]
