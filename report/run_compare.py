@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from compiler.load import LoadedStudy, study_version
-from compiler.plan import Plan
+from compiler.plan import HypothesisSide, Plan
 from report import score_text
 from report.context import build_context
 from report.intervals import t_cdf
@@ -141,10 +141,20 @@ class StudyRuns:
         return tuple(Fact(label, text) for _, label, text in self.rows())
 
 
+def _claims(plan: Plan) -> list[tuple[Any, ...]]:
+    """Each hypothesis as claimed and predicted, with the arm, workload and level of each side; not the point
+    ids, which name launches and repeats (a design change is the design's and the launches', not a claim's)."""
+    def side(s: HypothesisSide | None) -> tuple[Any, ...] | None:
+        return None if s is None else (s.arm, s.workload, s.concurrency, s.rate_rps)
+
+    return [(h.id, h.claim, h.metric, h.level, h.source, h.prediction, side(h.numerator), side(h.denominator))
+            for h in plan.hypotheses]
+
+
 def _plan_shape(plan: Plan) -> dict[str, Any]:
     """What a run carried out and claims: launches and points by fingerprint, hypotheses, title, design."""
     return {
-        "title": plan.title, "hardware": plan.hardware, "hypotheses": plan.hypotheses, "design": plan.design,
+        "title": plan.title, "hardware": plan.hardware, "hypotheses": _claims(plan), "design": plan.design,
         "launches": sorted((s.id, s.fingerprint, tuple(sorted((p.id, p.fingerprint) for p in s.points)))
                            for s in plan.launches),
     }

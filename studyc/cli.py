@@ -28,7 +28,8 @@ def validate(studies: tuple[Path, ...]) -> None:
 
     for loaded in load_studies(list(studies)):
         _warn(loaded)
-        click.echo(f"{loaded.path}: ok ({len(loaded.study.hypothesis)} hypotheses)")
+        n = len(loaded.study.hypothesis)
+        click.echo(f"{loaded.path}: ok ({n} {'hypothesis' if n == 1 else 'hypotheses'})")
 
 
 def _warn(loaded: object) -> None:

@@ -186,7 +186,7 @@ def test_validate_prints_warnings_on_stderr_and_passes(tmp_path: Path, requests:
     path.write_text(ONE_WAVE.format(requests=requests))
     result = CliRunner().invoke(main, ["validate", str(path)])
     assert result.exit_code == 0, result.output
-    assert result.stdout == f"{path}: ok (1 hypotheses)\n"
+    assert result.stdout == f"{path}: ok (1 hypothesis)\n"
     assert ("load.requests: warning: 4 requests at concurrency 4 is one wave" in result.stderr) is warned
 
 
