@@ -47,6 +47,7 @@ def test_the_other_runs_word_for_word(three_runs: tuple[StudyRuns, str]) -> None
                                   "runs differ on same (p < 0.001)")
     assert [(f.label, f.value) for f in compared.facts()] == [(label, text) for _, label, text in compared.rows()]
     assert len(compared.facts()) == 7
+    assert compared.changed == "" and compared.path.endswith(".toml")  # the file the published run measured
 
 
 def test_a_run_of_another_setup_and_a_study_with_no_complete_run(three_runs: tuple[StudyRuns, str]) -> None:
@@ -151,3 +152,7 @@ def test_an_edited_study_with_other_runs_says_so_before_them(three_runs: tuple[S
                                   "toy: 3 runs; verdicts from second"]
     assert edited.lines()[2:] == compared.lines()[1:]
     assert edited.summary() == "; the study file changed since: its plan differs (launches)" + compared.summary()
+
+
+def test_a_stored_plan_that_cannot_be_read_is_said_so(tmp_path: Path) -> None:
+    assert run_compare.plan_differs(load_study(_study(tmp_path)), None) == "its stored plan is unreadable"
