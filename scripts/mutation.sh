@@ -19,12 +19,12 @@ CHILDREN="${MUTATION_CHILDREN:-2}"
 
 # name | module | fast tests (space separated)
 MODULES=(
-  "modelmath|compiler/modelmath.py|tests/compiler/test_modelmath.py tests/compiler/test_modelmath_edges.py"
+  "modelmath|compiler/modelmath.py|tests/compiler/test_modelmath.py tests/compiler/test_modelmath_edges.py tests/compiler/test_roofline_placement.py"
   "modelconfig|compiler/modelconfig.py|tests/compiler/test_modelmath.py tests/compiler/test_modelmath_edges.py"
   "expr|compiler/expr.py|tests/compiler/test_expr.py tests/compiler/test_expr_edges.py"
   "sse|runner/load/sse.py|tests/runner/test_sse.py tests/runner/test_sse_edges.py"
   "prometheus|runner/measure/prometheus.py|tests/runner/test_prometheus.py tests/runner/test_prometheus_parse.py"
-  "stats|runner/checks/stats.py|tests/runner/test_stats.py tests/runner/test_stats_edges.py"
+  "stats|runner/checks/stats.py|tests/runner/test_stats.py tests/runner/test_stats_edges.py tests/runner/test_slo_stats.py tests/runner/test_stats_turns.py"
   "checks|runner/checks/checks.py|tests/runner/test_checks.py tests/runner/test_checks_edges.py"
   "judge|runner/checks/judge.py|tests/runner/test_judge.py tests/runner/test_judge_edges.py"
   "reconcile|runner/checks/reconcile.py|tests/runner/test_reconcile.py tests/runner/test_reconcile_edges.py tests/runner/test_reconcile_monotone.py"

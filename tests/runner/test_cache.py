@@ -132,3 +132,30 @@ def test_reset_all_asks_every_replica_and_fails_if_one_refuses(refuser: type[_Re
     down = cache.reset_all((url, "http://127.0.0.1:9"), "key", attempts=2, pause_s=0.0)
     assert not down.ok and down.attempts == 2 and down.last is not None and down.last.status == 0
     assert not cache.reset_all((), None).ok  # nothing asked: nothing confirmed
+
+
+def test_reset_waits_longer_after_each_refusal_and_not_after_the_last(
+        refuser: type[_Refuser], monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr(cache.time, "sleep", slept.append)
+    refuser.refusals = 10
+    got = cache.reset(refuser.base_url, None, attempts=3, pause_s=0.5)  # type: ignore[attr-defined]
+    assert got.ok is False and got.attempts == 3
+    assert slept == [0.5, 1.0]  # a growing pause between attempts, none after the third
+    assert got.last is not None and got.last.body == '{"success": false}'
+    slept.clear()
+    down = cache.reset_all((refuser.base_url,), "key", attempts=2, pause_s=0.25)  # type: ignore[attr-defined]
+    assert down.ok is False and slept == [0.25]
+
+
+def test_reset_all_sends_each_replica_the_key_at_its_own_path(refuser: type[_Refuser]) -> None:
+    """A base URL with or without its trailing slash reaches /reset_prefix_cache; the first refusal is the
+    answer kept, even when a later replica confirmed; nothing asked is no attempt and no answer."""
+    url = refuser.base_url  # type: ignore[attr-defined]
+    both = cache.reset_all((url, url + "/"), "key", attempts=1, pause_s=0.0)
+    assert refuser.calls == ["/reset_prefix_cache Bearer key"] * 2
+    assert both.last is not None and both.last.body == '{"success": true}'
+    first_down = cache.reset_all(("http://127.0.0.1:9", url), "key", attempts=1, pause_s=0.0)
+    assert first_down.ok is False and first_down.last is not None and first_down.last.status == 0
+    nothing = cache.reset_all((), None)
+    assert nothing.attempts == 0 and nothing.last is None
