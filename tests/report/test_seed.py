@@ -245,7 +245,9 @@ def test_audit_markdown_prints_a_row_per_hypothesis(tmp_path: Path) -> None:
     assert ("| 4 ÷ 1: > 2x | 3.999x (95% interval 3.853–4.151x) | 3 | inconclusive (one launch) |"
             in cells["c4 gives more than twice c1"])
     assert "| - |" in cells["c4 gives more than twice c1"]  # no source quoted
-    assert "`toy` run run-1 (CPU (no GPU), vLLM 0.0-test; 1 launch per arm x 3 repeats)" in result.output
+    # The fixture's run stores no plan ("{}") and another file hash: the audit cannot say the plan still stands.
+    assert ("`toy` run run-1 (CPU (no GPU), vLLM 0.0-test; 1 launch per arm x 3 repeats; the study file changed "
+            "since: its stored plan is unreadable)") in result.output
 
     both = runner.invoke(main, ["audit", str(study), "--db", str(db), "--markdown", "--json"])
     assert both.exit_code == 2 and "at most one of --json and --markdown" in both.output
