@@ -37,9 +37,10 @@ def main() -> int:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process: the wrap sees it
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sys.path.insert(0, str(REPO))
-    from runner.server.tokenizer import build
     from vllm import LLM, SamplingParams
     from vllm.model_executor.layers.fused_moe.router import base_router
+
+    from runner.server.tokenizer import build
 
     calls: dict[int, list[int]] = collections.defaultdict(list)
     select = base_router.BaseRouter._select_experts
