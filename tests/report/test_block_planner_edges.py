@@ -235,3 +235,35 @@ def test_a_single_sides_row_reads_its_own_configuration(tmp_path: Path, study: P
     assert r.launch_sd == pytest.approx(a_side.launch_sd) and r.launch_df == a_side.launch_df
     want = [blocks_needed(0.05, r.block_sd, power=p, df=r.block_df, first=3) for p in POWERS]
     assert (r.blocks, r.blocks_95) == tuple(want)
+
+
+def test_the_last_runs_estimate_with_what_deciding_it_takes() -> None:
+    """`_last`: the nearest edge on the log scale, the blocks for 80% and 95% power with their GPU time, and
+    under a budget the look that decides it; nothing without a score, a measurement or a spread."""
+    from types import SimpleNamespace
+
+    from report.block_planner import _last, blocks_to_clear, blocks_within, edge_distance
+
+    score: Any = SimpleNamespace(measured=1.015, band_low=0.98, band_high=1.02, kind="value", relation=None)
+    sd, df = 0.01, 12.0
+    cost = {}
+
+    def gpu_time(blocks: int) -> float:
+        cost[blocks] = 60.0 * blocks
+        return cost[blocks]
+
+    got = _last(score, sd, df, gpu_time, 3, budget=40)
+    assert got is not None
+    distance = edge_distance(score)
+    n80, n95 = blocks_to_clear(distance, sd, power=0.8, df=df, first=3), blocks_to_clear(distance, sd, power=0.95,
+                                                                                        df=df, first=3)
+    assert n80 is not None and n95 is not None and n95 > n80 > 3
+    assert (got.measured, got.distance, got.edge) == (1.015, distance, 1.02)  # 1.02 is nearer than 0.98
+    assert (got.blocks, got.gpu_s, got.blocks_95, got.gpu_95_s) == (n80, 60.0 * n80, n95, 60.0 * n95)
+    assert (got.budget, got.within) == (40, blocks_within(distance, sd, first=3, budget=40, df=df))
+    low: Any = SimpleNamespace(measured=0.985, band_low=0.98, band_high=1.02, kind="value", relation=None)
+    assert _last(low, sd, df, gpu_time, 3).edge == 0.98  # type: ignore[union-attr]
+    assert _last(low, sd, df, gpu_time, 3).within is None  # type: ignore[union-attr]  # no budget, no look
+    assert _last(None, sd, df, gpu_time, 3) is None
+    assert _last(score, None, df, gpu_time, 3) is None
+    assert _last(SimpleNamespace(**{**vars(score), "measured": None}), sd, df, gpu_time, 3) is None
