@@ -192,6 +192,8 @@ class Launch(Frozen):
     )
     argv: tuple[str, ...] = Field(description="Everything after the engine command: ['serve', MODEL, ...].")
     env: dict[str, str]
+    expect_log: tuple[str, ...] = Field(default=(), description="Text each server must have logged by ready "
+                                        "(its arm's expect_log).")
     model_dir: str
     served_model_name: str
     kv_cache_dtype: str

@@ -233,7 +233,8 @@ def _launch_steps(
                          arm.cache or study.load.cache, vocab_hi, built["shape"], hardware, built["kv_cache_dtype"],
                          shaped)
     common = {k: v for k, v in built.items() if k != "shape"}
-    common.update(arm=arm_name, launch=index, block=block.index, order=order, required=block.required)
+    common.update(arm=arm_name, launch=index, block=block.index, order=order, required=block.required,
+                  expect_log=tuple(arm.expect_log))
     if study.load.server == "per-point":
         fresh = [p.model_copy(update={"exchangeable": True, "not_exchangeable_because": ""}) for p in points]
         return [Launch(id=p.id, server_ids=_server_ids(p.id, arm.replicas), points=(p,), **common) for p in fresh]

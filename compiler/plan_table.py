@@ -66,6 +66,8 @@ def _launch_lines(launch: Launch) -> list[str]:
              f"start ~{fmt.duration(launch.estimated_start_s)}"]
     env = " ".join(f"{k}={v}" for k, v in sorted(launch.env.items()))
     lines.append(f"  vllm {' '.join(launch.argv)}" + (f"  (env {env})" if env else ""))
+    if launch.expect_log:
+        lines.append("  its log must say by ready: " + "; ".join(repr(t) for t in launch.expect_log))
     lines.append(f"  {'point':<44} {'cache':<6} {'requests':>8} {'warmup':>6} {'in/out':>11} {'est':>8}")
     for p in launch.points:
         shape = f"{p.input_len}/{p.output_len}"

@@ -15,7 +15,8 @@ from compiler.slo import Search, Slo
 from compiler.workload import Workload
 
 SLUG = r"^[a-z0-9][a-z0-9_-]*$"
-RESERVED_ARM_KEYS = ("description", "env", "cache", "warmup", "replicas", "balance", "launches", "model")
+RESERVED_ARM_KEYS = ("description", "env", "cache", "warmup", "replicas", "balance", "launches", "model",
+                     "expect_log")
 # Launches per arm and repeats per launch. On an H200 two launches of one configuration differed by
 # 0.6% while repeats on one launch spread ~0.1%: launches carry the variance, repeats barely shrink it.
 # A paired ratio over n blocks then has a 95% half-width of about t(n-1) * 0.65% / sqrt(n):
@@ -92,6 +93,12 @@ class Arm(Strict):
         description="Server instances of this arm (overrides load.launches; refused with design.budget).",
     )
     model: str | None = Field(default=None, description="Another model folder for this arm (relative path).")
+    expect_log: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=list,
+        description="Text each of this arm's servers must have logged by the time it is ready (a backend's "
+        "'Using ...' line, a feature's warning): a server whose log lacks one fails its launch, naming it, "
+        "and nothing is measured on it.",
+    )
     args: dict[str, Any] = Field(
         default_factory=dict, description="`vllm serve` options of this arm, named like the CLI options."
     )

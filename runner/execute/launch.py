@@ -164,6 +164,21 @@ def compile_cache_state(log_path: Path, start: int = 0) -> str | None:
     return None
 
 
+def missing_from_log(text: str, expected: Sequence[str]) -> list[str]:
+    """The expected texts (a study arm's `expect_log`) that the server's log does not contain."""
+    return [e for e in expected if e not in text]
+
+
+def expect_logged(log_path: Path, server_id: str, start: int, expected: Sequence[str]) -> None:
+    """Raise EngineError when the server's log since byte `start` lacks a text its arm expects by ready:
+    the engine did not do what the study asked of it (a backend, a feature), so nothing is measured on it."""
+    missing = missing_from_log(log_since(log_path, start) or "", expected)
+    if missing:
+        said = "; ".join(repr(m) for m in missing)
+        raise EngineError(f"server {server_id} is ready but its log does not say {said} (the arm's "
+                          f"expect_log): see {log_path}")
+
+
 def server_env(spec: LaunchSpec, devices: Sequence[str]) -> dict[str, str]:
     """The launch's env, plus the server's GPUs (GPU hosts) and the configuration's compile cache
     (unless the study sets those variables itself)."""
@@ -238,9 +253,12 @@ def run_launch(
         for server, record, start in zip(servers, list(records), starts, strict=True):
             try:
                 info = server.wait_ready()
+                expect_logged(server.log_path, record.server_id, start, launch.expect_log)
             except EngineError as exc:
-                emit(ServerEvent(replace(record, status="failed", error=exc.message,
-                                         warnings=log_warnings(server.log_path, start)), status="failed"))
+                failed = replace(record, status="failed", error=exc.message,
+                                 warnings=log_warnings(server.log_path, start))
+                records[records.index(record)] = failed  # a ready server lacking an expected text is stopped below
+                emit(ServerEvent(failed, status="failed"))
                 raise
             infos.append(info)
             pinned = ", " + pin_front_end(server.pid, spec.placement.client_cpus) if pin else ""

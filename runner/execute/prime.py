@@ -27,7 +27,7 @@ from typing import Any
 from compiler.configurations import compile_cache_off
 from compiler.configurations import configuration as launch_configuration
 from compiler.plan_compile import fingerprint
-from runner.execute.launch import LaunchSpec, compile_cache_state, new_server
+from runner.execute.launch import LaunchSpec, compile_cache_state, expect_logged, new_server
 from runner.execute.point import log_size
 from runner.server.tokenizer import ensure_tokenizer
 from studyc.errors import EngineError
@@ -111,6 +111,7 @@ def prime(specs: Sequence[LaunchSpec], say: Callable[[str], None] = lambda _: No
         try:
             server.start()
             server.wait_ready()
+            expect_logged(server.log_path, sid, start, spec.launch.expect_log)  # said now, before any launch
         except EngineError as exc:
             error = exc.message
         finally:
