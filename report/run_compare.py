@@ -130,7 +130,8 @@ class StudyRuns:
     def lines(self) -> list[str]:
         """What the audit prints: a head line, then `rows`."""
         rows = self.rows()
-        changed = [f"{self.study_id}: {self.path} changed since run {self.published}: {self.changed}"] if self.changed else []
+        changed = ([f"{self.study_id}: {self.path} changed since run {self.published}: {self.changed}"]
+                   if self.changed else [])
         if not rows:
             return changed
         head = f"{self.study_id}: {len(self.runs)} runs; verdicts from {self.published or 'none (no complete run)'}"
@@ -152,11 +153,12 @@ def _claims(plan: Plan) -> list[tuple[Any, ...]]:
 
 
 def _plan_shape(plan: Plan) -> dict[str, Any]:
-    """What a run carried out and claims: launches and points by fingerprint, hypotheses, title, design."""
+    """What a run carried out and claims: launches (with what their logs had to say) and points by
+    fingerprint, hypotheses, title, design."""
     return {
         "title": plan.title, "hardware": plan.hardware, "hypotheses": _claims(plan), "design": plan.design,
-        "launches": sorted((s.id, s.fingerprint, tuple(sorted((p.id, p.fingerprint) for p in s.points)))
-                           for s in plan.launches),
+        "launches": sorted((s.id, s.fingerprint, s.expect_log,
+                            tuple(sorted((p.id, p.fingerprint) for p in s.points))) for s in plan.launches),
     }
 
 

@@ -141,6 +141,8 @@ def test_a_study_edited_since_its_one_run_says_so_in_the_audit(tmp_path: Path) -
     assert [r["study_file_changed"] for r in json_rows(wider)] == ["its plan differs (hypotheses)"]
     study.write_text(text.replace("launches = 3", "launches = 4"))  # the same claims on more launches
     assert audit_studies([load_study(study)], [db]).compared["toy"].changed == "its plan differs (design, launches)"
+    study.write_text(text.replace("[arms.a]\n", '[arms.a]\nexpect_log = ["Enforce eager set"]\n', 1))
+    assert audit_studies([load_study(study)], [db]).compared["toy"].changed == "its plan differs (launches)"
     study.write_text(text.replace("where = { concurrency = 1 }", "where = { concurrency = 4 }"))
     assert "hypotheses" in audit_studies([load_study(study)], [db]).compared["toy"].changed
 
