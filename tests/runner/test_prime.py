@@ -136,10 +136,12 @@ COLD = "INFO 12-04 15:30:01 [backends.py:393] Compiling a graph for compile rang
 WARM = "INFO 12-04 15:36:19 [backends.py:292] Directly load the compiled graph(s) for compile range (1, 8192)\n"
 
 
-def launch_spec(tmp: Path, argv: tuple[str, ...], lid: str, env: dict[str, str] | None = None) -> Any:
+def launch_spec(tmp: Path, argv: tuple[str, ...], lid: str, env: dict[str, str] | None = None,
+                expect_log: tuple[str, ...] = ()) -> Any:
     return SimpleNamespace(
         engine_command=("vllm",), launch=SimpleNamespace(argv=argv, env=env or {}, id=lid, model_dir=str(tmp / "none"),
-                                                        fingerprint=fingerprint({"argv": list(argv), "env": env or {}})),
+                                                        fingerprint=fingerprint({"argv": list(argv), "env": env or {}}),
+                                                        expect_log=expect_log),
         servers=(lid,), placement=SimpleNamespace(server_devices=(("0",),)), log_dir=tmp / "runs" / "r1",
         cache_root=tmp / "cache" / "compile-cache")
 
@@ -184,6 +186,25 @@ def test_prime_starts_each_new_configuration_once_and_remembers_what_came_up(tmp
     behaviour["s/a/L1/prime"] = (WARM, "")
     done = prime(specs[:1], said.append, server_for)
     assert done[0].compile_cache == "warm"
+
+
+def test_a_prime_whose_log_lacks_an_expected_text_says_so_and_is_not_remembered(tmp_path: Path) -> None:
+    """The unmeasured start checks the arm's expect_log first, so the operator reads it before any launch;
+    the configuration is not remembered as primed."""
+    specs = [launch_spec(tmp_path, ("a",), "s/a/L1", expect_log=("Directly load", "Simulating MoE routing")),
+             launch_spec(tmp_path, ("b",), "s/b/L1", expect_log=("Directly load",))]
+
+    def server_for(spec: Any, sid: str, devices: tuple[str, ...]) -> Stand:
+        return Stand(spec.log_dir / (sid.replace("/", "__") + ".log"), WARM)
+
+    said: list[str] = []
+    done = prime(specs, said.append, server_for)
+    log = tmp_path / "runs" / "r1" / "s__a__L1__prime.log"
+    assert [(p.launch_id, p.error) for p in done] == [
+        ("s/a/L1", f"server s/a/L1/prime is ready but its log does not say 'Simulating MoE routing' (the arm's "
+                   f"expect_log): see {log}"), ("s/b/L1", "")]
+    assert said[1] == f"server s/a/L1/prime: failed: {done[0].error}"
+    assert known(tmp_path / "cache" / "compile-cache") == {configuration(specs[1])}
 
 
 def test_a_gpu_host_primes_unless_told_not_to() -> None:
