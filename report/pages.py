@@ -39,7 +39,6 @@ from report.page_models import (
     WorkloadRow,
 )
 from report.results import RunData
-from report.run_compare import plan_differs
 from report.score_model import Score, Why, verdict_counts
 from report.seed import seed_note
 from report.seed_index import seed_groups
@@ -155,8 +154,9 @@ def _spec_cell(s: Score) -> SpecCell | None:
 # -- study page ----------------------------------------------------------------------------------------
 
 
-def study_page(ctx: StudyContext, scores: Sequence[Score]) -> StudyPage:
-    """The study page of a context scored by report.scoring."""
+def study_page(ctx: StudyContext, scores: Sequence[Score], changed_since: str = "") -> StudyPage:
+    """The study page of a context scored by report.scoring; `changed_since`: the warning that its file
+    changed since the run (report.run_compare.StudyRuns.changed_line)."""
     loaded, data, study = ctx.loaded, ctx.data, ctx.study
     meta = study.study
     warnings: list[str] = []
@@ -168,10 +168,8 @@ def study_page(ctx: StudyContext, scores: Sequence[Score]) -> StudyPage:
             warnings.append(f"{meta.id}/{s.hypothesis}: prediction not evaluated ({'; '.join(s.notes)})")
     if data is None:
         warnings.append(f"{meta.id}: no run in the results database(s)")
-    elif data.run.study_sha256 and data.run.study_sha256 != loaded.sha256:
-        differs = plan_differs(loaded, data.plan)
-        if differs:  # notes, comments, a question reworded: the plan the run carried out still stands
-            warnings.append(f"{meta.id}: {loaded.path} changed since run {data.run_id}: {differs}")
+    elif changed_since:  # notes, comments, a question reworded: the plan the run carried out still stands
+        warnings.append(changed_since)
 
     problems, checks_total, checks_passed = _checks(data)
     for c in problems:

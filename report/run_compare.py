@@ -130,12 +130,18 @@ class StudyRuns:
     def lines(self) -> list[str]:
         """What the audit prints: a head line, then `rows`."""
         rows = self.rows()
-        changed = ([f"{self.study_id}: {self.path} changed since run {self.published}: {self.changed}"]
-                   if self.changed else [])
+        changed = [self.changed_line()] if self.changed else []
         if not rows:
             return changed
         head = f"{self.study_id}: {len(self.runs)} runs; verdicts from {self.published or 'none (no complete run)'}"
         return changed + [head] + [f"{'  ' * indent}{label}: {text}" for indent, label, text in rows]
+
+    def changed_line(self) -> str:
+        """The audit's line and the page's warning when the study file changed since the published run
+        ("" when it has not)."""
+        if not self.changed:
+            return ""
+        return f"{self.study_id}: {self.path} changed since run {self.published}: {self.changed}"
 
     def facts(self) -> tuple[Fact, ...]:
         """`rows` as the study page's provenance facts."""

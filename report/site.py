@@ -91,7 +91,7 @@ def gather(studies: Sequence[LoadedStudy], dbs: Sequence[Path]) -> Gathered:
     scores: dict[str, list[Score]] = {sid: score(ctx) for sid, ctx in ctxs.items()}
     every = all_runs(dbs)
     compared = {sid: compare_runs(ctx.loaded, every.get(sid, []), ctx.data, scores[sid]) for sid, ctx in ctxs.items()}
-    study_pages = tuple((replace(page := pages.study_page(ctxs[sid], scores[sid]),
+    study_pages = tuple((replace(page := pages.study_page(ctxs[sid], scores[sid], compared[sid].changed_line()),
                                  provenance=page.provenance + compared[sid].facts()), ctxs[sid].data)
                         for sid in sorted(ctxs))
     warnings = tuple(w for page, _ in study_pages for w in page.warnings)
