@@ -130,20 +130,27 @@ def test_a_premise_with_premises_of_its_own_is_refused(tmp_path: Path) -> None:
                for p in problems)
 
 
-def test_the_moe_study_with_its_premise_is_valid_and_scored_against_its_run() -> None:
-    """The committed study: its premise holds its claim at inconclusive on the one-launch run, and the premise's
-    own row says it alone would read refuted (TPOT 4.65 ms at c64, under the ~7.4 ms the union takes)."""
+def test_the_moe_study_with_its_premise_is_valid_and_scored_against_its_runs() -> None:
+    """The committed study on both stored runs. The first (one launch, the engine's own router on dummy weights):
+    its premise's row alone would read refuted (TPOT 4.65 ms at c64, under the ~7.4 ms the union takes) and holds
+    the claim at inconclusive. The latest (three launches, vLLM's routing simulator): the premise is confirmed
+    (~9.96 ms), so the claim keeps its own verdict, refuted (3.26x against 6.3x)."""
     from compiler.load import load_study
-    from report.results import latest_runs
+    from report.results import latest_runs, read_run
     from report.scoring import score_study
 
     assert _problems(REPO / "studies/moe_union.toml") == []
     loaded = load_study(REPO / "studies/moe_union.toml")
-    data = latest_runs([REPO / "results/h200.duckdb"])["moe-union"]
-    claim, premise = score_study(loaded, data)
+    claim, premise = score_study(loaded, read_run(REPO / "results/h200.duckdb", "20261201T022305-b2eded"))
     assert premise.hypothesis == "union-read" and premise.verdict == "inconclusive"
     assert premise.measured is not None and premise.band_low is not None and premise.measured < premise.band_low
     assert claim.verdict == "inconclusive" and claim.has(Why.PREMISE_UNSETTLED)
+
+    claim, premise = score_study(loaded, latest_runs([REPO / "results/h200.duckdb"])["moe-union"])
+    assert premise.verdict == "confirmed" and premise.measured is not None and premise.band_low is not None
+    assert premise.measured > premise.band_low
+    assert claim.verdict == "refuted" and not claim.has(Why.PREMISE_UNSETTLED)
+    assert claim.measured is not None and 3.0 < claim.measured < 3.5
 
 
 def test_an_unsettled_premise_holds_the_spec_sheet_verdict_too() -> None:
