@@ -24,7 +24,7 @@ from compiler.stepreplay import StepLoad, cache_hit_tokens, predict
 from report.ledger_fit import METRICS, StoredPoint, fit_keys
 
 if TYPE_CHECKING:
-    from runner.store.records import PointSummary
+    from runner.store.records import PointSummary, RunRecord
     from runner.store.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,8 +83,26 @@ def cached_tokens(points: Sequence[PointStep]) -> dict[str, tuple[int, ...]]:
     return out
 
 
+def unreplayed(point: PointStep) -> str | None:
+    """Why the replay cannot predict `point`, or None: it replays closed loops of fixed-length, single-turn
+    requests with at most one shared prefix (`compiler.stepreplay.StepLoad`)."""
+    if point.concurrency is None:
+        return "an open-loop (request rate) point: the replay runs closed loops only"
+    shape = point.shape
+    if shape is None:
+        return None
+    what = [f"{shape.turns}-turn conversations"] if shape.turns > 1 else []
+    what += ["a replayed trace"] if shape.trace is not None else []
+    what += ["drawn lengths"] if shape.trace is None and not (
+        isinstance(shape.input, int) and isinstance(shape.output, int)) else []
+    what += [f"{shape.templates} shared prefixes"] if shape.templates > 1 else []
+    return (f"its workload ({', '.join(what) or 'a shaped workload'}) is not replayed: the replay sends "
+            "fixed-length, single-turn requests")
+
+
 def plan_loads(plan: Plan, root: Path = REPO) -> dict[str, tuple[EngineShape, ModelShape, StepLoad]]:
-    """Every closed-loop point of a plan: its engine, model shape and load."""
+    """Every point of a plan the replay can predict (`unreplayed` says which not): its engine, model shape
+    and load."""
     out: dict[str, tuple[EngineShape, ModelShape, StepLoad]] = {}
     shapes: dict[str, ModelShape] = {}
     for launch in plan.launches:
@@ -93,8 +111,8 @@ def plan_loads(plan: Plan, root: Path = REPO) -> dict[str, tuple[EngineShape, Mo
             shapes[launch.model_dir] = load_model(_model_dir(launch.model_dir, root))
         cached = cached_tokens(launch.points)
         for p in launch.points:
-            if p.concurrency is None:
-                continue  # open-loop rate points are not replayed yet
+            if p.concurrency is None or unreplayed(p) is not None:
+                continue
             load = StepLoad(p.concurrency, p.requests, p.input_len, p.output_len, cached[p.id])
             out[p.id] = (engine, shapes[launch.model_dir], load)
     return out
@@ -111,18 +129,8 @@ def read_points(db: str | Path, root: Path = REPO) -> list[StoredPoint]:
 def store_points(store: Store, root: Path = REPO) -> list[StoredPoint]:
     """`read_points` from an open store (the runner's, while it writes the same file)."""
     out: list[StoredPoint] = []
-    runs = [run for run in store.runs()
-            if run.calibrated and run.plan_json and (run.bandwidth_Bps or 0) > 0 and (run.flops_bf16 or 0) > 0]
-    latest = {}
-    for run in sorted(runs, key=lambda r: (str(r.started_at or ""), r.run_id)):
-        latest[run.study_id] = run.run_id
-    for run in runs:
-        if run.run_id != latest[run.study_id]:
-            continue  # a study's latest run replaces its earlier ones
+    for run, plan in _latest_plans(store):
         assert run.bandwidth_Bps is not None and run.flops_bf16 is not None
-        plan = Plan.from_stored(run.plan_json)
-        if plan is None:
-            continue
         loads = plan_loads(plan, root)
         card = Card(float(run.bandwidth_Bps), float(run.flops_bf16))
         sends = store.send_times(run.run_id)
@@ -142,6 +150,38 @@ def store_points(store: Store, root: Path = REPO) -> list[StoredPoint]:
             out.append(StoredPoint(run.study_id, run.run_id, point.point_id, point.arm, point.workload,
                                    load.concurrency, key, shape.name, shape, load, engine, card, measured))
     return out
+
+
+def _latest_plans(store: Store) -> list[tuple[RunRecord, Plan]]:
+    """The latest calibrated run of each study in the store, with its plan (a study's latest run replaces its
+    earlier ones; a run whose plan is not readable is left out)."""
+    runs = [run for run in store.runs()
+            if run.calibrated and run.plan_json and (run.bandwidth_Bps or 0) > 0 and (run.flops_bf16 or 0) > 0]
+    latest = {}
+    for run in sorted(runs, key=lambda r: (str(r.started_at or ""), r.run_id)):
+        latest[run.study_id] = run.run_id
+    out = []
+    for run in runs:
+        plan = Plan.from_stored(run.plan_json) if run.run_id == latest[run.study_id] else None
+        if plan is not None:
+            out.append((run, plan))
+    return out
+
+
+def unreplayed_points(db: str | Path) -> list[dict[str, Any]]:
+    """The measured points of the latest calibrated runs that the ledger leaves out because the replay does
+    not model them (`unreplayed`): one row per study and reason, with the count, as `ledger_fit.not_validated`."""
+    from runner.store.store import Store
+
+    groups: dict[tuple[str, str], list[str]] = defaultdict(list)
+    with Store(db, read_only=True) as store:
+        for run, plan in _latest_plans(store):
+            reasons = {p.id: why for s in plan.launches for p in s.points if (why := unreplayed(p)) is not None}
+            for point in store.points(run.run_id):
+                if point.status == "ok" and point.point_id in reasons:
+                    groups[(run.study_id, reasons[point.point_id])].append(point.point_id)
+    return [{"study": study, "reason": reason, "n": len(ids), "points": sorted(ids)}
+            for (study, reason), ids in sorted(groups.items())]
 
 
 def whole_window(records: Sequence[Any], concurrency: int) -> PointSummary:
@@ -189,7 +229,7 @@ class PointPrediction:
 def predict_points(
     plan: Plan, points: Sequence[StoredPoint], hardware: str | None = None, root: Path = REPO
 ) -> dict[str, PointPrediction]:
-    """A prediction for every closed-loop point of a plan,
+    """A prediction for every point of a plan (None values and why for one the replay does not model),
     fitted from `points` on `hardware` (a GPU name; the plan's `hardware` by default) with the newest
     vLLM version stored for it. Points no fit covers get None values and the reason."""
     want = hardware or plan.hardware
@@ -199,12 +239,13 @@ def predict_points(
     loads = plan_loads(plan, root)
     if gpu is None or vllm is None:
         note = f"no calibrated run on {want} in the database"
-        return {pid: PointPrediction.none(note) for pid in loads}
+        return {p.id: PointPrediction.none(unreplayed(p) or note) for s in plan.launches for p in s.points}
     used = [p for p in on_gpu if p.key.vllm_version == vllm]
     fitted = fit_keys(p for p in used if any(p.key == key_of(gpu, vllm, s, e) for _, (e, s, _) in loads.items()))
     card = Card(statistics.median(p.card.bandwidth_Bps for p in used),
                 statistics.median(p.card.flops_per_s for p in used))
-    out: dict[str, PointPrediction] = {}
+    out: dict[str, PointPrediction] = {p.id: PointPrediction.none(why) for s in plan.launches for p in s.points
+                                       if (why := unreplayed(p)) is not None}
     for pid, (engine, shape, load) in loads.items():
         key = key_of(gpu, vllm, shape, engine)
         coef = fitted.get(key)

@@ -47,7 +47,8 @@ def ledger_page(dbs: Sequence[Path]) -> LedgerPage:
         })
     tables = tuple(LedgerTable(gpu, vllm, tuple(rs)) for (gpu, vllm), rs in sorted(groups.items()))
     return LedgerPage("Step-time model: error by study", _as_of(dbs, {p.run_id for p in points}),
-                      len({p.run_id for p in points}), tables, tuple(ledger_fit.not_validated(scored)))
+                      len({p.run_id for p in points}), tables,
+                      tuple(ledger_fit.not_validated(scored) + [g for db in dbs for g in ledger.unreplayed_points(db)]))
 
 
 def _as_of(dbs: Sequence[Path], run_ids: set[str]) -> str:

@@ -69,7 +69,7 @@ def format_ledger(rows: Sequence[dict[str, Any]], gaps: Sequence[dict[str, Any]]
             for r in rows]
     text = _table(head, body, markdown)
     if gaps:
-        text += "\nnot validated (never in the medians):\n"
+        text += "\nnot validated or not replayed (never in the medians):\n"
         text += "".join(f"  {g['study']}: {g['n']} point(s): {g['reason']}\n" for g in gaps)
     return text
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from report import ledger_fit, ledger_text
-from report.ledger import read_points
+from report.ledger import read_points, unreplayed_points
 from report.ledger_fit import StoredPoint
 from studyc.errors import SpecError
 
@@ -64,7 +64,7 @@ def step_model(db: Path, *, ledger: bool, say: Callable[[str], None]) -> StepMod
     if not ledger:
         return StepModel(ledger_text.model_rows(points))
     scored = ledger_fit.leave_one_study_out(points)
-    return StepModel(ledger_fit.ledger(scored), ledger_fit.not_validated(scored))
+    return StepModel(ledger_fit.ledger(scored), ledger_fit.not_validated(scored) + unreplayed_points(db))
 
 
 def step_model_text(model: StepModel, markdown: bool = False) -> str:
