@@ -247,16 +247,18 @@ def _rows(
     k = len(ZERO_TERMS)
     rows: list[tuple[Terms, float]] = []
     for ob, pt in zip(observations, points, strict=True):
-        for name, features, measured in (
-            ("tpot", pt.tpot, ob.tpot_s),
-            ("window", pt.window, ob.window_s),
-            ("burst", pt.burst, ob.burst_s),
-            ("ttft", pt.ttft, ob.ttft_s),
+        for name, features, fixed, measured in (
+            ("tpot", pt.tpot, pt.tpot_fixed, ob.tpot_s),
+            ("window", pt.window, pt.window_fixed, ob.window_s),
+            ("burst", pt.burst, pt.burst_fixed, ob.burst_s),
+            ("ttft", pt.ttft, pt.ttft_fixed, ob.ttft_s),
         ):
             if measured is None or not measured > 0 or not any(features):
                 continue
+            # relative error (features . coef + fixed - measured) / measured, weighted
             w = FIT_WEIGHTS[name] / measured
-            rows.append((tuple(f * w for f in scale(features, ob.card)), FIT_WEIGHTS[name]))  # type: ignore[arg-type]
+            rows.append((tuple(f * w for f in scale(features, ob.card)),  # type: ignore[arg-type]
+                         FIT_WEIGHTS[name] * (measured - fixed) / measured))
     if not rows:
         raise ValueError("nothing to fit: no point with a measured TPOT, TTFT or window")
     prior = prior * math.sqrt(len(rows))

@@ -10,6 +10,7 @@ so `compiler.stepfit` alternates replay and an exact non-negative least squares.
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -36,23 +37,42 @@ BLOCK_TOKENS = 16  # prefix-cache hits come in whole KV blocks
 @dataclass(frozen=True)
 class StepLoad:
     """One closed-loop point: `requests` measured requests through `concurrency` slots, started
-    together. `cached_tokens[i]` is how much of request i's prompt the prefix cache already holds."""
+    together. `cached_tokens[i]` is how much of request i's prompt the prefix cache already holds, and
+    `input_lens[i]` its prompt's length where they differ (else every prompt is `input_len`).
+
+    Conversations (`turns` > 1): requests `c * turns` to `c * turns + turns - 1` are the turns of
+    conversation c; a slot sends one conversation's turns in order, turn k + 1 `think_s` after turn k's
+    last token reached the client, then the next conversation not yet started."""
 
     concurrency: int
     requests: int
     input_len: int
     output_len: int
     cached_tokens: tuple[int, ...] = ()
+    input_lens: tuple[int, ...] = ()
+    turns: int = 1
+    think_s: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("concurrency", "requests", "input_len", "output_len"):
+        for name in ("concurrency", "requests", "input_len", "output_len", "turns"):
             if not getattr(self, name) >= 1:
                 raise ValueError(f"load {name} must be at least 1, got {getattr(self, name)!r}")
-        if self.cached_tokens and len(self.cached_tokens) != self.requests:
-            raise ValueError(f"cached_tokens has {len(self.cached_tokens)} entries for {self.requests} requests")
+        for name in ("cached_tokens", "input_lens"):
+            given = getattr(self, name)
+            if given and len(given) != self.requests:
+                raise ValueError(f"{name} has {len(given)} entries for {self.requests} requests")
+        if self.input_lens and min(self.input_lens) < 1:
+            raise ValueError(f"input_lens must be at least 1, got {min(self.input_lens)}")
+        if self.requests % self.turns:
+            raise ValueError(f"{self.requests} requests are not whole conversations of {self.turns} turns")
+        if not 0.0 <= self.think_s < math.inf:
+            raise ValueError(f"think_s must be >= 0 and finite, got {self.think_s!r}")
 
     def cached(self, index: int) -> int:
         return self.cached_tokens[index] if self.cached_tokens else 0
+
+    def prompt(self, index: int) -> int:
+        return self.input_lens[index] if self.input_lens else self.input_len
 
 
 def cache_hit_tokens(input_len: int) -> int:
@@ -63,7 +83,7 @@ def cache_hit_tokens(input_len: int) -> int:
 @dataclass(frozen=True)
 class PointTerms:
     """A replayed point: the features of its mean TPOT, mean TTFT, measured window, and the last first
-    token of its opening burst (zero for a single slot)."""
+    token of its opening burst (zero for a single slot), each with its fixed seconds."""
 
     tpot: Terms
     ttft: Terms
@@ -71,6 +91,12 @@ class PointTerms:
     burst: Terms
     output_tokens: int
     steps: int
+    # Seconds outside the coefficients (conversations' think time) in each of them: a prediction is
+    # dot(features, coefficients) + fixed
+    tpot_fixed: float = 0.0
+    ttft_fixed: float = 0.0
+    window_fixed: float = 0.0
+    burst_fixed: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -86,13 +112,18 @@ _ADMIT: Terms = (0.0, 0.0, 0.0, 0.0, 0.0, 1.0)  # one admit_s
 
 @dataclass(frozen=True)
 class _Time:
-    """A moment of the replay: its features (linear in the coefficients) and its value in seconds."""
+    """A moment of the replay: its features (linear in the coefficients), the seconds outside them (think
+    time), and its value in seconds: dot(terms, coefficients) + fixed."""
 
     terms: Terms
     value: float
+    fixed: float = 0.0
 
     def plus(self, terms: Terms, value: float) -> _Time:
-        return _Time(add_terms(self.terms, terms), self.value + value)
+        return _Time(add_terms(self.terms, terms), self.value + value, self.fixed)
+
+    def wait(self, seconds: float) -> _Time:
+        return _Time(self.terms, self.value + seconds, self.fixed + seconds)
 
 
 def _later(a: _Time, b: _Time) -> _Time:
@@ -128,7 +159,7 @@ def replay(shape: ModelShape, load: StepLoad, engine: EngineShape, card: Card, c
 
     Step composition depends on `coef` (when requests are admitted relative to steps); for the
     composition replayed, every returned feature is linear in the coefficients."""
-    hits = [min(load.cached(i), cache_hit_tokens(load.input_len)) if engine.prefix_caching else 0
+    hits = [min(load.cached(i), cache_hit_tokens(load.prompt(i))) if engine.prefix_caching else 0
             for i in range(load.requests)]
     c0, c1, c2, c3, request_value, admit_value = coef.as_terms()
     bw, fl = card.bandwidth_Bps, card.flops_per_s
@@ -136,12 +167,15 @@ def replay(shape: ModelShape, load: StepLoad, engine: EngineShape, card: Card, c
     out_len, budget_tokens, max_seqs = load.output_len, engine.budget_tokens, engine.max_num_seqs
     zero = _Time(ZERO_TERMS, 0.0)
     frontend_free = zero
-    sent_count = 0
+    turns = load.turns
+    units = load.requests // turns  # conversations (single requests when turns is 1)
+    started = 0  # units a slot has taken
     pending: deque[_Request] = deque()
     busy: list[list[_Time]] = []  # the front end's busy periods: [start, end] of back-to-back admissions
+    due: list[tuple[float, int, _Time]] = []  # turns a thinking slot sends later: (when, index, at)
 
-    def send(at: _Time) -> None:
-        nonlocal frontend_free, sent_count
+    def send(at: _Time, i: int) -> None:
+        nonlocal frontend_free
         start = _later(at, frontend_free)
         admitted = start.plus(_ADMIT, admit_value)
         if busy and start.value <= busy[-1][1].value + 1e-15:
@@ -149,14 +183,19 @@ def replay(shape: ModelShape, load: StepLoad, engine: EngineShape, card: Card, c
         else:
             busy.append([start, admitted])
         frontend_free = admitted
-        i = sent_count
-        pending.append(_Request(i, load.input_len - hits[i], hits[i], at, admitted))
-        sent_count += 1
+        pending.append(_Request(i, load.prompt(i) - hits[i], hits[i], at, admitted))
 
-    for _ in range(min(load.concurrency, load.requests)):
-        send(zero)
+    def release(until: float) -> None:
+        """The thinking slots' next turns due by `until`, to the front end in time order."""
+        while due and due[0][0] <= until + 1e-15:
+            _, i, at = heapq.heappop(due)
+            send(at, i)
+
+    while started < min(load.concurrency, units):
+        send(zero, started * turns)
+        started += 1
     burst = list(pending)
-    now_v, now_t = 0.0, ZERO_TERMS
+    now_v, now_t, now_f = 0.0, ZERO_TERMS, 0.0
     waiting: deque[_Request] = deque()
     prefilling: list[_Request] = []  # running, prompt not yet computed, in running order
     decoding = 0  # running sequences past their prefill: one token each per step
@@ -165,19 +204,24 @@ def replay(shape: ModelShape, load: StepLoad, engine: EngineShape, card: Card, c
     last_step: dict[int, list[_Request]] = {}  # tick of a request's last decode step -> requests, in running order
     done: list[_Request] = []
     steps = 0
-    while pending or waiting or prefilling or decoding:
+    while pending or waiting or prefilling or decoding or due:
+        release(now_v)
         while pending and pending[0].admitted.value <= now_v + 1e-15:
             waiting.append(pending.popleft())
         if not decoding and not prefilling and not waiting:
-            now_v, now_t = pending[0].admitted.value, pending[0].admitted.terms  # the engine idles
+            if not pending:
+                release(due[0][0])  # every slot is thinking: the engine idles until the next turn
+            idle = pending[0].admitted  # the engine idles
+            now_v, now_t, now_f = idle.value, idle.terms, idle.fixed
             continue
         if not waiting and not prefilling:
             # A run of pure decode steps: every running sequence makes one token per step until the
             # first of them finishes or the front end admits a request. Done in bulk (same steps).
             left = min(last_step) - tick - 1
             if left > 0:
-                admit_at = pending[0].admitted.value if pending else math.inf
-                at, done_steps = _decode_run(costs, card, coef, decoding, contexts, left, _Time(now_t, now_v), admit_at)
+                admit_at = min(pending[0].admitted.value if pending else math.inf, due[0][0] if due else math.inf)
+                at, done_steps = _decode_run(costs, card, coef, decoding, contexts, left, _Time(now_t, now_v, now_f),
+                                             admit_at)
                 now_v, now_t = at.value, at.terms
                 tick += done_steps
                 contexts += decoding * done_steps
@@ -213,7 +257,7 @@ def replay(shape: ModelShape, load: StepLoad, engine: EngineShape, card: Card, c
         terms = overlap_terms(work_from_sums(costs, decoding + len(scheduled), tokens, sampled, read, positions), card, coef)
         now_v += terms[0] * c0 + terms[1] * c1 + terms[2] / bw * c2 + terms[3] / fl * c3
         now_t = add_terms(now_t, terms)
-        now = _Time(now_t, now_v)
+        now = _Time(now_t, now_v, now_f)
         steps += 1
         finished: list[_Request] = []
         if decoding:
@@ -239,8 +283,15 @@ def replay(shape: ModelShape, load: StepLoad, engine: EngineShape, card: Card, c
             prefilling = [r for r in prefilling if r.computed < r.prompt]
         for r in finished:
             done.append(r)
-            if sent_count < load.requests:
-                send(now.plus(_REQUEST, request_value))
+            back = now.plus(_REQUEST, request_value)  # its last token reached the client: the slot is free
+            if (r.index + 1) % turns:  # the conversation's next turn, after the user's think time
+                if load.think_s > 0:
+                    heapq.heappush(due, (back.value + load.think_s, r.index + 1, back.wait(load.think_s)))
+                else:
+                    send(back, r.index + 1)
+            elif started < units:
+                send(back, started * turns)
+                started += 1
 
     starts = [start.value for start, _ in busy]
 
@@ -255,19 +306,26 @@ def replay(shape: ModelShape, load: StepLoad, engine: EngineShape, card: Card, c
     n = len(done)
     k = len(ZERO_TERMS)
     to_first, to_end = [0.0] * k, [0.0] * k  # summed over requests: first - sent, end - first
+    fixed_first = fixed_end = 0.0
     for r in done:
         assert r.first is not None and r.end is not None
-        first, end, sent = delivered(r.first).terms, delivered(r.end).terms, r.sent.terms
+        first, end, sent = delivered(r.first), delivered(r.end), r.sent
         for j in range(k):
-            to_first[j] += first[j] - sent[j]
-            to_end[j] += end[j] - first[j]
+            to_first[j] += first.terms[j] - sent.terms[j]
+            to_end[j] += end.terms[j] - first.terms[j]
+        fixed_first += first.fixed - sent.fixed
+        fixed_end += end.fixed - first.fixed
     ttft = add_terms(tuple(x / n for x in to_first), _REQUEST)  # type: ignore[arg-type]
     tpot = tuple(x / ((out_len - 1) * n) for x in to_end) if out_len > 1 else ZERO_TERMS
     last_first = max((delivered(r.first) for r in burst if r.first is not None), key=lambda t: t.value)
     burst_terms = add_terms(last_first.terms, _REQUEST) if len(burst) > 1 else ZERO_TERMS
-    window = add_terms(delivered(_Time(now_t, now_v)).terms, _REQUEST)
+    last = delivered(_Time(now_t, now_v, now_f))
+    window = add_terms(last.terms, _REQUEST)
     return PointTerms(tpot=tpot, ttft=ttft, window=window, burst=burst_terms,  # type: ignore[arg-type]
-                      output_tokens=n * out_len, steps=steps)
+                      output_tokens=n * out_len, steps=steps,
+                      tpot_fixed=fixed_end / ((out_len - 1) * n) if out_len > 1 else 0.0,
+                      ttft_fixed=fixed_first / n, window_fixed=last.fixed,
+                      burst_fixed=last_first.fixed if len(burst) > 1 else 0.0)
 
 
 def _decode_run(
@@ -296,7 +354,7 @@ def _decode_run(
         done += 1
     total = (float(done), float(n * done), done * w_bytes + read_sum * k_bytes, done * w_flops + read_sum * k_flops,
              0.0, 0.0)
-    return _Time(add_terms(now.terms, total), value), done
+    return _Time(add_terms(now.terms, total), value, now.fixed), done
 
 
 def predict(
@@ -308,13 +366,13 @@ def predict(
 
 def evaluate(point: PointTerms, card: Card, coef: Coefficients) -> StepPrediction:
     """The prediction of a point replayed with `coef` (a replay is valid only for its own coefficients)."""
-    window = dot(scale(point.window, card), coef)
+    window = dot(scale(point.window, card), coef) + point.window_fixed
     if not window > 0:
         raise ValueError("coefficients predict a zero-length window; fit them first")
     has_tpot = any(point.tpot)
     return StepPrediction(
-        tpot_s=dot(scale(point.tpot, card), coef) if has_tpot else None,
-        ttft_s=dot(scale(point.ttft, card), coef),
+        tpot_s=dot(scale(point.tpot, card), coef) + point.tpot_fixed if has_tpot else None,
+        ttft_s=dot(scale(point.ttft, card), coef) + point.ttft_fixed,
         output_throughput=point.output_tokens / window,
         window_s=window,
     )

@@ -21,6 +21,7 @@ from compiler.plan import Launch, Plan, PointStep, kept_prompts
 from compiler.stepcost import Card, EngineShape
 from compiler.stepfit import ModelKey
 from compiler.stepreplay import StepLoad, cache_hit_tokens, predict
+from compiler.workload_check import conversation_requests
 from report.ledger_fit import METRICS, StoredPoint, fit_keys
 
 if TYPE_CHECKING:
@@ -84,20 +85,46 @@ def cached_tokens(points: Sequence[PointStep]) -> dict[str, tuple[int, ...]]:
 
 
 def unreplayed(point: PointStep) -> str | None:
-    """Why the replay cannot predict `point`, or None: it replays closed loops of fixed-length, single-turn
-    requests with at most one shared prefix (`compiler.stepreplay.StepLoad`)."""
+    """Why the replay cannot predict `point`, or None: it replays closed loops of fixed-length requests with
+    at most one shared prefix, single or in conversations on a cache reset before the point
+    (`compiler.stepreplay.StepLoad`; validation refuses a conversation that does not fit max_model_len, so
+    none is clipped)."""
     if point.concurrency is None:
         return "an open-loop (request rate) point: the replay runs closed loops only"
     shape = point.shape
     if shape is None:
         return None
-    what = [f"{shape.turns}-turn conversations"] if shape.turns > 1 else []
-    what += ["a replayed trace"] if shape.trace is not None else []
-    what += ["drawn lengths"] if shape.trace is None and not (
-        isinstance(shape.input, int) and isinstance(shape.output, int)) else []
+    what = ["a replayed trace"] if shape.trace is not None else []
+    fixed = isinstance(shape.input, int) and isinstance(shape.output, int)
+    what += ["drawn lengths"] if shape.trace is None and not fixed else []
     what += [f"{shape.templates} shared prefixes"] if shape.templates > 1 else []
-    return (f"its workload ({', '.join(what) or 'a shaped workload'}) is not replayed: the replay sends "
-            "fixed-length, single-turn requests")
+    if shape.turns > 1 and point.cache == "keep":
+        what += [f"{shape.turns}-turn conversations on a kept cache"]
+    if not what:
+        return None
+    return (f"its workload ({', '.join(what)}) is not replayed: the replay sends fixed-length requests, "
+            "single or in conversations")
+
+
+def conversation_load(point: PointStep) -> StepLoad:
+    """A conversation point's load: turn k's prompt is turn k-1's prompt, its reply (synthetic tokens, so
+    never a cache hit) and a new user message; with prefix caching it hits turn k-1's prompt, and the
+    first turn the shared prefix once any conversation has sent it (the cache is reset before the point)."""
+    shape = point.shape
+    assert shape is not None and point.concurrency is not None
+    assert isinstance(shape.input, int) and isinstance(shape.output, int)
+    turns, user, reply = shape.turns, shape.input, shape.output
+    requests = conversation_requests(point.requests, turns)
+    shared = cache_hit_tokens(point.prefix_len + 1) if point.prefix_len else 0
+    lens: list[int] = []
+    hits: list[int] = []
+    for c in range(requests // turns):
+        prompt = 0
+        for k in range(turns):
+            previous, prompt = prompt, (prompt + reply + user if k else user)
+            lens.append(prompt)
+            hits.append(cache_hit_tokens(previous + 1) if k else (shared if c else 0))
+    return StepLoad(point.concurrency, requests, user, reply, tuple(hits), tuple(lens), turns, shape.think_s)
 
 
 def plan_loads(plan: Plan, root: Path = REPO) -> dict[str, tuple[EngineShape, ModelShape, StepLoad]]:
@@ -113,7 +140,10 @@ def plan_loads(plan: Plan, root: Path = REPO) -> dict[str, tuple[EngineShape, Mo
         for p in launch.points:
             if p.concurrency is None or unreplayed(p) is not None:
                 continue
-            load = StepLoad(p.concurrency, p.requests, p.input_len, p.output_len, cached[p.id])
+            if p.shape is not None:  # a conversation (the one shape replayed)
+                load = conversation_load(p)
+            else:
+                load = StepLoad(p.concurrency, p.requests, p.input_len, p.output_len, cached[p.id])
             out[p.id] = (engine, shapes[launch.model_dir], load)
     return out
 

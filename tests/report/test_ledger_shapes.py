@@ -1,7 +1,8 @@
 """What the step-time model's replay does not model is left out, with the reason, not predicted as something
-else: a conversation, drawn lengths, several templates or a trace replayed as fixed-length single-turn
-requests would be a wrong number (prefix-cache-shared's four-turn conversations were predicted at twice
-their measured throughput before they were left out)."""
+else: drawn lengths, several templates, a trace or a conversation on a kept cache replayed as fixed-length
+requests would be a wrong number (prefix-cache-shared's four-turn conversations were once replayed as single
+requests and predicted at twice their measured throughput). Conversations of fixed lengths are replayed:
+per-turn prompts, the hits on the turn before, and the think time between turns."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 from compiler.load import load_study
 from compiler.plan import Plan
 from compiler.plan_compile import compile_study
-from report.ledger import predict_points, read_points, unreplayed, unreplayed_points
+from report.ledger import conversation_load, predict_points, read_points, unreplayed, unreplayed_points
 from tests.variants import study_variant
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,10 +32,37 @@ def test_each_shaped_workload_says_why_it_is_not_replayed(tmp_path: Path) -> Non
     closed = _reasons(_plan(tmp_path, ("rate = [2.0]", "concurrency = [4]")))
     assert closed["chat"] is not None and "(drawn lengths)" in closed["chat"]
     assert closed["fewshot"] is not None and "(4 shared prefixes)" in closed["fewshot"]
-    conversation = closed["conversation"]
-    assert conversation is not None and "(3-turn conversations, drawn lengths)" in conversation
+    assert closed["conversation"] is not None and "(drawn lengths)" in closed["conversation"]  # its replies
     assert closed["replay"] is not None and "(a replayed trace)" in closed["replay"]
-    assert all(r.endswith("the replay sends fixed-length, single-turn requests") for r in closed.values() if r)
+    assert all(r.endswith("the replay sends fixed-length requests, single or in conversations")
+               for r in closed.values() if r)
+
+
+def test_a_conversation_of_fixed_lengths_is_replayed_unless_its_cache_is_kept(tmp_path: Path) -> None:
+    fixed = ('output_len = { dist = "histogram", values = [8, 16, 32], weights = [1, 2, 1] }', "output_len = 16")
+    closed = ("rate = [2.0]", "concurrency = [4]")
+    assert _reasons(_plan(tmp_path, closed, fixed))["conversation"] is None
+    kept = _reasons(_plan(tmp_path, closed, fixed, ("repeats = 1", 'repeats = 1\ncache = "keep"')))
+    assert kept["conversation"] is not None and "(3-turn conversations on a kept cache)" in kept["conversation"]
+
+
+def test_a_conversation_load_grows_its_prompts_and_hits_the_turn_before() -> None:
+    plan = compile_study(load_study(REPO / "studies" / "prefix_cache_shared.toml"))
+    point = next(p for s in plan.launches for p in s.points if p.workload == "conversation")
+    load = conversation_load(point)
+    assert (load.requests, load.turns, load.think_s, load.concurrency) == (320, 4, 1.0, 32)
+    assert load.input_lens[:8] == (256, 576, 896, 1216) * 2  # 256 new tokens after each 64-token reply
+    assert load.cached_tokens[:8] == (0, 256, 576, 896) * 2  # no shared prefix: the first turn hits nothing
+
+
+def test_a_conversation_with_a_shared_prefix_hits_it_once_any_conversation_sent_it(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, ("rate = [2.0]", "concurrency = [4]"),
+                 ('output_len = { dist = "histogram", values = [8, 16, 32], weights = [1, 2, 1] }', "output_len = 16"))
+    point = next(p for s in plan.launches for p in s.points if p.workload == "conversation")
+    load = conversation_load(point)  # 64 user tokens (32 of them the shared prefix), 16-token replies, 3 turns
+    assert load.input_lens[:6] == (64, 144, 224) * 2
+    assert load.cached_tokens[:6] == (0, 64, 144, 32, 64, 144)  # cache_hit_tokens(33) = 32 from the second on
+    assert load.requests % 3 == 0 and load.requests >= point.requests
 
 
 def test_open_loop_points_are_not_replayed_whatever_their_workload(tmp_path: Path) -> None:
@@ -47,28 +75,21 @@ def test_a_classic_workload_and_one_shared_prefix_are_replayed(tmp_path: Path) -
     plan = compile_study(load_study(study_variant(tmp_path)))  # quickstart: fixed lengths
     assert {unreplayed(p) for s in plan.launches for p in s.points} == {None}
     shared = compile_study(load_study(REPO / "studies" / "prefix_cache_shared.toml"))
-    reasons = {p.workload: unreplayed(p) for s in shared.launches for p in s.points}
-    assert reasons["system-prompt"] is None  # prefix_len alone: the replay models the shared prefix
-    assert reasons["conversation"] is not None and "(4-turn conversations)" in reasons["conversation"]
+    assert {unreplayed(p) for s in shared.launches for p in s.points} == {None}
 
 
-def test_the_committed_conversations_are_left_out_of_the_ledger_and_named() -> None:
-    rows = unreplayed_points(COMMITTED)
-    assert [(r["study"], r["n"]) for r in rows] == [("prefix-cache-shared", 6)]
-    assert all("/conversation/" in pid for pid in rows[0]["points"])
-    read = read_points(COMMITTED)
-    assert not [p for p in read if p.workload == "conversation"]
-    assert [p for p in read if p.study == "prefix-cache-shared" and p.workload == "system-prompt"]
+def test_the_committed_conversations_are_in_the_ledger() -> None:
+    assert unreplayed_points(COMMITTED) == []
+    talks = [p for p in read_points(COMMITTED) if p.workload == "conversation"]
+    assert len(talks) == 6 and {p.load.turns for p in talks} == {4}
 
 
-def test_a_plan_prediction_for_a_conversation_is_none_with_the_reason() -> None:
-    plan = compile_study(load_study(REPO / "studies" / "prefix_cache_shared.toml"))
-    predicted = predict_points(plan, [])  # no stored point: every replayed point says so, the others why not
+def test_a_plan_prediction_for_an_unreplayed_point_is_none_with_the_reason(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, ("rate = [2.0]", "concurrency = [4]"))
+    predicted = predict_points(plan, [])  # no stored point: a replayed point says so, the others why not
     for launch in plan.launches:
         for point in launch.points:
             found = predicted[point.id]
             assert set(found.values.values()) == {None}
-            if point.workload == "conversation":
-                assert "(4-turn conversations)" in found.note
-            else:
-                assert found.note == "no calibrated run on h200 in the database"
+            assert found.note == unreplayed(point) is not None
+            assert found.note.startswith("its workload (")
