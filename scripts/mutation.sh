@@ -51,6 +51,7 @@ MODULES=(
   "phase_compare|report/phase_compare.py|tests/report/test_phase_compare.py"
   "block_planner|report/block_planner.py|tests/report/test_block_planner.py tests/report/test_block_planner_edges.py tests/report/test_one_launch.py"
   "premise|report/premise.py|tests/report/test_premise.py"
+  "stepreplay|compiler/stepreplay.py|tests/compiler/test_stepmodel.py tests/compiler/test_stepreplay_turns.py"
 )
 
 [ -x "$MUTMUT" ] || { echo "mutmut missing: .venv/bin/pip install -e '.[mutation]'" >&2; exit 2; }

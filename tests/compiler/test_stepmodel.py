@@ -228,3 +228,31 @@ def test_a_whole_prompt_larger_than_the_budget_fails_not_hangs():
         replay(QWEN8B, StepLoad(1, 1, 3000, 4), monolithic, CARD, COEF)
     # Chunked, the same prompt takes two steps and then decodes.
     assert replay(QWEN8B, StepLoad(1, 1, 3000, 4), EngineShape(budget_tokens=2048), CARD, COEF).steps == 2 + 3
+
+
+@pytest.mark.parametrize(("load", "engine", "steps"), [
+    # two slots, admitted together: one step prefills both prompts, then each decode step runs both
+    # (a decoding sequence's context counts the tokens sampled so far)
+    (StepLoad(2, 2, 32, 3), GRAPHS,
+     [[(32, 0, True)] * 2, [(1, 33, True)] * 2, [(1, 34, True)] * 2]),
+    # a 40-token budget: the second prompt is chunked (8 tokens, nothing sampled), finished beside the
+    # first one's decode step, then decoded alone
+    (StepLoad(2, 2, 32, 2), EngineShape(budget_tokens=40),
+     [[(32, 0, True), (8, 0, False)], [(1, 33, True), (24, 8, True)], [(1, 33, True)]]),
+    # whole prompts only: the second waits for a step with room
+    (StepLoad(2, 2, 32, 2), EngineShape(budget_tokens=40, chunked_prefill=False),
+     [[(32, 0, True)], [(1, 33, True), (32, 0, True)], [(1, 33, True)]]),
+    # a cached prompt prefills only its uncached tokens over the cached context
+    (StepLoad(1, 1, 64, 2, (48,)), GRAPHS, [[(16, 48, True)], [(1, 65, True)]]),
+])
+def test_a_replay_is_exactly_the_sum_of_its_steps(load, engine, steps):
+    coef = replace(COEF, admit_s=0.0)  # every request schedulable at the first step
+    point = replay(QWEN8B, load, engine, CARD, coef)
+    expected = [0.0] * 6
+    for chunks in steps:
+        for j, v in enumerate(overlap_terms(step_work(QWEN8B, engine, chunks), None, None)):
+            expected[j] += v
+    expected[4] += 1.0  # the last request's last token reaching the client
+    # no admit_s: with it at 0 every request is admitted at time 0, before the first step, off the engine's path
+    assert point.steps == len(steps)
+    assert point.window == pytest.approx(tuple(expected), rel=1e-12)

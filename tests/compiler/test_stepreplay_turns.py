@@ -101,3 +101,26 @@ def test_the_fit_subtracts_the_think_time_and_recovers_the_coefficients() -> Non
     got = fit(obs, prior=0.0).coefficients
     for ob in obs:  # the full fit predicts the conversations' windows, think time included
         assert predict(QWEN8B, ob.load, GRAPHS, CARD, got).window_s == pytest.approx(ob.window_s, rel=0.02)
+
+
+def test_a_conversation_replays_step_by_step_as_its_turns_prefill_and_decode() -> None:
+    """One slot, one conversation of two turns, caching on: the replay's window features are exactly the
+    sum of its steps' (each turn one prefill step of its uncached tokens over its cached context, then a
+    decode step per further token over the growing context), plus a request_s and an admit_s per turn."""
+    from compiler.stepcost import overlap_terms, step_work
+
+    load = StepLoad(1, 2, 32, 4, (0, 32), (32, 68), 2, 0.25)
+    point = replay(QWEN8B, load, GRAPHS, CARD, COEF)
+    steps = []
+    for cached, prompt in ((0, 32), (32, 68)):
+        steps.append([(prompt - cached, cached, True)])
+        steps += [[(1, prompt + 1 + k, True)] for k in range(3)]  # the context counts each sampled token
+    total = [0.0] * 6
+    for chunks in steps:
+        for j, v in enumerate(overlap_terms(step_work(QWEN8B, GRAPHS, chunks), None, None)):
+            total[j] += v
+    total[4] += 2.0  # request_s: the first turn's last token reaching the client, then the second's
+    total[5] += 2.0  # admit_s: each turn admitted once
+    assert point.steps == 8
+    assert point.window == pytest.approx(tuple(total), rel=1e-12)
+    assert point.window_fixed == pytest.approx(0.25) and point.ttft_fixed == pytest.approx(0.0)
