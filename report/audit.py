@@ -172,8 +172,10 @@ def markdown_table(result: Audit) -> str:
                              "blocks it uses, \"look 10 of 12\", at that look's own level), between launches "
                              "where an arm ran on several (n counts them), else between the repeats of its one "
                              "launch (n counts those): such a row leaves out launch-to-launch variation and is at "
-                             "most \"inconclusive (one launch)\", as is a single value. A ratio's interval is on "
-                             "the log scale, never negative. Runs: " + "; ".join(runs) + ".")]
+                             "most \"inconclusive (one launch)\", as is a single value. A tail percentile that sits "
+                             "between two modes on any of its points is \"inconclusive (on a cliff)\": more "
+                             "launches would not decide it. A ratio's interval is on the log scale, never "
+                             "negative. Runs: " + "; ".join(runs) + ".")]
     return "\n".join(lines)
 
 

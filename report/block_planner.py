@@ -24,8 +24,11 @@ from compiler.metrics import SERVER_METRICS
 from compiler.plan import Launch, Plan, PointStep, budget_points
 from report.intervals import fixed_critical, layout, welch_df
 from report.power import power_inside, power_to_clear, sd_upper
+from report.score_model import Why
 from report.sequential import look_critical
 from runner.store.store import Store
+
+CLIFF_WARNING = "the last run read it on a cliff between two modes: no number of blocks decides it; state it off it"
 
 if TYPE_CHECKING:
     from report.score_model import Score
@@ -398,13 +401,17 @@ def power_plan(
                             f"{100 * launch_sd:.2g}%: it cannot be decided at any budget worth running")
         blocks, blocks_95 = ((blocks_needed(tol, sd, power=p, df=df, first=required) for p in POWERS)
                              if tol is not None and sd is not None else (None, None))
+        prior = (last or {}).get(hyp.id)
+        if prior is not None and prior.has(Why.ON_A_CLIFF):  # no number of blocks moves it off the cliff
+            warnings.append(CLIFF_WARNING)
+            prior = None
         if tol is None:
             warnings.append("no relative band (a relation or an expression): blocks depend on the distance "
                             "to the threshold")
         rows.append(PowerRow(hyp.id, hyp.metric, tol, sd, blocks, gpu_time(blocks) if blocks else None, source,
                              tuple(warnings), spread.launch_sd if spread else None,
                              spread.launch_df if spread else 0,
-                             _last((last or {}).get(hyp.id), sd, df, gpu_time, required,
+                             _last(prior, sd, df, gpu_time, required,
                                    plan.design.budget.blocks if plan.design.budget else None),
                              df or None, blocks_95, gpu_time(blocks_95) if blocks_95 else None))
     return rows, version

@@ -18,7 +18,7 @@ with what would decide it (report.deciding).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from compiler.expr import ExprError
 from compiler.hardware import HardwareError
@@ -37,6 +37,7 @@ from report.score_model import Reason, Score, Why, interval_label
 from report.sequential import look_alpha, look_critical
 from report.sides import MeasuredSide, point_side, server_side
 from report.verdict import Verdict, judge, straddled
+from runner.checks.tails import TAILS
 from runner.store.records import CheckResult
 from studyc import format as fmt
 
@@ -148,6 +149,13 @@ def _score(ctx: StudyContext, hyp: Hypothesis, failed: dict[str, list[CheckResul
     else:
         verdict = _verdict(hyp, cal, stats, notes if explain else None, unit)
         verdict_spec = _verdict(hyp, spec, stats, None, unit)
+        cliffs = [p for s in side_list for p in s.cliffs]
+        if cliffs and "invalid" not in (verdict, verdict_spec):
+            verdict = verdict_spec = "inconclusive"
+            notes[:] = [replace(r, decide=NOT_LAUNCHES) if r.why is Why.ONE_LAUNCH else r for r in notes
+                        if r.why is not Why.STRADDLES]  # launches would not decide it
+            notes.append(Reason(Why.ON_A_CLIFF, count=len(cliffs), detail=", ".join(cliffs),
+                                label=f"p{TAILS[hyp.metric][1]:g}", decide=OFF_THE_CLIFF))
 
     def rel_error(r: Resolved | None) -> float | None:
         if stats is None or r is None or r.predicted is None or r.predicted == 0 or hyp.predict.kind != "value":
@@ -239,6 +247,8 @@ def _bracketed(side_list: list[MeasuredSide], critical: Critical, est: Interval,
     return low_ci, high_ci
 
 
+NOT_LAUNCHES = "not more launches: its percentile is on a cliff (below)"
+OFF_THE_CLIFF = "a new run of the hypothesis stated on a percentile off the cliff, or on a mean"
 UNEVALUABLE = "could not be evaluated: invalid, and left out of the blocks a sequential budget adds"
 
 
@@ -289,4 +299,5 @@ def undecided(loaded: LoadedStudy, data: RunData) -> tuple[str, ...]:
         return ()
     if len(design.blocks(data.points)) >= design.budget_blocks:
         return ()
-    return tuple(s.hypothesis for s in score(ctx, explain=False) if s.verdict == "inconclusive")
+    return tuple(s.hypothesis for s in score(ctx, explain=False)
+                 if s.verdict == "inconclusive" and not s.has(Why.ON_A_CLIFF))

@@ -14,6 +14,7 @@ from report.intervals import Layout, Obs
 from report.results import RunData
 from report.score_model import SPLIT, Reason, Why
 from runner.checks.fidelity import WITHHELD_METRICS
+from runner.checks.tails import TAILS, check_name
 from runner.store.records import CheckResult, PointRecord, ServerRecord, base_server_id
 
 WITHHELD = "withheld: the client's token gaps came bunched (itl_trusted failed), so its ITL percentiles would describe the client"
@@ -36,6 +37,7 @@ class MeasuredSide:
     checks: set[str] = field(default_factory=set)
     flags: dict[str, list[str]] = field(default_factory=dict)  # what is flagged -> point ids
     lacking: dict[str, list[str]] = field(default_factory=dict)  # why the metric is missing -> point ids
+    cliffs: list[str] = field(default_factory=list)  # points whose value of the metric is on a cliff
 
     def missing(self, metric: str) -> list[Reason]:
         """One reason per cause: how many of the side's points lack the metric, which, and why."""
@@ -68,7 +70,10 @@ def point_side(data: RunData, ids: Sequence[str], metric: str, failed_checks: di
         side.point_ids.append(row.point_id)
         fails = failed_checks.get(row.point_id, [])
         fail_names = sorted({c.name for c in fails if c.severity == "fail"})
-        warn_names = sorted({c.name for c in fails if c.severity != "fail"})
+        warn_names = sorted({c.name for c in fails if c.severity != "fail" and _concerns(c.name, metric)})
+        cliff = metric in TAILS and any(c.name == check_name(metric) and c.status == "fail" for c in fails)
+        if cliff:
+            side.cliffs.append(row.point_id)
         side.checks.update(fail_names + warn_names)
         if row.status != "ok":
             error = row.error
@@ -78,8 +83,8 @@ def point_side(data: RunData, ids: Sequence[str], metric: str, failed_checks: di
             side.invalid.append(Reason(Why.FAILED_CHECK, point=row.point_id, checks=tuple(fail_names)))
         if row.cache_policy == "keep":
             side.flags.setdefault("prefix cache kept between points (cache = keep)", []).append(row.point_id)
-        for name in warn_names:
-            if not (name == "cache_cold" and row.cache_policy == "keep"):
+        for name in warn_names:  # a cliff is said by the score's reason (Why.ON_A_CLIFF), not as a flag
+            if not (name == "cache_cold" and row.cache_policy == "keep") and not (cliff and name in STABILITY):
                 side.flags.setdefault(f"warning {name}", []).append(row.point_id)
         value = row.metric(metric)
         if value is not None and math.isfinite(value):
@@ -90,6 +95,14 @@ def point_side(data: RunData, ids: Sequence[str], metric: str, failed_checks: di
         elif row.status == "ok":  # a point that did not finish is already named in `invalid`
             side.lacking.setdefault(_why_missing(metric, value, fails), []).append(row.point_id)
     return side
+
+
+STABILITY = {check_name(m): m for m in TAILS}  # each tail metric's stability check -> the metric
+
+
+def _concerns(check: str, metric: str) -> bool:
+    """Whether a warn check concerns a hypothesis on the metric: all do but another tail metric's stability."""
+    return check not in STABILITY or STABILITY[check] == metric
 
 
 def _why_missing(metric: str, value: float | None, fails: list[CheckResult]) -> str:

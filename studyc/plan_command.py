@@ -57,9 +57,11 @@ def plan_study(loaded: LoadedStudy, *, db: Path | None = None, bench: bool = Fal
         from report.audit import audit_studies
         from report.block_planner import edge_distance, power_plan
         from report.design_costs import gpu_plan
+        from report.score_model import Why
 
         last = {s.hypothesis: s for s in audit_studies([loaded], [db]).scores if s.run_id is not None}
-        distances = {h: d for h, s in last.items() if (d := edge_distance(s)) is not None}
+        distances = {h: d for h, s in last.items()  # a percentile on a cliff: no blocks decide it
+                     if not s.has(Why.ON_A_CLIFF) and (d := edge_distance(s)) is not None}
         advice = Advice(*power_plan(plan, db, last), db, gpu_plan(plan, db, distances))
     return PlanSummary(plan, predicted, advice, commands)
 

@@ -8,8 +8,8 @@ verify (its input is missing) has status `unverified` and does not pass: it fail
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from compiler.capacity import wave_requests
 from compiler.plan import PointStep
@@ -17,6 +17,7 @@ from compiler.study import Checks
 from runner.checks.cache import CacheState
 from runner.checks.fidelity import MAX_BUNCHED_SHARE, Fidelity
 from runner.checks.reconcile import Reconciliation
+from runner.checks.tails import CLIFF_RATIO, Cliff, check_name, neighbours
 from runner.store.records import CheckResult, CheckStatus, PointSummary
 
 
@@ -290,6 +291,30 @@ def itl_trusted(point: PointStep, fidelity: Fidelity) -> CheckResult:
                    detail)
 
 
+def tail_stable(point: PointStep, metric: str, found: Cliff) -> CheckResult | None:
+    """A tail percentile is not on a cliff (`runner.checks.tails`): its neighbours (p94 and p96 for p95)
+    differ by less than CLIFF_RATIO. Warn-level: the value stands, but a hypothesis on the metric is not
+    decided where it fails (report.sides). None where the point has none of the values (the metric is
+    missing and said so); unverified with one value, or a low neighbour of 0."""
+    if found.n == 0:
+        return None
+    lo_q, hi_q = neighbours(found.q)
+    ratio = found.ratio
+    status = _judged(ratio, ratio is not None and ratio < CLIFF_RATIO)
+    what = ("gap" if metric.startswith("itl") else "request") + ("" if found.n == 1 else "s")
+    q = f"p{found.q:g}"
+    detail = (f"p{lo_q:g} {_ms(found.low)}, {q} {_ms(found.at)}, p{hi_q:g} {_ms(found.high)} over {found.n:,} "
+              f"{what}: " + (f"{ratio:.2f}x apart (on a cliff from {CLIFF_RATIO:g}x)" if ratio is not None else
+                             "no ratio"))
+    if status == "fail":
+        detail += (f"; the {q} reads whether the share of slow {what} is over or under {100 - found.q:g}%, not how "
+                   f"slow they are, so a hypothesis on {metric} is not decided by this point. Fix: state it on a "
+                   "percentile off the cliff, or on a mean")
+    elif status == "unverified":
+        detail += "; cannot verify: " + ("one value" if found.n < 2 else f"p{lo_q:g} is 0")
+    return _result(point, check_name(metric), status, "warn", ratio, CLIFF_RATIO, detail)
+
+
 @dataclass(frozen=True)
 class Evidence:
     """Everything the checks read besides the summary."""
@@ -303,6 +328,7 @@ class Evidence:
     open_allowance: float | None = None
     expected_hit_rate: float = 0.0
     prefix_caching: bool = True  # False: the engine runs with --no-enable-prefix-caching
+    tails: Mapping[str, Cliff] = field(default_factory=dict)  # tail metric -> its percentile and neighbours
 
 
 def evaluate(point: PointStep, summary: PointSummary, *, thresholds: Checks, evidence: Evidence) -> list[CheckResult]:
@@ -318,6 +344,7 @@ def evaluate(point: PointStep, summary: PointSummary, *, thresholds: Checks, evi
         warmup_sufficient(point, e.halves_gap, thresholds.warmup_tolerance),
         client_headroom(point, summary, e.client_ceiling_chunks_per_s, thresholds.client_ceiling_fraction),
         itl_trusted(point, e.fidelity),
+        *(tail_stable(point, metric, found) for metric, found in e.tails.items()),
     ]
     return [c for c in found if c is not None]
 

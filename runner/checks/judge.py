@@ -23,14 +23,18 @@ from runner.checks.fidelity import WITHHELD_METRICS, check_fidelity
 from runner.checks.reconcile import E2E, reconcile, server_step_s
 from runner.checks.stats import (
     GpuStats,
+    gaps,
     gpu_stats,
     halves_gap,
+    latency_requests,
     occupancy,
     open_loop_allowance,
     steady_phase,
     steady_requests,
     summarize,
+    ttfts,
 )
+from runner.checks.tails import TAILS, Cliff, cliff
 from runner.measure import prometheus
 from runner.store.records import CheckResult, PointRecord, PointSummary, RequestRecord, TelemetrySample
 
@@ -158,11 +162,18 @@ def judge(
         open_allowance=open_loop_allowance(measured) if step.concurrency is None else None,
         expected_hit_rate=expected.hit_rate if expected is not None else 0.0,
         prefix_caching=prefix_caching,
+        tails=tail_cliffs(latency_requests(measured, step.concurrency, burst=burst)),
     )
     found = checks_mod.evaluate(step, summary, thresholds=thresholds, evidence=evidence)
     valid, flagged = checks_mod.verdict(found)
     return Judgement(summary=summary, checks=tuple(found), valid=valid, flagged=flagged,
                      reason=checks_mod.verdict_reason(found))
+
+
+def tail_cliffs(latency: Sequence[RequestRecord]) -> dict[str, Cliff]:
+    """Each tail metric's percentile with its neighbours, over the requests its distribution is read over."""
+    values = {"ttft": ttfts(latency), "itl": gaps(latency)}
+    return {metric: cliff(values[family], q) for metric, (family, q) in TAILS.items()}
 
 
 def _asked(expected: checks_mod.Expectation | None, index: int) -> int | None:

@@ -119,6 +119,29 @@ def meets_slo(r: RequestRecord, slo: Slo | None) -> bool:
     return all(values[k] <= limit for k, limit in slo.limits_s().items())
 
 
+def _phase(measured: Sequence[RequestRecord], concurrency: int | None, burst: bool) -> Window | None:
+    return steady_phase(measured, concurrency) if concurrency and not burst else None
+
+
+def latency_requests(records: Sequence[RequestRecord], concurrency: int | None, *,
+                     burst: bool = False) -> list[RequestRecord]:
+    """The requests `summarize` reads the latency distributions over: closed loop with a steady phase,
+    those that ran wholly inside it; else every completed measured one."""
+    measured = [r for r in records if not r.warmup]
+    phase = _phase(measured, concurrency, burst)
+    return steady_requests(measured, phase) if phase is not None else [r for r in measured if r.ok]
+
+
+def ttfts(records: Sequence[RequestRecord]) -> list[float]:
+    """Each request's time to first token, from its send (those with a first token)."""
+    return [r.first_token_s - r.sent_s for r in records if r.first_token_s is not None]
+
+
+def gaps(records: Sequence[RequestRecord]) -> list[float]:
+    """Every gap between two consecutive chunks of each request."""
+    return [b - a for r in records for a, b in zip(r.token_times_s, r.token_times_s[1:], strict=False)]
+
+
 def summarize(records: Sequence[RequestRecord], concurrency: int | None, *, burst: bool = False,
               slo: Slo | None = None) -> PointSummary:
     """Throughput, latency distributions and Little's Law terms of one point's measured requests
@@ -140,7 +163,7 @@ def summarize(records: Sequence[RequestRecord], concurrency: int | None, *, burs
     if whole is None:
         return base
     closed = concurrency is not None
-    phase = steady_phase(measured, concurrency) if closed and not burst and concurrency else None
+    phase = _phase(measured, concurrency, burst)
     if phase is not None:
         win, sel = phase, steady_requests(measured, phase)
         out_tok = sum(_tokens_in(r, win) for r in ok)
@@ -151,11 +174,11 @@ def summarize(records: Sequence[RequestRecord], concurrency: int | None, *, burs
     else:
         win, sel, out_tok, chunk_n, done, in_tok = whole, ok, float(outputs), chunks, ok, inputs
     span = win.duration_s
-    t = distribution([r.first_token_s - r.sent_s for r in sel if r.first_token_s is not None])
+    t = distribution(ttfts(sel))
     e = distribution([r.end_s - r.sent_s for r in sel])
     p = distribution([(r.end_s - r.first_token_s) / (r.output_tokens - 1)
                       for r in sel if r.first_token_s is not None and r.output_tokens > 1])
-    i = distribution([b - a for r in sel for a, b in zip(r.token_times_s, r.token_times_s[1:], strict=False)])
+    i = distribution(gaps(sel))
     ts = distribution([r.first_token_s - r.scheduled_s for r in ok if r.first_token_s is not None])
     es = distribution([r.end_s - r.scheduled_s for r in ok])
     lag = [r.sent_s - r.scheduled_s for r in measured]

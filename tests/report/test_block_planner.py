@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -16,9 +17,18 @@ from click.testing import CliRunner
 from compiler.load import load_study
 from compiler.plan import Launch, PointStep
 from compiler.plan_compile import compile_study
-from report.block_planner import blocks_needed, blocks_to_clear, edge_distance, power_plan, read_spreads
+from report.audit import audit_studies
+from report.block_planner import (
+    CLIFF_WARNING,
+    blocks_needed,
+    blocks_to_clear,
+    edge_distance,
+    power_plan,
+    read_spreads,
+)
 from report.intervals import fixed_critical, t_quantile
 from report.power import power_inside, power_to_clear, sd_upper
+from report.score_model import Reason, Why
 from report.sequential import look_critical
 from runner.store.records import PointRecord, PointSummary, RunRecord
 from runner.store.store import Store
@@ -221,6 +231,20 @@ def test_plan_says_what_deciding_from_the_last_run_would_take(tmp_path: Path, st
                         r"blocks for 80% / 95% power: \d+ / \d+ \(~\d+ / ~\d+ GPU min\)", line), line
     row = next(x for x in out.output.splitlines() if x.startswith("  same: output_throughput band"))
     assert re.search(r"block SD [\d.e-]+% \(df \d+\), launch-to-launch [^:]+: blocks for 80% / 95% power: \d+ / \d+ ", row), row
+
+
+def test_a_cliff_in_the_last_run_is_warned_not_costed(tmp_path: Path, study: Path) -> None:
+    """A last run whose percentile sat on a cliff (report.score_model, Why.ON_A_CLIFF): no blocks to clear an
+    edge from it, and a warning instead; the same score without the cliff is costed."""
+    db = _db(tmp_path, study)
+    loaded = load_study(study)
+    plan = compile_study(loaded)
+    last = {s.hypothesis: s for s in audit_studies([loaded], [db]).scores if s.run_id is not None}
+    rows = {r.hypothesis: r for r in power_plan(plan, db, last)[0]}
+    assert rows["same"].last is not None and CLIFF_WARNING not in rows["same"].warnings
+    cliff = {h: dataclasses.replace(s, reasons=(*s.reasons, Reason(Why.ON_A_CLIFF, count=1))) for h, s in last.items()}
+    rows = {r.hypothesis: r for r in power_plan(plan, db, cliff)[0]}
+    assert rows["same"].last is None and CLIFF_WARNING in rows["same"].warnings
 
 
 def test_budget_blocks_cost_only_the_points_their_hypothesis_rests_on(tmp_path: Path, study: Path) -> None:

@@ -16,10 +16,12 @@ from compiler.modelconfig import load_model
 from report.audit import md_cell
 from report.context import build_context, serving_dtypes
 from report.results import latest_runs
+from report.score_model import label_of
 from report.scoring import score as score_context
 from report.scoring import score_study
 from report.seed import HELD, SeedNote, seed_note, summary
 from report.site import build_site
+from report.verdict import VERDICTS
 from studyc.cli import main
 from tests.report.helpers import TINY_MODEL, P, make_db, write_study
 from tests.report.test_scoring import _points
@@ -96,8 +98,14 @@ def test_each_verdict_in_plain_words(tmp_path: Path) -> None:
     one = "could not tell (inconclusive: one launch per arm)"
     want = {"tight": one, "far": one, "noisy": one, "broken": "not trustworthy (invalid)", "power": "not run"}
     assert {h: line.held for h, line in by_id.items()} == want
+    assert set(HELD) >= {label_of(v, one, refuted, cliff) for v in VERDICTS for one in (False, True)
+                          for refuted in (False, True) for cliff in (False, True)}  # every label a score can show
     assert HELD == {"confirmed": "held", "refuted": "did not hold", "inconclusive": "could not tell (inconclusive)",
-                    "inconclusive (one launch)": one, "invalid": "not trustworthy (invalid)", "not run": "not run"}
+                    "inconclusive (one launch)": one,
+                    "inconclusive (on a cliff)": "could not tell (inconclusive: its percentile sits between two modes)",
+                    "invalid": "not trustworthy (invalid)",
+                    "not measurable here": "not measurable here (a premise it requires did not hold)",
+                    "not run": "not run"}
 
     tight = by_id["tight"].text
     assert tight.startswith("tight: the seed said “100 tok/s at batch 1 (seed GPU)”. On the NVIDIA H200: ")

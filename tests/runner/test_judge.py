@@ -67,7 +67,8 @@ def test_clean_closed_loop_point_is_valid() -> None:
     assert s.server_in_flight == pytest.approx(4 * (2 * 1.0 - 2 * 0.002) / 2.0)
     assert s.itl_bunched_share == 0.0 and s.itl_p50_s is not None
     assert {c.name for c in j.checks} == {"steady_state", "littles_law", "reconciliation", "cache_cold",
-                                          "output_exact", "errors", "warmup_sufficient", "itl_trusted"}
+                                          "output_exact", "errors", "warmup_sufficient", "itl_trusted",
+                                          "itl_p95_stable", "itl_p99_stable", "ttft_p95_stable", "ttft_p99_stable"}
     assert all(c.point_id == step().id and c.status == "pass" for c in j.checks)
     assert j.reason == "valid"
 
