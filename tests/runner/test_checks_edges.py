@@ -193,3 +193,17 @@ def test_verdict_reason_lists_every_name() -> None:
     assert checks.verdict_reason([c("a", "unverified"), c("b", "unverified")]) == "unverified: a, b"
     assert checks.verdict_reason([c("a", "fail"), c("b", "unverified"), c("d", "unverified")]) == (
         "invalid: a (unverified: b, d)")
+
+
+def test_evaluate_passes_the_engines_prefix_caching() -> None:
+    """A window with no lookups is cold on an engine with prefix caching off, and unverifiable on one with it
+    on: `evaluate` hands the engine's setting to cache_cold."""
+    def found(caching: bool) -> CheckResult:
+        evidence = checks.Evidence(
+            cache=CacheState(True, 0.0, 0.0), outputs=[Output(8, 8)] * 8, halves_gap=0.0,
+            client_ceiling_chunks_per_s=None, reconciliation=None,
+            fidelity=Fidelity("pass", 10, 0, 0.1, "server inter-token histogram", "clean"), prefix_caching=caching)
+        return {c.name: c for c in checks.evaluate(step(), PointSummary(requests_ok=8), thresholds=Checks(),
+                                                    evidence=evidence)}["cache_cold"]
+
+    assert found(False).status == "pass" and found(True).status == "unverified"

@@ -97,6 +97,8 @@ def test_tail_stable_cannot_verify_one_value_and_does_not_apply_to_none() -> Non
     assert one.detail.endswith("over 1 request: no ratio; cannot verify: one value")
     zero = tail_stable(step(), "itl_p95_s", cliff([0.0] * 95 + [1.0] * 6, 95.0))
     assert zero is not None and zero.status == "unverified" and zero.detail.endswith("cannot verify: p94 is 0")
+    two = tail_stable(step(), "itl_p95_s", cliff([0.0, 0.0], 95.0))  # two values: a zero neighbour, not one value
+    assert two is not None and two.status == "unverified" and two.detail.endswith("over 2 gaps: no ratio; cannot verify: p94 is 0")
 
 
 def rec(i: int, sent: float, gaps_s: list[float]) -> RequestRecord:
