@@ -55,8 +55,11 @@ def test_a_cliff_replaces_what_launches_would_decide(tmp_path: Path) -> None:
     pts, plan = two_launches(ITL, (0.0100, 0.0102))
     straddling = scores(loaded, run(pts, plan=plan))["tail"]
     assert straddling.verdict == "inconclusive" and straddling.has(Why.STRADDLES)
-    s = scores(loaded, run(pts, plan=plan, checks=[stable(pid("a", 1, "L1"), ITL, "fail")]))["tail"]
-    assert not s.has(Why.STRADDLES) and s.has(Why.ON_A_CLIFF) and s.verdict == "inconclusive"
+    both = [stable(pid("a", 1, lid), ITL, "fail") for lid in ("L1", "L2")]
+    s = scores(loaded, run(pts, plan=plan, checks=both))["tail"]
+    assert not s.has(Why.STRADDLES) and s.verdict == "inconclusive"
+    assert s.reasons[-1] == Reason(Why.ON_A_CLIFF, count=2, detail=f"{pid('a', 1, 'L1')}, {pid('a', 1, 'L2')}",
+                                   label="p95", decide=OFF_THE_CLIFF)
     one = [point("a", 1, "r1", 0.0100, metric=ITL)]
     alone = scores(loaded, run(one, checks=[stable(pid("a", 1, "r1"), ITL, "fail")]))["tail"]
     kinds = [r.why for r in alone.reasons]
@@ -83,12 +86,19 @@ def test_another_metric_and_other_statuses_keep_the_verdict(tmp_path: Path) -> N
 
 
 def test_an_invalid_row_stays_invalid_on_a_cliff(tmp_path: Path) -> None:
+    """Invalid by a failed check, or by a prediction that no longer evaluates: a cliff does not make either
+    inconclusive (which would keep a budget adding blocks)."""
     loaded = study(tmp_path, hyp("tail", ITL, "{ arm = \"a\", concurrency = 1 }", "{ relation = \"<\", value = 1.0 }"))
     pts, plan = two_launches(ITL, (0.0100, 0.0101))
     checks = [stable(pid("a", 1, "L1"), ITL, "fail"),
               CheckResult(pid("a", 1, "L2"), "errors", False, "fail", 1.0, 0.0, "d", "fail")]
     s = scores(loaded, run(pts, plan=plan, checks=checks))["tail"]
     assert s.verdict == "invalid" and not s.has(Why.ON_A_CLIFF)
+    broken = study(tmp_path, hyp("tail", ITL, "{ arm = \"a\", concurrency = 1 }",
+                                 "{ relation = \"<\", value = \"model.params / 1e3\" }"))
+    (tmp_path / "m" / "base" / "config.json").write_text("{ not json")
+    s = scores(broken, run(pts, plan=plan, checks=checks[:1]))["tail"]
+    assert (s.verdict, s.verdict_spec) == ("invalid", "invalid") and not s.has(Why.ON_A_CLIFF)
 
 
 def test_label_of_orders_the_causes() -> None:
@@ -107,3 +117,10 @@ def test_the_stopping_rule_spends_no_block_on_a_cliff(tmp_path: Path) -> None:
             "design": {"launches": {"a": 1}, "budget": {"blocks": 3}}}
     assert undecided(loaded, run(one, plan=plan)) == ("tail",)
     assert undecided(loaded, run(one, plan=plan, checks=[stable(pid("a", 1, "L1"), ITL, "fail")])) == ()
+    near = study(tmp_path, hyp("near", ITL, "{ arm = \"a\", concurrency = 1 }",
+                               "{ relation = \"<\", value = 0.0101 }"))
+    pts, two = two_launches(ITL, (0.0100, 0.0102))  # straddles 0.0101: inconclusive
+    room = {**two, "design": {"launches": {"a": 1}, "budget": {"blocks": 3}}}
+    spent = {**two, "design": {"launches": {"a": 1}, "budget": {"blocks": 2}}}
+    assert undecided(near, run(pts, plan=room)) == ("near",)
+    assert undecided(near, run(pts, plan=spent)) == ()  # both budget blocks measured: nothing more
