@@ -28,7 +28,7 @@ from report.score_model import Why
 from report.sequential import look_critical
 from runner.store.store import Store
 
-CLIFF_WARNING = "the last run read it on a cliff between two modes: no number of blocks decides it; state it off it"
+CLIFF_WARNING = "the last run read this percentile on a cliff between two modes: no number of blocks decides it"
 
 if TYPE_CHECKING:
     from report.score_model import Score
