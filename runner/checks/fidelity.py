@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from runner.checks.stats import gaps
 from runner.store.records import RequestRecord
 
 Status = Literal["pass", "fail", "unverified"]
@@ -54,13 +55,7 @@ class Fidelity:
 
 def token_gaps(records: Sequence[RequestRecord]) -> list[float]:
     """Gaps between consecutive chunk arrivals within each completed measured request."""
-    out: list[float] = []
-    for r in records:
-        if r.warmup or not r.ok:
-            continue
-        t = r.token_times_s
-        out.extend(b - a for a, b in zip(t, t[1:], strict=False))
-    return out
+    return gaps([r for r in records if not r.warmup and r.ok])
 
 
 def client_tpot_s(records: Sequence[RequestRecord]) -> float | None:
@@ -78,24 +73,24 @@ def check_fidelity(
     max_share: float = MAX_BUNCHED_SHARE,
 ) -> Fidelity:
     """Flag a point whose token gaps bunch far below the server's step time."""
-    gaps = token_gaps(records)
+    seen = token_gaps(records)
     step: float | None
     if server_step_s is not None and server_step_s > 0:
         step, source = server_step_s, "server inter-token histogram"
     else:
         step, source = client_tpot_s(records), "client TPOT median"
-    if not gaps or step is None or step <= 0:
-        return Fidelity("unverified", len(gaps), 0, step, source if step else "none",
+    if not seen or step is None or step <= 0:
+        return Fidelity("unverified", len(seen), 0, step, source if step else "none",
                         "no token gaps to judge (fewer than two chunks per request)")
     limit = fraction_of_step * step
-    bunched = sum(1 for g in gaps if g < limit)
-    share = bunched / len(gaps)
-    head = (f"{bunched} of {len(gaps)} token gaps ({share:.1%}) are under {limit * 1e6:.0f} us, "
+    bunched = sum(1 for g in seen if g < limit)
+    share = bunched / len(seen)
+    head = (f"{bunched} of {len(seen)} token gaps ({share:.1%}) are under {limit * 1e6:.0f} us, "
             f"{fraction_of_step:.0%} of the {step * 1e3:.2f} ms step ({source})")
     if share <= max_share:
-        return Fidelity("pass", len(gaps), bunched, step, source, head)
+        return Fidelity("pass", len(seen), bunched, step, source, head)
     return Fidelity(
-        "fail", len(gaps), bunched, step, source,
+        "fail", len(seen), bunched, step, source,
         f"{head}: the client read several tokens per socket read, so ITL percentiles describe the "
         "client, not the server (TPOT and throughput stand). Cause: the load generator was starved of "
         "CPU (shared cores, other jobs, a GC pause; on a CPU host, an engine thread on its core) or the "

@@ -29,8 +29,6 @@ from runner.checks.stats import (
     latency_requests,
     occupancy,
     open_loop_allowance,
-    steady_phase,
-    steady_requests,
     summarize,
     ttfts,
 )
@@ -150,8 +148,7 @@ def judge(
     if fidelity.status == "fail":  # bunched gaps: ITL percentiles would describe the client
         withheld: dict[str, Any] = dict.fromkeys(WITHHELD_METRICS)
         summary = replace(summary, **withheld)
-    phase = steady_phase(measured, step.concurrency) if step.concurrency and not burst else None
-    steady = steady_requests(measured, phase) if phase is not None else measured
+    steady = latency_requests(measured, step.concurrency, burst=burst)  # the requests the latencies describe
     evidence = checks_mod.Evidence(
         cache=server.cache,
         outputs=[checks_mod.Output(r.output_tokens, r.chunks, _asked(expected, r.index)) for r in measured if r.ok],
@@ -162,7 +159,7 @@ def judge(
         open_allowance=open_loop_allowance(measured) if step.concurrency is None else None,
         expected_hit_rate=expected.hit_rate if expected is not None else 0.0,
         prefix_caching=prefix_caching,
-        tails=tail_cliffs(latency_requests(measured, step.concurrency, burst=burst)),
+        tails=tail_cliffs(steady),
     )
     found = checks_mod.evaluate(step, summary, thresholds=thresholds, evidence=evidence)
     valid, flagged = checks_mod.verdict(found)
