@@ -41,6 +41,23 @@ def remaining_s(plan: Plan, done_points: set[str], started_servers: set[str], pa
     return total * pace
 
 
+# Seconds of plan estimate the pace is shrunk toward 1.0 by: after one short point, a slow start (or a
+# fast one) says little, and an ETA of hours for a run of minutes is worse than the plan's own estimate.
+PACE_PRIOR_S = 120.0
+
+
+def pace_of(elapsed_s: float, estimated_s: float, prior_s: float = PACE_PRIOR_S) -> float:
+    """Measured seconds per estimated second so far, shrunk toward 1.0 (the plan) by `prior_s` of estimate:
+    with nothing estimated done yet, 1.0; with much done, the measured ratio."""
+    return (elapsed_s + prior_s) / (estimated_s + prior_s)
+
+
+def starting(status: str) -> bool:
+    """Whether a server line says a launch's server is starting: "starting", "starting (held: ...)",
+    "... (calibrated ...)", or a replica's "<server id>: starting ..."."""
+    return status.startswith("starting") or status.partition(": ")[2].startswith("starting")
+
+
 def most_points(plan: Plan) -> int:
     """The plan's points, and the most probes its capacity searches may measure."""
     return len(plan.points) + sum(q.probes for launch in plan.launches for q in launch.searches)
@@ -64,13 +81,13 @@ class LiveProgress(driver.Progress):
         self.task: Any = None
         self.done: set[str] = set()
         self.started: set[str] = set()
-        self.origin = time.monotonic()
+        self.origin: float | None = None  # the first measured start: calibration and priming are not the pace
         self.estimated_done_s = 0.0
         self.skipped = 0
 
     def _eta(self) -> str:
-        elapsed = time.monotonic() - self.origin
-        pace = elapsed / self.estimated_done_s if self.estimated_done_s > 0 else 1.0
+        elapsed = 0.0 if self.origin is None else time.monotonic() - self.origin
+        pace = pace_of(elapsed, self.estimated_done_s)
         left = remaining_s(self.plan, self.done, self.started, pace)
         # Points skipped by --resume are not known by id here: scale by the share still to run.
         total = len(self.plan.points)
@@ -84,7 +101,8 @@ class LiveProgress(driver.Progress):
         self.task = self.bar.add_task("points", total=total, completed=done, rate="", eta=self._eta())
 
     def server(self, step: Any, status: str) -> None:
-        if status == "starting":
+        if starting(status) and step.id not in self.started:
+            self.origin = time.monotonic() if self.origin is None else self.origin
             self.started.add(step.id)
             self.estimated_done_s += step.estimated_start_s
         self.console.print(f"server {step.id}: {status}", markup=False, highlight=False)

@@ -254,3 +254,55 @@ def test_an_allowed_hardware_mismatch_is_stored_in_the_run(tmp_path: Path, monke
     assert len(runs) == 1
     assert f"hardware mismatch allowed (--allow-hardware-mismatch): quickstart: {hardware_mismatch('b200', None)}" \
         in (runs[0].notes or "")
+
+
+@pytest.mark.parametrize(("status", "expected"), [
+    ("starting", True),
+    ("starting (held: imported while the launch before ran)", True),
+    ("starting (held: imported before its start); calibrated: 4.19 TB/s", True),
+    ("starting; not calibrated: no NVML", True),
+    ("warmup-trap/cold/L1/r1: starting (held: imported before its start)", True),
+    ("ready in 48.6 s, warm compile cache, KV 471424 tokens", False),
+    ("stopped", False),
+    ("failed", False),
+    ("warmup-trap/cold/L1/r1: ready in 4.0 s", False),
+])
+def test_every_kind_of_start_counts_as_a_start(status: str, expected: bool) -> None:
+    """A held start and a calibrated one are starts too: missed, the ETA counted every start as still ahead
+    and divided the whole run's time by the points' estimates alone (an ETA of 11h50m for a 9-minute run)."""
+    from studyc.progress import starting
+
+    assert starting(status) is expected
+
+
+def test_pace_is_shrunk_toward_the_plan_early_and_follows_the_run_late() -> None:
+    from studyc.progress import PACE_PRIOR_S, pace_of
+
+    assert pace_of(0.0, 0.0) == 1.0
+    assert pace_of(60.0, 20.0) == pytest.approx((60 + PACE_PRIOR_S) / (20 + PACE_PRIOR_S))
+    assert pace_of(60.0, 20.0) < 1.5  # one short point three times its estimate does not triple the ETA
+    assert pace_of(20_000.0, 10_000.0) == pytest.approx(2.0, rel=0.01)
+    assert pace_of(5_000.0, 10_000.0, prior_s=0.0) == 0.5
+
+
+def test_the_eta_counts_from_the_first_measured_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calibration and priming before the first launch are not the pace: a run that spent 300 s priming
+    and whose launches then ran to estimate shows the plan's remaining time, not 300 s more per point."""
+    import io
+
+    from compiler.load import load_study
+    from compiler.plan_compile import compile_study
+    from studyc import progress
+
+    plan = compile_study(load_study(QUICKSTART))
+    clock = [1000.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    live = progress.LiveProgress(plan, io.StringIO())
+    clock[0] += 300.0  # calibration, priming
+    first = plan.launches[0]
+    live.server(first, "starting (held: imported before its start)")
+    live.server(first, "starting (held: imported before its start)")  # a second line of one launch counts once
+    assert live.started == {first.id} and live.estimated_done_s == first.estimated_start_s
+    clock[0] += first.estimated_start_s
+    expected = progress.remaining_s(plan, set(), {first.id}, 1.0)
+    assert live._eta() == progress.eta_text(expected)
