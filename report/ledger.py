@@ -150,16 +150,24 @@ def plan_loads(plan: Plan, root: Path = REPO) -> dict[str, tuple[EngineShape, Mo
 
 def read_points(db: str | Path, root: Path = REPO) -> list[StoredPoint]:
     """Every valid, complete point of the latest calibrated run of each study in `db`, with what replays it."""
+    return read_ledger(db, root)[0]
+
+
+def read_ledger(db: str | Path, root: Path = REPO) -> tuple[list[StoredPoint], list[dict[str, Any]]]:
+    """`read_points` and `unreplayed_points` of `db` from one opening of it (each plan read once)."""
     from runner.store.store import Store
 
     with Store(db, read_only=True) as store:
-        return store_points(store, root)
+        plans = _latest_plans(store)
+        return store_points(store, root, plans), _unreplayed(store, plans)
 
 
-def store_points(store: Store, root: Path = REPO) -> list[StoredPoint]:
-    """`read_points` from an open store (the runner's, while it writes the same file)."""
+def store_points(store: Store, root: Path = REPO,
+                 plans: list[tuple[RunRecord, Plan]] | None = None) -> list[StoredPoint]:
+    """`read_points` from an open store (the runner's, while it writes the same file); `plans`: its
+    `_latest_plans`, where the caller has them."""
     out: list[StoredPoint] = []
-    for run, plan in _latest_plans(store):
+    for run, plan in _latest_plans(store) if plans is None else plans:
         assert run.bandwidth_Bps is not None and run.flops_bf16 is not None
         loads = plan_loads(plan, root)
         card = Card(float(run.bandwidth_Bps), float(run.flops_bf16))
@@ -203,13 +211,17 @@ def unreplayed_points(db: str | Path) -> list[dict[str, Any]]:
     not model them (`unreplayed`): one row per study and reason, with the count, as `ledger_fit.not_validated`."""
     from runner.store.store import Store
 
-    groups: dict[tuple[str, str], list[str]] = defaultdict(list)
     with Store(db, read_only=True) as store:
-        for run, plan in _latest_plans(store):
-            reasons = {p.id: why for s in plan.launches for p in s.points if (why := unreplayed(p)) is not None}
-            for point in store.points(run.run_id):
-                if point.status == "ok" and point.point_id in reasons:
-                    groups[(run.study_id, reasons[point.point_id])].append(point.point_id)
+        return _unreplayed(store, _latest_plans(store))
+
+
+def _unreplayed(store: Store, plans: list[tuple[RunRecord, Plan]]) -> list[dict[str, Any]]:
+    groups: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for run, plan in plans:
+        reasons = {p.id: why for s in plan.launches for p in s.points if (why := unreplayed(p)) is not None}
+        for point in store.points(run.run_id):
+            if point.status == "ok" and point.point_id in reasons:
+                groups[(run.study_id, reasons[point.point_id])].append(point.point_id)
     return [{"study": study, "reason": reason, "n": len(ids), "points": sorted(ids)}
             for (study, reason), ids in sorted(groups.items())]
 

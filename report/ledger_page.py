@@ -35,7 +35,8 @@ class LedgerPage:
 
 def ledger_page(dbs: Sequence[Path]) -> LedgerPage:
     """Fit and score the model leave-one-study-out on every calibrated run in the databases."""
-    points = [p for db in dbs for p in ledger.read_points(db)]
+    read = [ledger.read_ledger(db) for db in dbs]
+    points = [p for pts, _ in read for p in pts]
     scored = ledger_fit.leave_one_study_out(points) if points else []
     rows = ledger_fit.ledger(scored)
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -48,7 +49,7 @@ def ledger_page(dbs: Sequence[Path]) -> LedgerPage:
     tables = tuple(LedgerTable(gpu, vllm, tuple(rs)) for (gpu, vllm), rs in sorted(groups.items()))
     return LedgerPage("Step-time model: error by study", _as_of(dbs, {p.run_id for p in points}),
                       len({p.run_id for p in points}), tables,
-                      tuple(ledger_fit.not_validated(scored) + [g for db in dbs for g in ledger.unreplayed_points(db)]))
+                      tuple(ledger_fit.not_validated(scored) + [g for _, gaps in read for g in gaps]))
 
 
 def _as_of(dbs: Sequence[Path], run_ids: set[str]) -> str:

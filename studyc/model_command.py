@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from report import ledger_fit, ledger_text
-from report.ledger import read_points, unreplayed_points
+from report.ledger import read_ledger
 from report.ledger_fit import StoredPoint
 from studyc.errors import SpecError
 
@@ -44,9 +44,13 @@ def facts_text(facts: dict[str, Any], markdown: bool = False) -> str:
 
 def stored_points(db: Path, say: Callable[[str], None]) -> list[StoredPoint]:
     """Every stored point the step-time model fits from, saying how many runs they come from."""
-    points = read_points(db)
+    return _read(db, say)[0]
+
+
+def _read(db: Path, say: Callable[[str], None]) -> tuple[list[StoredPoint], list[dict[str, Any]]]:
+    points, unreplayed = read_ledger(db)
     say(f"fitting the step-time model from {len({p.run_id for p in points})} run(s) in {db}")
-    return points
+    return points, unreplayed
 
 
 @dataclass(frozen=True)
@@ -60,11 +64,11 @@ class StepModel:
 
 def step_model(db: Path, *, ledger: bool, say: Callable[[str], None]) -> StepModel:
     """The fitted coefficients, or with `ledger`, the leave-one-study-out ledger, of the runs in `db`."""
-    points = stored_points(db, say)
+    points, unreplayed = _read(db, say)
     if not ledger:
         return StepModel(ledger_text.model_rows(points))
     scored = ledger_fit.leave_one_study_out(points)
-    return StepModel(ledger_fit.ledger(scored), ledger_fit.not_validated(scored) + unreplayed_points(db))
+    return StepModel(ledger_fit.ledger(scored), ledger_fit.not_validated(scored) + unreplayed)
 
 
 def step_model_text(model: StepModel, markdown: bool = False) -> str:

@@ -11,7 +11,14 @@ from pathlib import Path
 from compiler.load import load_study
 from compiler.plan import Plan
 from compiler.plan_compile import compile_study
-from report.ledger import conversation_load, predict_points, read_points, unreplayed, unreplayed_points
+from report.ledger import (
+    conversation_load,
+    predict_points,
+    read_ledger,
+    read_points,
+    unreplayed,
+    unreplayed_points,
+)
 from tests.variants import study_variant
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,6 +89,14 @@ def test_the_committed_conversations_are_in_the_ledger() -> None:
     assert unreplayed_points(COMMITTED) == []
     talks = [p for p in read_points(COMMITTED) if p.workload == "conversation"]
     assert len(talks) == 6 and {p.load.turns for p in talks} == {4}
+
+
+def test_one_reading_of_the_database_gives_what_the_two_readers_give() -> None:
+    points, gaps = read_ledger(COMMITTED)
+    assert gaps == unreplayed_points(COMMITTED)
+    assert [(p.run_id, p.point_id, p.measured) for p in points] == \
+        [(p.run_id, p.point_id, p.measured) for p in read_points(COMMITTED)]
+    assert len({p.run_id for p in points}) > 20
 
 
 def test_a_plan_prediction_for_an_unreplayed_point_is_none_with_the_reason(tmp_path: Path) -> None:
