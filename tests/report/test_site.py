@@ -393,11 +393,11 @@ def test_runs_without_phases_say_wall_only(h200_site: Path) -> None:
 
 
 def test_the_mla_kv_rerun_shows_its_stored_phases(h200_site: Path) -> None:
-    """The first run stored with its phases (mla-kv, 2026-12-03): one complete segment of 593.5 s, a bar for
-    each of its six launches."""
+    """mla-kv's latest run (2026-12-05, on an H100; the first stored with its phases was 2026-12-03's): one
+    complete segment of 550.7 s, a bar for each of its six launches."""
     page = parse(h200_site / "studies/mla-kv/index.html")
     text = " ".join(" ".join(page.text).split())
-    assert "chart-phases" in page.ids and "1 segment(s) (complete), wall 593.5 s" in text
+    assert "chart-phases" in page.ids and "1 segment(s) (complete), wall 550.7 s" in text
     assert "start: torch.compile" in text and "Phases not recorded" not in text
     raw = (h200_site / "studies/mla-kv/index.html").read_text()
     spec = json.loads(re.search(r'id="spec-phases">(.*?)</script>', raw, re.S)[1])  # type: ignore[index]
