@@ -51,6 +51,8 @@ snapshot() {
   # `unpack` puts it in place on the next machine, so its first starts can show whether the post-capture gap
   # of a fresh machine's first starts (13-15 s on 2026-12-04, 0-1 s after) is Triton compiling kernels
   [ -d "$HOME/.triton" ] && tar -C "$HOME" -czf "$OUT/triton-cache.tgz" .triton 2>/dev/null || true
+  # What vLLM hashed into each compile-cache key, secrets dropped (scripts/gpu/cache_keys.py)
+  python3 "$REPO/scripts/gpu/cache_keys.py" "$STUDYC_CACHE_DIR" "$OUT" 2>/dev/null || true
 }
 # The commit this tree is: the one `stamp` wrote where it was carried, else git
 # A carried .studyc-commit wins: the device's copy of .git was seen older than the tree (2026-12-03: HEAD
