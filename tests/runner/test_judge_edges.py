@@ -113,3 +113,52 @@ def test_a_request_that_streamed_without_usage_is_unverified() -> None:
     records[-1] = dataclasses.replace(records[-1], output_tokens=0)  # chunks arrived, no usage event
     j = verdict_of(step(concurrency=2, requests=6), records)
     assert check(j, "output_exact").status == "unverified"
+
+
+def test_goodput_and_attainment_are_read_by_the_study_slo() -> None:
+    """Every request's first token comes 0.1 s after its send: a 50 ms TTFT objective meets none of them,
+    a 500 ms one all; without an objective there is no attainment to read."""
+    from compiler.slo import Slo
+
+    records = waves(2, 4)
+    before, after = edges(records)
+    server = ServerSide(cache=CacheState(True, 100.0, 0.0), before=before, after=after)
+    point = step(concurrency=2, requests=8, warmup=0)
+    strict = judge(point, records, server, thresholds=Checks(), client_ceiling_chunks_per_s=None,
+                   slo=Slo(ttft_ms=50.0))
+    loose = judge(point, records, server, thresholds=Checks(), client_ceiling_chunks_per_s=None,
+                  slo=Slo(ttft_ms=500.0))
+    none = judge(point, records, server, thresholds=Checks(), client_ceiling_chunks_per_s=None)
+    assert strict.summary.slo_attainment == 0.0 and loose.summary.slo_attainment == 1.0
+    assert none.summary.slo_attainment is None
+
+
+def test_the_client_stall_is_stored_with_the_point() -> None:
+    records = waves(2, 4)
+    before, after = edges(records)
+    server = ServerSide(cache=CacheState(True, 100.0, 0.0), before=before, after=after)
+    j = judge(step(concurrency=2, requests=8, warmup=0), records, server, thresholds=Checks(),
+              client_ceiling_chunks_per_s=None, client_stall_s=0.25)
+    assert j.summary.client_stall_max_s == 0.25
+
+
+def test_prefix_caching_is_on_unless_the_engine_turns_it_off() -> None:
+    """No lookups in the window: with prefix caching on (the default) the cold cache cannot be verified;
+    with it off (--no-enable-prefix-caching) no lookups and no hits are what verifies it."""
+    records = waves(2, 4)
+    before, after = edges(records)
+    server = ServerSide(cache=CacheState(True, 0.0, 0.0), before=before, after=after)
+    point = step(concurrency=2, requests=8, warmup=0)
+    on = judge(point, records, server, thresholds=Checks(), client_ceiling_chunks_per_s=None)
+    off = judge(point, records, server, thresholds=Checks(), client_ceiling_chunks_per_s=None, prefix_caching=False)
+    assert not check(on, "cache_cold").passed and "cannot verify" in check(on, "cache_cold").detail
+    assert check(off, "cache_cold").passed
+
+
+@pytest.mark.parametrize(("index", "asked"), [(-1, None), (0, 5), (1, 6), (2, 7), (3, None)])
+def test_a_request_is_held_to_its_own_max_tokens_by_index(index: int, asked: int | None) -> None:
+    from runner.checks.checks import Expectation
+    from runner.checks.judge import _asked
+
+    assert _asked(Expectation(output_tokens=(5, 6, 7)), index) == asked
+    assert _asked(None, index) is None
