@@ -53,7 +53,6 @@ MODULES=(
   "block_planner|report/block_planner.py|tests/report/test_block_planner.py tests/report/test_block_planner_edges.py tests/report/test_one_launch.py"
   "premise|report/premise.py|tests/report/test_premise.py"
   "stepreplay|compiler/stepreplay.py|tests/compiler/test_stepmodel.py tests/compiler/test_stepreplay_turns.py"
-  "progress|studyc/progress.py|tests/test_cli.py"
   "fidelity|runner/checks/fidelity.py|tests/runner/test_fidelity.py"
 )
 
