@@ -53,7 +53,7 @@ MODULES=(
   "block_planner|report/block_planner.py|tests/report/test_block_planner.py tests/report/test_block_planner_edges.py tests/report/test_one_launch.py"
   "premise|report/premise.py|tests/report/test_premise.py"
   "stepreplay|compiler/stepreplay.py|tests/compiler/test_stepmodel.py tests/compiler/test_stepreplay_turns.py"
-  "fidelity|runner/checks/fidelity.py|tests/runner/test_fidelity.py"
+  "fidelity|runner/checks/fidelity.py|tests/runner/test_fidelity.py tests/runner/test_fidelity_edges.py"
 )
 
 [ -x "$MUTMUT" ] || { echo "mutmut missing: .venv/bin/pip install -e '.[mutation]'" >&2; exit 2; }
