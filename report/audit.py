@@ -123,9 +123,17 @@ def print_table(result: Audit) -> None:
         for reason in s.reasons:
             if reason.why is not Why.NOT_CALIBRATED:
                 console.print(f"  {s.study_id}/{s.hypothesis}: {reason.text}", markup=False, highlight=False)
+    if any(r.why is Why.STRADDLES for s in result.scores for r in s.reasons):
+        console.print(PLANNER_POINTER, markup=False, highlight=False)
     for study_runs in result.compared.values():
         for line in study_runs.lines():
             console.print(line, markup=False, highlight=False)
+
+
+# Said once under the notes where an interval straddles an edge: their launch counts are the run's own point
+# estimate at its own spread, where the planner sizes a design for 80% power from every stored run.
+PLANNER_POINTER = ("  (those launch counts hold this run's spread and mean; launches for 80% power, with their GPU "
+                   "time: studyc plan STUDY --db DB)")
 
 
 def spec_differs(s: Score) -> bool:

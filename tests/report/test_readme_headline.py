@@ -59,3 +59,20 @@ def test_a_run_read_before_its_budget_is_spent_says_the_level_of_its_look() -> N
     assert 0 < len(early.points) < len(run.points)
     assert sequential_note(early) == "; blocks 5 of 12: a repeated interval, this look's at 99.9%"
     assert sequential_note(runs["mla-kv"]) == ""  # a fixed design
+
+
+def test_the_audit_points_from_its_launch_counts_to_the_planner() -> None:
+    """A row whose interval straddles an edge says how many launches would decide it at this run's own spread
+    and mean; the audit then says, once, where the 80%-power design and its GPU time are. A run with no such
+    row does not say it."""
+    from click.testing import CliRunner
+
+    from report.audit import PLANNER_POINTER
+    from studyc.cli import main
+
+    db = str(REPO / "results/h200.duckdb")
+    straddling = CliRunner().invoke(main, ["audit", str(REPO / "studies/warmup_trap.toml"), "--db", db])
+    assert "what would decide it: about" in straddling.stdout
+    assert straddling.stdout.count(PLANNER_POINTER.strip()) == 1
+    decided = CliRunner().invoke(main, ["audit", str(REPO / "studies/mla_kv.toml"), "--db", db])
+    assert decided.exit_code == 0 and "studyc plan STUDY" not in decided.stdout
