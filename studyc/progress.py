@@ -52,12 +52,6 @@ def pace_of(elapsed_s: float, estimated_s: float, prior_s: float = PACE_PRIOR_S)
     return (elapsed_s + prior_s) / (estimated_s + prior_s)
 
 
-def starting(status: str) -> bool:
-    """Whether a server line says a launch's server is starting: "starting", "starting (held: ...)",
-    "... (calibrated ...)", or a replica's "<server id>: starting ..."."""
-    return status.startswith("starting") or status.partition(": ")[2].startswith("starting")
-
-
 def most_points(plan: Plan) -> int:
     """The plan's points, and the most probes its capacity searches may measure."""
     return len(plan.points) + sum(q.probes for launch in plan.launches for q in launch.searches)
@@ -100,8 +94,10 @@ class LiveProgress(driver.Progress):
         self.bar.start()
         self.task = self.bar.add_task("points", total=total, completed=done, rate="", eta=self._eta())
 
-    def server(self, step: Any, status: str) -> None:
-        if starting(status) and step.id not in self.started:
+    def server(self, step: Any, status: str, starting: bool = False) -> None:
+        """A server line; `starting`: the launch's server is being started (its start counts once, whatever
+        the line says: held, calibrated, a replica's)."""
+        if starting and step.id not in self.started:
             self.origin = time.monotonic() if self.origin is None else self.origin
             self.started.add(step.id)
             self.estimated_done_s += step.estimated_start_s

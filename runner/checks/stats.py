@@ -113,9 +113,8 @@ def meets_slo(r: RequestRecord, slo: Slo | None) -> bool:
     if r.first_token_s is None:
         return False  # completed without a token: no TTFT to meet
     tpot = (r.end_s - r.first_token_s) / (r.output_tokens - 1) if r.output_tokens > 1 else 0.0
-    gaps = [b - a for a, b in zip(r.token_times_s, r.token_times_s[1:], strict=False)]
     values = {"ttft": r.first_token_s - r.sent_s, "tpot": tpot, "e2el": r.end_s - r.sent_s,
-              "itl": max(gaps, default=0.0)}
+              "itl": max(gaps([r]), default=0.0)}
     return all(values[k] <= limit for k, limit in slo.limits_s().items())
 
 

@@ -83,6 +83,7 @@ class ServerEvent:
     record: ServerRecord
     info: Any = None  # runner.server.introspect.ServerInfo once ready
     status: str = ""  # what the progress line says
+    starting: bool = False  # the server is being started (the launch's start begins; progress counts it once)
 
 
 @dataclass(frozen=True)
@@ -245,7 +246,8 @@ def run_launch(
     try:
         for server, record in zip(servers, records, strict=True):
             how = "imported before its start" if first else "imported while the launch before ran"
-            emit(ServerEvent(record, status=(f"starting (held: {how})" if held else "starting") + calibrated))
+            emit(ServerEvent(record, status=(f"starting (held: {how})" if held else "starting") + calibrated,
+                             starting=True))
             cancel.add(server)
             server.start()
             if pin:  # see runner.server.pinning

@@ -74,6 +74,7 @@ def test_a_launch_calibrates_its_gpu_before_its_server_starts(tmp_path: Path) ->
     assert isinstance(events[0], PhaseEvent) and events[0].phases[0][0] == "calibration"
     starting = events[1]
     assert isinstance(starting, ServerEvent) and starting.record.status is None  # the row before the start
+    assert starting.starting and not any(e.starting for e in events[2:] if isinstance(e, ServerEvent))
     assert (starting.record.machine_flops, starting.record.machine_bandwidth) == (6.5e14, 4.2e12)
     assert "calibrated: 4.200 TB/s, 650 TFLOP/s" in starting.status
     failed = next(e for e in events if isinstance(e, ServerEvent) and e.record.status == "failed")
