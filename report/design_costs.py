@@ -142,6 +142,8 @@ class GpuPlan:
     version: str | None
     assumed: tuple[str, ...]
     limits: Limits = LIMITS
+    hardware: str = ""  # the study's GPU, which the runs above ran on
+    elsewhere: tuple[str, ...] = ()  # where no run did: "GPU: run, run" of the study's runs on other GPUs
 
 
 def _components(stored: Stored, hyp: HypothesisStep, keys: Sequence[Key]) -> tuple[Components, str]:
@@ -206,6 +208,10 @@ def gpu_plan(plan: Plan, db: Path, distances: dict[str, float] | None = None, li
     """Per hypothesis of `plan` (point metrics), the cheapest launches x repeats from `db`; `distances`: a
     hypothesis' last measured distance to its edge (log scale), the goal where given."""
     stored = read_stored(db, plan.study_id, plan.hardware)
+    if not stored.runs:
+        return GpuPlan(tuple(HypothesisDesign(h.id, Proposal(None, "no earlier run of this study on this GPU"))
+                             for h in plan.hypotheses), Proposal(None, "no hypothesis has a design"), None, (), None,
+                       (), limits, plan.hardware, runs_elsewhere(db, plan.study_id, plan.hardware))
     assumed: set[str] = set()
     first = [launch for launch in plan.launches if launch.block == 1]
     rows: list[HypothesisDesign] = []
@@ -221,9 +227,6 @@ def gpu_plan(plan: Plan, db: Path, distances: dict[str, float] | None = None, li
             steps = {p.id: (launch, p) for launch in plan.launches for p in launch.points}
             keys = [config_key(*steps[s.points[0]]) for s in sides]
         goal, meaning = _goal(hyp, (distances or {}).get(hyp.id))
-        if not stored.runs:
-            rows.append(HypothesisDesign(hyp.id, Proposal(None, "no earlier run of this study on this GPU")))
-            continue
         comp, source = _components(stored, hyp, keys)
         used = [launch for launch in first if budget_points(launch, [hyp])]
         trimmed = [{config_key(launch, p) for p in budget_points(launch, [hyp])} for launch in used]
@@ -236,13 +239,24 @@ def gpu_plan(plan: Plan, db: Path, distances: dict[str, float] | None = None, li
         if proposal.design is not None:
             together.append((comp, goal))
     every = [{config_key(launch, p) for p in launch.points} for launch in first]
-    study_costs = _costs(stored, first, every, assumed) if stored.runs else None
-    study = (cheapest(together, study_costs, limits) if together and study_costs is not None
-             else Proposal(None, "no hypothesis has a design"))
-    if stored.runs and not stored.start_from_phases:
+    study_costs = _costs(stored, first, every, assumed)
+    study = cheapest(together, study_costs, limits) if together else Proposal(None, "no hypothesis has a design")
+    if not stored.start_from_phases:
         assumed.add("starts from the servers' stored start time (no phases stored): the stop is left out")
     return GpuPlan(tuple(rows), study, study_costs, tuple(stored.runs), stored.version, tuple(sorted(assumed)),
-                   limits)
+                   limits, plan.hardware)
+
+
+def runs_elsewhere(db: Path, study_id: str, hardware: str) -> tuple[str, ...]:
+    """`study_id`'s runs on GPUs other than `hardware`, a "GPU: run, run" line per GPU, oldest run first: the
+    planner leaves them out (their spreads and start costs are another GPU's), and says so."""
+    with Store(db, read_only=True) as store:
+        runs = sorted((r for r in store.runs() if r.study_id == study_id and not _same_gpu(r.gpu_name, hardware)),
+                      key=lambda r: (r.started_at.isoformat() if r.started_at else "", r.run_id))
+    by_gpu: dict[str, list[str]] = {}
+    for run in runs:
+        by_gpu.setdefault(run.gpu_name or "an unrecorded GPU", []).append(run.run_id)
+    return tuple(f"{gpu}: {', '.join(ids)}" for gpu, ids in by_gpu.items())
 
 
 NEEDS = ("it needs an earlier run of this study on this GPU with at least 2 launches per arm (the spread between "
@@ -261,7 +275,11 @@ def _design(p: Proposal, costs: Costs | None) -> str:
 def format_gpu_plan(got: GpuPlan, study_id: str, db: Path) -> str:
     """The proposal as text lines, with what it assumed."""
     if not got.runs:
-        return f"GPU time to a decision: no earlier run of {study_id} on this GPU in {db}: {NEEDS}\n"
+        text = f"GPU time to a decision: no earlier run of {study_id} on this GPU in {db}: {NEEDS}\n"
+        if got.elsewhere:
+            text += (f"  runs on a GPU other than the study's {got.hardware}, left out (their spreads and start "
+                     f"costs are that GPU's): {'; '.join(got.elsewhere)}\n")
+        return text
     out = [f"GPU time to a decision, from {len(got.runs)} earlier run(s) of {study_id} in {db} (vLLM "
            f"{got.version or 'unknown'}: {', '.join(got.runs)}):",
            f"  whole study: {_design(got.study, got.study_costs)}"]

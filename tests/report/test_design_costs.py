@@ -16,7 +16,7 @@ from compiler.load import load_study
 from compiler.plan import Plan
 from compiler.plan_compile import compile_study
 from report.cheapest_design import Components, Costs, Goal, cheapest
-from report.design_costs import NEEDS, format_gpu_plan, gpu_plan, read_stored
+from report.design_costs import NEEDS, format_gpu_plan, gpu_plan, read_stored, runs_elsewhere
 from runner.store.records import (
     PhaseRecord,
     PointRecord,
@@ -163,6 +163,37 @@ def test_without_stored_runs_it_says_what_it_needs(tmp_path: Path, study: Path) 
     got = gpu_plan(plan, db)
     assert got.runs == () and got.study_costs is None and got.study.design is None
     assert all(r.proposal.why_not == "no earlier run of this study on this GPU" for r in got.rows)
+    assert format_gpu_plan(got, "toy", db) == (
+        f"GPU time to a decision: no earlier run of toy on this GPU in {db}: {NEEDS}\n"
+        "  runs on a GPU other than the study's h200, left out (their spreads and start costs are that GPU's): "
+        "NVIDIA A100-SXM4-80GB: r1\n")
+
+
+def test_runs_elsewhere_are_named_per_gpu_oldest_first(tmp_path: Path, study: Path) -> None:
+    plan = compile_study(load_study(study))
+    db = _db(tmp_path, plan)  # r1 on the study's H200: not elsewhere
+    with Store(db) as store:
+        for run_id, gpu, day in (("r3", "NVIDIA A100-SXM4-80GB", 3), ("r2", "NVIDIA A100-SXM4-80GB", 2),
+                                 ("r4", None, 4), ("r5", "NVIDIA H100 80GB HBM3", 5)):
+            store.save_run(RunRecord(run_id=run_id, study_id="toy", plan_json=plan.to_json(), gpu_name=gpu,
+                                     vllm_version="0.26.0", started_at=datetime(2026, 1, day), status="complete"))
+        store.save_run(RunRecord(run_id="o1", study_id="other", plan_json=plan.to_json(), gpu_name="NVIDIA A10",
+                                 vllm_version="0.26.0", started_at=datetime(2026, 1, 1), status="complete"))
+    assert runs_elsewhere(db, "toy", "h200") == ("NVIDIA A100-SXM4-80GB: r2, r3", "an unrecorded GPU: r4",
+                                                 "NVIDIA H100 80GB HBM3: r5")
+    assert runs_elsewhere(db, "toy", "a100") == ("NVIDIA H200: r1", "an unrecorded GPU: r4",
+                                                 "NVIDIA H100 80GB HBM3: r5")
+    got = gpu_plan(plan, db)  # the H200 run is planned from; the others stay out of the text
+    assert got.runs == ("r1",) and got.elsewhere == () and got.hardware == "h200"
+    assert "other than the study's" not in format_gpu_plan(got, "toy", db)
+
+
+def test_with_no_run_anywhere_it_names_none(tmp_path: Path, study: Path) -> None:
+    plan = compile_study(load_study(study))
+    db = tmp_path / "empty.duckdb"
+    Store(db).close()
+    got = gpu_plan(plan, db)
+    assert got.runs == () and got.elsewhere == ()
     assert format_gpu_plan(got, "toy", db) == f"GPU time to a decision: no earlier run of toy on this GPU in {db}: {NEEDS}\n"
 
 
