@@ -1,7 +1,8 @@
 """What the GPU-time planner (report.cheapest_design) rests on, read from the earlier runs of the same study on
 the same GPU and vLLM version (through runner.store): each configuration's spread between launches and
-between repeats, a launch's start (and stop) from its stored phases or its servers' start time, and a point's
-wall from its stored phases. Then the cheapest design per hypothesis and for the whole study.
+between repeats, and a point's wall from its stored phases; a launch's start (and stop) from its stored phases
+or its servers' start time, in the newest run of any study on that GPU and version that started the same
+configuration. Then the cheapest design per hypothesis and for the whole study.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from report.cheapest_design import LIMITS, POWER, Components, Costs, Goal, Limit
 from report.intervals import Layout, layout, welch_df
 from report.sides import compiled_apart
 from runner.execute.segments import START
-from runner.store.records import ServerRecord, base_server_id
+from runner.store.records import RunRecord, ServerRecord, base_server_id
 from runner.store.store import Store
 
 
@@ -36,7 +37,12 @@ class Stored:
     blocks: Cells = field(default_factory=dict)
     point_s: dict[Key, list[float]] = field(default_factory=dict)
     start_s: dict[tuple[str, ...], list[float]] = field(default_factory=dict)
-    start_from_phases: bool = False
+    start_run: dict[tuple[str, ...], str] = field(default_factory=dict)  # the run each configuration's starts are from
+    start_from_servers: bool = False  # some starts are their servers' start time (no phases stored): no stop
+
+
+def _started(run: RunRecord) -> tuple[str, str]:
+    return (run.started_at.isoformat() if run.started_at else "", run.run_id)
 
 
 def _same_gpu(gpu_name: str | None, hardware: str) -> bool:
@@ -51,8 +57,8 @@ def read_stored(db: Path, study_id: str, hardware: str) -> Stored:
     run's vLLM version only)."""
     out = Stored()
     with Store(db, read_only=True) as store:
-        runs = [r for r in store.runs() if r.study_id == study_id and _same_gpu(r.gpu_name, hardware)]
-        runs.sort(key=lambda r: (r.started_at.isoformat() if r.started_at else "", r.run_id))
+        on_gpu = sorted((r for r in store.runs() if _same_gpu(r.gpu_name, hardware)), key=_started)
+        runs = [r for r in on_gpu if r.study_id == study_id]
         out.version = runs[-1].vllm_version if runs else None
         for run in (r for r in runs if r.vllm_version == out.version):
             plan = Plan.from_stored(run.plan_json)
@@ -79,21 +85,38 @@ def read_stored(db: Path, study_id: str, hardware: str) -> Stored:
                         if place.block is not None:
                             out.blocks.setdefault(cell, {}).setdefault(f"{run.run_id}|{place.block}", []).append(
                                 math.log(value))
-            servers = store.servers(run.run_id)
-            _server_values(out, run.run_id, servers, launches, places)
-            _, phases = store.timing(run.run_id)
-            fixed: dict[str, float] = {}
-            for ph in phases:
-                if ph.launch_id in launches and (ph.phase.startswith(START) or ph.phase == "stop"):
-                    fixed[ph.launch_id] = fixed.get(ph.launch_id, 0.0) + ph.seconds
-            out.start_from_phases |= bool(fixed)
-            for lid, seconds in fixed.items():
-                out.start_s.setdefault(launch_configuration(launches[lid]), []).append(seconds)
-            for server in servers if not fixed else ():
-                at = places.servers.get(base_server_id(server.server_id))
-                if at is not None and server.startup_s:
-                    out.start_s.setdefault(launch_configuration(launches[at.launch]), []).append(server.startup_s)
+            _server_values(out, run.run_id, store.servers(run.run_id), launches, places)
+        if out.runs:
+            _read_starts(out, store, [r for r in on_gpu if r.vllm_version == out.version])
     return out
+
+
+def _read_starts(out: Stored, store: Store, runs: Sequence[RunRecord]) -> None:
+    """Each configuration's starts (and stops) in the newest of `runs` (oldest first) that started it, whatever
+    its study: a start is the configuration's, not the study's, and the runner's starts got cheaper since many
+    runs were stored (held starts, primed compile caches)."""
+    for run in reversed(runs):
+        plan = Plan.from_stored(run.plan_json)
+        if plan is None:
+            continue
+        launches = {launch.id: launch for launch in plan.launches}
+        got: dict[tuple[str, ...], list[float]] = {}
+        _, phases = store.timing(run.run_id)
+        fixed: dict[str, float] = {}
+        for ph in phases:
+            if ph.launch_id in launches and (ph.phase.startswith(START) or ph.phase == "stop"):
+                fixed[ph.launch_id] = fixed.get(ph.launch_id, 0.0) + ph.seconds
+        for lid, seconds in fixed.items():
+            got.setdefault(launch_configuration(launches[lid]), []).append(seconds)
+        places = layout(plan).servers if not fixed else {}
+        for server in store.servers(run.run_id) if not fixed else ():
+            at = places.get(base_server_id(server.server_id))
+            if at is not None and at.launch in launches and server.startup_s:
+                got.setdefault(launch_configuration(launches[at.launch]), []).append(server.startup_s)
+        for configuration, starts in got.items():
+            if configuration not in out.start_s:
+                out.start_s[configuration], out.start_run[configuration] = starts, run.run_id
+                out.start_from_servers |= not fixed
 
 
 def server_key(launch: Launch) -> Key:
@@ -241,8 +264,10 @@ def gpu_plan(plan: Plan, db: Path, distances: dict[str, float] | None = None, li
     every = [{config_key(launch, p) for p in launch.points} for launch in first]
     study_costs = _costs(stored, first, every, assumed)
     study = cheapest(together, study_costs, limits) if together else Proposal(None, "no hypothesis has a design")
-    if not stored.start_from_phases:
-        assumed.add("starts from the servers' stored start time (no phases stored): the stop is left out")
+    if any(stored.start_run.get(launch_configuration(launch)) not in (None, *stored.runs) for launch in first):
+        assumed.add("a start from another study's run where that one is newer and started the same configuration")
+    if stored.start_from_servers:
+        assumed.add("some starts from the servers' stored start time (no phases stored): their stop is left out")
     return GpuPlan(tuple(rows), study, study_costs, tuple(stored.runs), stored.version, tuple(sorted(assumed)),
                    limits, plan.hardware)
 
@@ -293,8 +318,9 @@ def format_gpu_plan(got: GpuPlan, study_id: str, db: Path) -> str:
                        f"deciding: {r.goal}")
     told = [f"one block per launch (arms swapped inside a launch are not built); the interval between launches "
             f"at 95%, a fixed design; {POWER:.0%} power with the block SD at its 80% upper confidence bound; a block "
-            f"costs every arm's start and stop (the median stored per configuration) and a repeat the median wall of "
-            f"its points (warmup, reset, measure, judge); at most {got.limits.launches} launches per arm and "
+            f"costs every arm's start and stop (the median in the newest run, of any study on this GPU and vLLM "
+            f"version, that started the configuration; a run's primes and calibration not counted) and a repeat the "
+            f"median wall of its points (warmup, reset, measure, judge); at most {got.limits.launches} launches per arm and "
             f"{got.limits.repeats} repeats", *got.assumed]
     out += ["  assumed: " + "; ".join(told)]
     return "\n".join(out) + "\n"

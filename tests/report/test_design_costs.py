@@ -123,7 +123,41 @@ def test_starts_from_stored_phases_count_the_stop(tmp_path: Path, study: Path) -
     got = gpu_plan(plan, _db(tmp_path, plan, phases=True))
     assert {r.hypothesis: r for r in got.rows}["same"].costs == Costs(2 * 42.0, 10.0)
     assert not any("servers' stored start time" in a for a in got.assumed)
-    assert read_stored(tmp_path / "runs.duckdb", "toy", "h200").start_from_phases
+    assert not read_stored(tmp_path / "runs.duckdb", "toy", "h200").start_from_servers
+
+
+def _other_run(db: Path, plan: Plan, run_id: str, *, day: int, start_s: float, study: str = "other",
+               gpu: str = "NVIDIA H200", version: str = "0.26.0") -> None:
+    """A run of `study` that started the toy plan's configurations, each server in `start_s` (no phases)."""
+    with Store(db) as store:
+        store.save_run(RunRecord(run_id=run_id, study_id=study, plan_json=plan.to_json(), gpu_name=gpu,
+                                 vllm_version=version, started_at=datetime(2026, 1, day), status="complete"))
+        for launch in plan.launches:
+            store.record_server(ServerRecord(run_id=run_id, server_id=launch.id, arm=launch.arm, startup_s=start_s))
+
+
+def test_a_start_is_the_newest_runs_of_its_configuration_whatever_its_study(tmp_path: Path, study: Path) -> None:
+    """A start belongs to the configuration: the newest run on the same GPU and vLLM version that started it
+    gives it, another study's too; an older run, another GPU's and another version's do not."""
+    plan = compile_study(load_study(study))
+    db = _db(tmp_path, plan)  # r1, 2026-01-01: starts 51-53 (a) and 71-73 (b)
+    _other_run(db, plan, "old", day=1, start_s=5.0)  # no newer: started_at ties go to the run id, "old" < "r1"
+    _other_run(db, plan, "a100", day=5, start_s=1.0, gpu="NVIDIA A100-SXM4-80GB")
+    _other_run(db, plan, "v27", day=5, start_s=2.0, version="0.27.0")
+    got = gpu_plan(plan, db)
+    assert {r.hypothesis: r for r in got.rows}["same"].costs == Costs(52.0 + 72.0, 10.0)
+    assert not any("another study's run" in a for a in got.assumed)
+    _other_run(db, plan, "o2", day=2, start_s=20.0)
+    stored = read_stored(db, "toy", "h200")
+    assert set(stored.start_run.values()) == {"o2"} and stored.runs == ["r1"]
+    got = gpu_plan(plan, db)
+    assert {r.hypothesis: r for r in got.rows}["same"].costs == Costs(40.0, 10.0)
+    assert got.study_costs == Costs(40.0, 2 * (5.0 + 10.5))  # the points' walls stay the study's own
+    assert any("another study's run where that one is newer" in a for a in got.assumed)
+    _other_run(db, plan, "r2", day=3, start_s=30.0, study="toy")  # the study's own newer run wins again
+    got = gpu_plan(plan, db)
+    assert {r.hypothesis: r for r in got.rows}["same"].costs == Costs(60.0, 10.0)
+    assert not any("another study's run" in a for a in got.assumed)
 
 
 def test_components_of_a_paired_ratio_and_of_one_side(tmp_path: Path, study: Path) -> None:
@@ -219,8 +253,10 @@ def test_plan_command_prints_the_gpu_time_proposal(tmp_path: Path, study: Path) 
 
 
 def test_the_committed_h200_runs_plan_cuda_graphs(tmp_path: Path) -> None:
-    """cuda-graphs' three H200 runs: spreads from paired blocks, starts from the servers' start times (none of
-    them stored phases); every hypothesis is far from its edge, so three or four launches per arm do."""
+    """cuda-graphs' three H200 runs: spreads from paired blocks; the eager arm's starts from its own newest
+    run's servers (no phases stored), the graphs arm's from a newer run of another study that started the
+    same 8B configuration (with phases); every hypothesis is far from its edge, so three or four launches per
+    arm do."""
     db = tmp_path / "h200.duckdb"
     shutil.copyfile(REPO / "results" / "h200.duckdb", db)
     plan = compile_study(load_study(REPO / "studies" / "cuda_graphs.toml"))
@@ -229,7 +265,9 @@ def test_the_committed_h200_runs_plan_cuda_graphs(tmp_path: Path) -> None:
     first = got.rows[0]
     assert first.hypothesis == "eager-halves-c1" and first.proposal.design is not None
     assert 2 <= first.proposal.design.launches <= 4 and first.source.startswith("paired blocks")
-    assert got.study_costs is not None and 100 < got.study_costs.start_s < 300
+    assert got.study_costs is not None and 60 < got.study_costs.start_s < 300
+    assert any("another study's run" in a for a in got.assumed)
+    assert any("servers' stored start time" in a for a in got.assumed)
 
 
 def test_a_server_metric_is_planned_from_its_warm_starts(tmp_path: Path, study: Path) -> None:
