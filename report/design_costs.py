@@ -38,7 +38,7 @@ class Stored:
     point_s: dict[Key, list[float]] = field(default_factory=dict)
     start_s: dict[tuple[str, ...], list[float]] = field(default_factory=dict)
     start_run: dict[tuple[str, ...], str] = field(default_factory=dict)  # the run each configuration's starts are from
-    start_from_servers: bool = False  # some starts are their servers' start time (no phases stored): no stop
+    start_from_servers: set[tuple[str, ...]] = field(default_factory=set)  # no phases stored: the servers' time
 
 
 def _started(run: RunRecord) -> tuple[str, str]:
@@ -116,7 +116,8 @@ def _read_starts(out: Stored, store: Store, runs: Sequence[RunRecord]) -> None:
         for configuration, starts in got.items():
             if configuration not in out.start_s:
                 out.start_s[configuration], out.start_run[configuration] = starts, run.run_id
-                out.start_from_servers |= not fixed
+                if not fixed:
+                    out.start_from_servers.add(configuration)
 
 
 def server_key(launch: Launch) -> Key:
@@ -266,7 +267,7 @@ def gpu_plan(plan: Plan, db: Path, distances: dict[str, float] | None = None, li
     study = cheapest(together, study_costs, limits) if together else Proposal(None, "no hypothesis has a design")
     if any(stored.start_run.get(launch_configuration(launch)) not in (None, *stored.runs) for launch in first):
         assumed.add("a start from another study's run where that one is newer and started the same configuration")
-    if stored.start_from_servers:
+    if any(launch_configuration(launch) in stored.start_from_servers for launch in first):
         assumed.add("some starts from the servers' stored start time (no phases stored): their stop is left out")
     return GpuPlan(tuple(rows), study, study_costs, tuple(stored.runs), stored.version, tuple(sorted(assumed)),
                    limits, plan.hardware)

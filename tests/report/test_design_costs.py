@@ -123,7 +123,16 @@ def test_starts_from_stored_phases_count_the_stop(tmp_path: Path, study: Path) -
     got = gpu_plan(plan, _db(tmp_path, plan, phases=True))
     assert {r.hypothesis: r for r in got.rows}["same"].costs == Costs(2 * 42.0, 10.0)
     assert not any("servers' stored start time" in a for a in got.assumed)
-    assert not read_stored(tmp_path / "runs.duckdb", "toy", "h200").start_from_servers
+    assert read_stored(tmp_path / "runs.duckdb", "toy", "h200").start_from_servers == set()
+    # a newer run, servers' times only, of configurations this plan has none of: it says nothing of this plan
+    other = tmp_path / "other.toml"
+    other.write_text(study.read_text().replace("max_model_len = 2048", "max_model_len = 1024"))
+    _other_run(tmp_path / "runs.duckdb", compile_study(load_study(other)), "o9", day=9, start_s=1.0)
+    stored = read_stored(tmp_path / "runs.duckdb", "toy", "h200")
+    assert len(stored.start_from_servers) == 2 and set(stored.start_run.values()) == {"r1", "o9"}
+    got = gpu_plan(plan, tmp_path / "runs.duckdb")
+    assert {r.hypothesis: r for r in got.rows}["same"].costs == Costs(2 * 42.0, 10.0)
+    assert not any("servers' stored start time" in a or "another study's" in a for a in got.assumed)
 
 
 def _other_run(db: Path, plan: Plan, run_id: str, *, day: int, start_s: float, study: str = "other",
@@ -154,6 +163,7 @@ def test_a_start_is_the_newest_runs_of_its_configuration_whatever_its_study(tmp_
     assert {r.hypothesis: r for r in got.rows}["same"].costs == Costs(40.0, 10.0)
     assert got.study_costs == Costs(40.0, 2 * (5.0 + 10.5))  # the points' walls stay the study's own
     assert any("another study's run where that one is newer" in a for a in got.assumed)
+    assert any("servers' stored start time" in a for a in got.assumed)  # o2 stored no phases
     _other_run(db, plan, "r2", day=3, start_s=30.0, study="toy")  # the study's own newer run wins again
     got = gpu_plan(plan, db)
     assert {r.hypothesis: r for r in got.rows}["same"].costs == Costs(60.0, 10.0)
