@@ -108,11 +108,12 @@ def _read_starts(out: Stored, store: Store, runs: Sequence[RunRecord]) -> None:
                 fixed[ph.launch_id] = fixed.get(ph.launch_id, 0.0) + ph.seconds
         for lid, seconds in fixed.items():
             got.setdefault(launch_configuration(launches[lid]), []).append(seconds)
-        places = layout(plan).servers if not fixed else {}
-        for server in store.servers(run.run_id) if not fixed else ():
-            at = places.get(base_server_id(server.server_id))
-            if at is not None and at.launch in launches and server.startup_s:
-                got.setdefault(launch_configuration(launches[at.launch]), []).append(server.startup_s)
+        if not fixed:
+            places = layout(plan).servers
+            for server in store.servers(run.run_id):
+                at = places.get(base_server_id(server.server_id))
+                if at is not None and at.launch in launches and server.startup_s:
+                    got.setdefault(launch_configuration(launches[at.launch]), []).append(server.startup_s)
         for configuration, starts in got.items():
             if configuration not in out.start_s:
                 out.start_s[configuration], out.start_run[configuration] = starts, run.run_id
@@ -278,7 +279,7 @@ def runs_elsewhere(db: Path, study_id: str, hardware: str) -> tuple[str, ...]:
     planner leaves them out (their spreads and start costs are another GPU's), and says so."""
     with Store(db, read_only=True) as store:
         runs = sorted((r for r in store.runs() if r.study_id == study_id and not _same_gpu(r.gpu_name, hardware)),
-                      key=lambda r: (r.started_at.isoformat() if r.started_at else "", r.run_id))
+                      key=_started)
     by_gpu: dict[str, list[str]] = {}
     for run in runs:
         by_gpu.setdefault(run.gpu_name or "an unrecorded GPU", []).append(run.run_id)

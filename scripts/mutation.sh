@@ -54,7 +54,7 @@ MODULES=(
   "premise|report/premise.py|tests/report/test_premise.py"
   "stepreplay|compiler/stepreplay.py|tests/compiler/test_stepmodel.py tests/compiler/test_stepreplay_turns.py"
   "fidelity|runner/checks/fidelity.py|tests/runner/test_fidelity.py tests/runner/test_fidelity_edges.py"
-  "design_costs|report/design_costs.py|tests/report/test_design_costs.py"
+  "design_costs|report/design_costs.py|tests/report/test_design_costs.py tests/report/test_design_costs_edges.py"
 )
 
 [ -x "$MUTMUT" ] || { echo "mutmut missing: .venv/bin/pip install -e '.[mutation]'" >&2; exit 2; }
