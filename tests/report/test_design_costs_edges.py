@@ -12,8 +12,15 @@ import pytest
 from compiler.load import load_study
 from compiler.plan import Plan
 from compiler.plan_compile import compile_study
-from report.cheapest_design import Costs, Limits
-from report.design_costs import gpu_plan, read_stored, runs_elsewhere
+from report.cheapest_design import Costs, Design, Limits, Proposal
+from report.design_costs import (
+    GpuPlan,
+    HypothesisDesign,
+    format_gpu_plan,
+    gpu_plan,
+    read_stored,
+    runs_elsewhere,
+)
 from runner.store.records import PhaseRecord, RunRecord, SegmentRecord, ServerRecord
 from runner.store.store import Store
 from tests.report.helpers import write_study
@@ -147,3 +154,33 @@ def test_a_run_with_no_gpu_name_is_no_gpus(tmp_path: Path, gpu: str | None) -> N
     _run(db, plan, "n1", 1, study="toy", gpu=gpu)
     assert read_stored(db, "toy", "h200").runs == []
     assert runs_elsewhere(db, "toy", "h200") == ("an unrecorded GPU: n1",)
+
+
+def test_what_was_never_stored_is_the_plans_estimate(tmp_path: Path) -> None:
+    """Arm b's starts and the c4 points' walls missing from the stored run: the plan's estimates stand in, each
+    said once; the first repeat's points only."""
+    plan = _study(tmp_path, HYP)
+    db = _db(tmp_path, plan)
+    with Store(db) as store:
+        store.con.execute("DELETE FROM servers WHERE arm = 'b'")
+        store.con.execute("UPDATE points SET phases_json = NULL WHERE concurrency = 4")
+    first = {launch.arm: launch for launch in plan.launches if launch.block == 1}
+    c4 = {arm: next(p.estimated_s for p in launch.points if p.concurrency == 4 and p.repeat == 1)
+          for arm, launch in first.items()}
+    got = gpu_plan(plan, db)
+    assert {r.hypothesis: r for r in got.rows}["same"].costs == Costs(52.0 + first["b"].estimated_start_s, 10.0)
+    assert got.study_costs == Costs(52.0 + first["b"].estimated_start_s, 2 * 5.0 + c4["a"] + c4["b"])
+    assert c4["a"] > 0 and first["b"].estimated_start_s > 0
+    assert {"a start never stored is the plan's estimate", "a point never stored is the plan's estimate"} <= set(
+        got.assumed)
+
+
+def test_a_design_reads_its_repeats_and_its_block(tmp_path: Path) -> None:
+    rows = (HypothesisDesign("one", Proposal(Design(3, 1, 1234.4, 0.81, 0.01)), costs=Costs(100.4, 12.25)),
+            HypothesisDesign("two", Proposal(Design(2, 2, 99.0, 0.9, 0.01))))
+    text = format_gpu_plan(GpuPlan(rows, Proposal(None, "why"), None, ("r1",), "0.26.0", ()), "toy", tmp_path)
+    lines = text.splitlines()
+    assert lines[1] == "  whole study: cannot plan: why"
+    assert lines[2] == ("  one: 3 launches per arm x 1 repeat, 1 block per launch: 1,234 GPU-s (a block: 100 s of starts "
+                        "and stops + 12.2 s a repeat), 81% power")
+    assert lines[3] == "  two: 2 launches per arm x 2 repeats, 1 block per launch: 99 GPU-s, 90% power"
