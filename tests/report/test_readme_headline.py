@@ -71,7 +71,7 @@ def test_the_audit_points_from_its_launch_counts_to_the_planner() -> None:
     from studyc.cli import main
 
     db = str(REPO / "results/h200.duckdb")
-    straddling = CliRunner().invoke(main, ["audit", str(REPO / "studies/warmup_trap.toml"), "--db", db])
+    straddling = CliRunner().invoke(main, ["audit", str(REPO / "studies/prefix_cache_null.toml"), "--db", db])
     assert "what would decide it: about" in straddling.stdout
     assert straddling.stdout.count(PLANNER_POINTER.strip()) == 1
     decided = CliRunner().invoke(main, ["audit", str(REPO / "studies/mla_kv.toml"), "--db", db])
