@@ -26,6 +26,7 @@ from report.intervals import fixed_critical, layout, welch_df
 from report.power import power_inside, power_to_clear, sd_upper
 from report.score_model import Why
 from report.sequential import look_critical
+from runner.store.records import RunRecord
 from runner.store.store import Store
 
 CLIFF_WARNING = "the last run read this percentile on a cliff between two modes: no number of blocks decides it"
@@ -73,13 +74,19 @@ def config_key(launch: Launch, point: PointStep) -> Key:
             point.concurrency, point.rate_rps, point.shape_key)
 
 
-def _same_gpu(gpu_name: str | None, hardware: str) -> bool:
+def same_gpu(gpu_name: str | None, hardware: str) -> bool:
+    """Whether a run's recorded GPU is `hardware`'s (an unrecorded or unknown GPU is not)."""
     if not gpu_name:
         return False
     try:
         return get_hardware(gpu_name).name == get_hardware(hardware).name
     except HardwareError:
         return False
+
+
+def run_order(run: RunRecord) -> tuple[str, str]:
+    """Runs oldest first: by start time (an unrecorded one first), then id."""
+    return (run.started_at.isoformat() if run.started_at else "", run.run_id)
 
 
 def _model(launch: Launch) -> str:
@@ -113,8 +120,8 @@ def _collect(db: Path, hardware: str, models: Sequence[str], vllm_version: str |
     ("run|block"), and the vLLM version they are of."""
     blocks: Cells = {}
     with Store(db, read_only=True) as store:
-        runs = [r for r in store.runs() if _same_gpu(r.gpu_name, hardware)]
-        runs.sort(key=lambda r: (r.started_at.isoformat() if r.started_at else "", r.run_id))
+        runs = [r for r in store.runs() if same_gpu(r.gpu_name, hardware)]
+        runs.sort(key=run_order)
         version = vllm_version or (runs[-1].vllm_version if runs else None)
         runs = [r for r in runs if r.vllm_version == version]
         # (metric, config) -> launch -> log values of exchangeable repeats

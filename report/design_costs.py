@@ -14,10 +14,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compiler.hardware import HardwareError, get_hardware
 from compiler.metrics import SERVER_METRICS
 from compiler.plan import HypothesisStep, Launch, Plan, budget_points
-from report.block_planner import Cells, Key, config_key, launch_configuration, paired_spread, pool
+from report.block_planner import (
+    Cells,
+    Key,
+    config_key,
+    launch_configuration,
+    paired_spread,
+    pool,
+    run_order,
+    same_gpu,
+)
 from report.cheapest_design import LIMITS, POWER, Components, Costs, Goal, Limits, Proposal, cheapest
 from report.intervals import Layout, layout, welch_df
 from report.sides import compiled_apart
@@ -39,17 +47,7 @@ class Stored:
     start_s: dict[tuple[str, ...], list[float]] = field(default_factory=dict)
     start_run: dict[tuple[str, ...], str] = field(default_factory=dict)  # the run each configuration's starts are from
     start_from_servers: set[tuple[str, ...]] = field(default_factory=set)  # no phases stored: the servers' time
-
-
-def _started(run: RunRecord) -> tuple[str, str]:
-    return (run.started_at.isoformat() if run.started_at else "", run.run_id)
-
-
-def _same_gpu(gpu_name: str | None, hardware: str) -> bool:
-    try:
-        return bool(gpu_name) and get_hardware(gpu_name or "").name == get_hardware(hardware).name
-    except HardwareError:
-        return False
+    elsewhere: tuple[str, ...] = ()  # the study's runs on other GPUs (`_elsewhere`)
 
 
 def read_stored(db: Path, study_id: str, hardware: str) -> Stored:
@@ -57,7 +55,9 @@ def read_stored(db: Path, study_id: str, hardware: str) -> Stored:
     run's vLLM version only)."""
     out = Stored()
     with Store(db, read_only=True) as store:
-        on_gpu = sorted((r for r in store.runs() if _same_gpu(r.gpu_name, hardware)), key=_started)
+        every = sorted(store.runs(), key=run_order)
+        out.elsewhere = _elsewhere(every, study_id, hardware)
+        on_gpu = [r for r in every if same_gpu(r.gpu_name, hardware)]
         runs = [r for r in on_gpu if r.study_id == study_id]
         out.version = runs[-1].vllm_version if runs else None
         for run in (r for r in runs if r.vllm_version == out.version):
@@ -236,7 +236,7 @@ def gpu_plan(plan: Plan, db: Path, distances: dict[str, float] | None = None, li
     if not stored.runs:
         return GpuPlan(tuple(HypothesisDesign(h.id, Proposal(None, "no earlier run of this study on this GPU"))
                              for h in plan.hypotheses), Proposal(None, "no hypothesis has a design"), None, (), None,
-                       (), limits, plan.hardware, runs_elsewhere(db, plan.study_id, plan.hardware))
+                       (), limits, plan.hardware, stored.elsewhere)
     assumed: set[str] = set()
     first = [launch for launch in plan.launches if launch.block == 1]
     rows: list[HypothesisDesign] = []
@@ -274,15 +274,13 @@ def gpu_plan(plan: Plan, db: Path, distances: dict[str, float] | None = None, li
                    limits, plan.hardware)
 
 
-def runs_elsewhere(db: Path, study_id: str, hardware: str) -> tuple[str, ...]:
-    """`study_id`'s runs on GPUs other than `hardware`, a "GPU: run, run" line per GPU, oldest run first: the
-    planner leaves them out (their spreads and start costs are another GPU's), and says so."""
-    with Store(db, read_only=True) as store:
-        runs = sorted((r for r in store.runs() if r.study_id == study_id and not _same_gpu(r.gpu_name, hardware)),
-                      key=_started)
+def _elsewhere(runs: Sequence[RunRecord], study_id: str, hardware: str) -> tuple[str, ...]:
+    """`study_id`'s runs (oldest first) on GPUs other than `hardware`, a "GPU: run, run" line per GPU: the planner
+    leaves them out (their spreads and start costs are another GPU's), and says so."""
     by_gpu: dict[str, list[str]] = {}
     for run in runs:
-        by_gpu.setdefault(run.gpu_name or "an unrecorded GPU", []).append(run.run_id)
+        if run.study_id == study_id and not same_gpu(run.gpu_name, hardware):
+            by_gpu.setdefault(run.gpu_name or "an unrecorded GPU", []).append(run.run_id)
     return tuple(f"{gpu}: {', '.join(ids)}" for gpu, ids in by_gpu.items())
 
 

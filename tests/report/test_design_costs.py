@@ -16,7 +16,7 @@ from compiler.load import load_study
 from compiler.plan import Plan
 from compiler.plan_compile import compile_study
 from report.cheapest_design import Components, Costs, Goal, cheapest
-from report.design_costs import NEEDS, format_gpu_plan, gpu_plan, read_stored, runs_elsewhere
+from report.design_costs import NEEDS, format_gpu_plan, gpu_plan, read_stored
 from runner.store.records import (
     PhaseRecord,
     PointRecord,
@@ -59,14 +59,19 @@ POINT_S = {1: {"warmup": 1.0, "measure": 4.0}, 4: {"warmup": 2.0, "measure": 8.0
 START_S = {"a": 50.0, "b": 70.0}
 
 
+def toy_study(tmp_path: Path, hypotheses: str = HYP) -> Path:
+    """The toy study on an H200, three launches per arm x 2 repeats, every repeat exchangeable, and arm b a
+    configuration of its own (an engine option)."""
+    text = write_study(tmp_path, hypotheses, hardware="h200").read_text()
+    path = tmp_path / "toy.toml"
+    path.write_text(text.replace("repeats = 3", "repeats = 2\nlaunches = 3").replace('cache = "keep"\n',
+                                                                                     "max_num_seqs = 16\n"))
+    return path
+
+
 @pytest.fixture
 def study(tmp_path: Path) -> Path:
-    text = write_study(tmp_path, HYP, hardware="h200").read_text().replace("repeats = 3", "repeats = 2\nlaunches = 3")
-    # every repeat exchangeable; arm b a configuration of its own (an engine option)
-    text = text.replace('cache = "keep"\n', "max_num_seqs = 16\n")
-    path = tmp_path / "toy.toml"
-    path.write_text(text)
-    return path
+    return toy_study(tmp_path)
 
 
 def _db(tmp: Path, plan: Plan, *, phases: bool = False, gpu: str = "NVIDIA H200") -> Path:
@@ -223,9 +228,9 @@ def test_runs_elsewhere_are_named_per_gpu_oldest_first(tmp_path: Path, study: Pa
                                      vllm_version="0.26.0", started_at=datetime(2026, 1, day), status="complete"))
         store.save_run(RunRecord(run_id="o1", study_id="other", plan_json=plan.to_json(), gpu_name="NVIDIA A10",
                                  vllm_version="0.26.0", started_at=datetime(2026, 1, 1), status="complete"))
-    assert runs_elsewhere(db, "toy", "h200") == ("NVIDIA A100-SXM4-80GB: r2, r3", "an unrecorded GPU: r4",
+    assert read_stored(db, "toy", "h200").elsewhere == ("NVIDIA A100-SXM4-80GB: r2, r3", "an unrecorded GPU: r4",
                                                  "NVIDIA H100 80GB HBM3: r5")
-    assert runs_elsewhere(db, "toy", "a100") == ("NVIDIA H200: r1", "an unrecorded GPU: r4",
+    assert read_stored(db, "toy", "a100").elsewhere == ("NVIDIA H200: r1", "an unrecorded GPU: r4",
                                                  "NVIDIA H100 80GB HBM3: r5")
     got = gpu_plan(plan, db)  # the H200 run is planned from; the others stay out of the text
     assert got.runs == ("r1",) and got.elsewhere == () and got.hardware == "h200"

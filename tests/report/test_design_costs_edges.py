@@ -19,12 +19,10 @@ from report.design_costs import (
     format_gpu_plan,
     gpu_plan,
     read_stored,
-    runs_elsewhere,
 )
 from runner.store.records import PhaseRecord, RunRecord, SegmentRecord, ServerRecord
 from runner.store.store import Store
-from tests.report.helpers import write_study
-from tests.report.test_design_costs import HYP, _db
+from tests.report.test_design_costs import HYP, _db, toy_study
 
 RELATION = '''
 [[hypothesis]]
@@ -42,11 +40,7 @@ SERVER_METRIC = ("a server metric's every start loads its compiled graphs (one t
 
 
 def _study(tmp_path: Path, hypotheses: str) -> Plan:
-    text = write_study(tmp_path, hypotheses, hardware="h200").read_text()
-    path = tmp_path / "toy.toml"
-    path.write_text(text.replace("repeats = 3", "repeats = 2\nlaunches = 3").replace('cache = "keep"\n',
-                                                                                     "max_num_seqs = 16\n"))
-    return compile_study(load_study(path))
+    return compile_study(load_study(toy_study(tmp_path, hypotheses)))
 
 
 def _run(db: Path, plan: Plan, run_id: str, day: int, *, study: str = "other", plan_json: str | None = None,
@@ -143,7 +137,7 @@ def test_runs_elsewhere_with_an_unknown_gpu_and_no_start_time(tmp_path: Path) ->
     _run(db, plan, "z1", 5, study="toy", gpu="Some Accelerator 9000")  # no such hardware: not the study's GPU
     _run(db, plan, "z0", 1, study="toy", gpu="Some Accelerator 9000", started=False)  # no start time: first
     _run(db, plan, "h1", 2, study="toy")  # the study's own GPU
-    assert runs_elsewhere(db, "toy", "h200") == ("Some Accelerator 9000: z0, z1",)
+    assert read_stored(db, "toy", "h200").elsewhere == ("Some Accelerator 9000: z0, z1",)
     assert read_stored(db, "toy", "h200").runs == ["h1"]
 
 
@@ -153,7 +147,7 @@ def test_a_run_with_no_gpu_name_is_no_gpus(tmp_path: Path, gpu: str | None) -> N
     db = tmp_path / "runs.duckdb"
     _run(db, plan, "n1", 1, study="toy", gpu=gpu)
     assert read_stored(db, "toy", "h200").runs == []
-    assert runs_elsewhere(db, "toy", "h200") == ("an unrecorded GPU: n1",)
+    assert read_stored(db, "toy", "h200").elsewhere == ("an unrecorded GPU: n1",)
 
 
 def test_what_was_never_stored_is_the_plans_estimate(tmp_path: Path) -> None:
