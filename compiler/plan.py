@@ -203,6 +203,12 @@ class Launch(Frozen):
     points: tuple[PointStep, ...]
     searches: tuple[SearchStep, ...] = Field(default=(), description="Capacity searches, run after the points.")
 
+    @property
+    def estimated_s(self) -> float:
+        """Its start, points and searches, by the plan's estimate."""
+        return self.estimated_start_s + sum(p.estimated_s for p in self.points) + sum(
+            s.estimated_s for s in self.searches)
+
     @model_validator(mode="before")
     @classmethod
     def _engine(cls, data: Any) -> Any:

@@ -105,8 +105,8 @@ def compile_study(loaded: LoadedStudy) -> Plan:
     # one start more per configuration, at the warm start's time
     primed = 0 if hardware.name == "cpu" else primed_configurations(required)
     primes_s = start_s * primed
-    total = sum(_launch_s(s) + calibrate_s for s in required) + primes_s
-    most = sum(_launch_s(s) + calibrate_s for s in launches) + primes_s
+    total = sum(s.estimated_s + calibrate_s for s in required) + primes_s
+    most = sum(s.estimated_s + calibrate_s for s in launches) + primes_s
     return Plan(
         study_id=study.study.id,
         title=study.study.title,
@@ -214,10 +214,6 @@ def plan_design(study: Study) -> BlockDesign:
 def _launch_key(launch: str, study_id: str) -> tuple[str, int]:
     parts = launch[len(study_id) + 1:].split("/")
     return parts[0], int(parts[1][1:]) if len(parts) > 1 else 1
-
-
-def _launch_s(step: Launch) -> float:
-    return step.estimated_start_s + sum(p.estimated_s for p in step.points) + sum(s.estimated_s for s in step.searches)
 
 
 def _launch_steps(

@@ -37,7 +37,30 @@ def summary(plan: Plan) -> list[str]:
             f"  sequential: up to {len(extra)} more block(s) while a hypothesis is undecided "
             f"(budget {design.budget.blocks} blocks{minutes}; all blocks {fmt.duration(plan.estimated_max_s)})"
         )
+        cut = budget_cutoff(plan)
+        if cut is not None:
+            block, at_s = cut
+            lines.append(
+                f"  warning: by the estimate, block {block} would start {fmt.duration(at_s)} in, past the budget's "
+                f"{design.budget.minutes:g} min: blocks {block}-{len(design.blocks)} run only if the run is faster "
+                "(a resumed segment has minutes of its own)"
+            )
     return [line for line in lines if line]
+
+
+def budget_cutoff(plan: Plan) -> tuple[int, float] | None:
+    """The first budget block that, by the estimate, would start once the budget's minutes are spent (the runner
+    starts no budget block past them), and when it would start: primes, then every launch of the blocks
+    before it. None: no minutes, or every block starts inside them."""
+    budget = plan.design.budget
+    if budget is None or budget.minutes is None:
+        return None
+    at_s = plan.prime_s
+    for block in plan.design.blocks:
+        if not block.required and at_s >= 60 * budget.minutes:
+            return block.index, at_s
+        at_s += sum(launch.estimated_s for launch in plan.launches if launch.block == block.index)
+    return None
 
 
 def format_plan(plan: Plan) -> str:

@@ -299,7 +299,8 @@ def test_an_arm_with_the_compile_cache_off_compiles_every_start_and_is_not_prime
 
     plan = compile_study(load_study(ROOT / "studies/warmup_trap.toml"))
     starts = {arm: sorted(s.estimated_start_s for s in plan.launches if s.arm == arm) for arm in ("cold", "warmed")}
-    assert starts == {"cold": [140.0, 140.0, 140.0], "warmed": [45.0, 45.0, 140.0]}
+    # three required blocks and two of its budget: every cold start compiles, only the warmed arm's first
+    assert starts == {"cold": [140.0] * 5, "warmed": [45.0, 45.0, 45.0, 45.0, 140.0]}
     assert primed_configurations(plan.launches) == 1 and plan.prime_s == 45.0
     assert "1 unmeasured prime start(s)" in "\n".join(summary(plan))
     cpu = compile_study(load_study(ROOT / "studies/quickstart.toml"))
@@ -322,3 +323,35 @@ def test_the_plan_counts_a_configuration_as_the_runner_primes_it_options_in_any_
     assert primed_configurations([bf16, swapped]) == 1
     other = bf16.model_copy(update={"argv": tuple(head + [a for p in pairs for a in p] + ["--enforce-eager"])})
     assert primed_configurations([bf16, swapped, other]) == 2
+
+
+def _with_minutes(plan: Plan, minutes: float | None, blocks: int = 5) -> Plan:
+    from compiler.study import Budget
+
+    design = plan.design.model_copy(update={"budget": Budget(blocks=blocks, minutes=minutes)})
+    return plan.model_copy(update={"design": design})
+
+
+def test_the_plan_warns_where_the_budgets_minutes_end_before_its_blocks() -> None:
+    """warmup-trap's budget (five blocks, 12 minutes): by the estimate its three required blocks and prime take
+    12m19s, so block 4 would start past the minutes (the runner starts no budget block past them: on an H100 on
+    2026-12-05 it ran block 4 and stopped before block 5). The cut-off block starts once the minutes are spent,
+    not before (the runner's `>=`), and a required block is never cut."""
+    from compiler.plan_table import budget_cutoff, summary
+
+    plan = compile_study(load_study(ROOT / "studies/warmup_trap.toml"))
+    block_s = {b: sum(s.estimated_s for s in plan.launches if s.block == b) for b in range(1, 6)}
+    four = plan.prime_s + sum(block_s[b] for b in (1, 2, 3))
+    assert four == pytest.approx(plan.estimated_s) and four > 12 * 60
+    assert budget_cutoff(plan) == (4, pytest.approx(four))
+    assert ("  warning: by the estimate, block 4 would start 12m19s in, past the budget's 12 min: blocks 4-5 run "
+            "only if the run is faster (a resumed segment has minutes of its own)") in summary(plan)
+    assert budget_cutoff(_with_minutes(plan, four / 60)) == (4, pytest.approx(four))  # at the minute: cut
+    assert budget_cutoff(_with_minutes(plan, four / 60 + 1e-6)) == (5, pytest.approx(four + block_s[4]))
+    assert budget_cutoff(_with_minutes(plan, 0.01)) == (4, pytest.approx(four))  # blocks 1-3 are required
+    five = four + block_s[4]
+    assert budget_cutoff(_with_minutes(plan, five / 60 + 1e-6)) is None  # block 5 starts inside them
+    assert budget_cutoff(_with_minutes(plan, None)) is None
+    assert not any("warning: by the estimate" in line for line in summary(_with_minutes(plan, 60)))
+    fixed = plan.model_copy(update={"design": plan.design.model_copy(update={"budget": None})})
+    assert budget_cutoff(fixed) is None
