@@ -19,14 +19,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from compiler.hardware import HardwareError, get_hardware
 from compiler.metrics import SERVER_METRICS
 from compiler.plan import Launch, Plan, PointStep, budget_points
 from report.intervals import fixed_critical, layout, welch_df
 from report.power import power_inside, power_to_clear, sd_upper
+from report.results import run_order, same_gpu
 from report.score_model import Why
 from report.sequential import look_critical
-from runner.store.records import RunRecord
 from runner.store.store import Store
 
 CLIFF_WARNING = "the last run read this percentile on a cliff between two modes: no number of blocks decides it"
@@ -72,21 +71,6 @@ def config_key(launch: Launch, point: PointStep) -> Key:
     workload's shape, the cache policy and the load level."""
     return (launch_configuration(launch), point.input_len, point.output_len, point.prefix_len, point.cache,
             point.concurrency, point.rate_rps, point.shape_key)
-
-
-def same_gpu(gpu_name: str | None, hardware: str) -> bool:
-    """Whether a run's recorded GPU is `hardware`'s (an unrecorded or unknown GPU is not)."""
-    if not gpu_name:
-        return False
-    try:
-        return get_hardware(gpu_name).name == get_hardware(hardware).name
-    except HardwareError:
-        return False
-
-
-def run_order(run: RunRecord) -> tuple[str, str]:
-    """Runs oldest first: by start time (an unrecorded one first), then id."""
-    return (run.started_at.isoformat() if run.started_at else "", run.run_id)
 
 
 def _model(launch: Launch) -> str:
@@ -279,6 +263,15 @@ class Last:
 
 
 @dataclass(frozen=True)
+class BlockCosts:
+    """GPU-seconds of a block from the stored runs (`report.design_costs.block_costs`): a required block whole,
+    and a budget block run for one hypothesis, with only its points; a hypothesis left out has none stored."""
+
+    required_s: float
+    budget_s: dict[str, float]
+
+
+@dataclass(frozen=True)
 class PowerRow:
     hypothesis: str
     metric: str
@@ -295,6 +288,7 @@ class PowerRow:
     block_df: float | None = None  # degrees of freedom of block_sd (Welch-Satterthwaite over its parts)
     blocks_95: int | None = None  # for 95% power
     gpu_95_s: float | None = None
+    stored_costs: bool = False  # the GPU time from the stored runs' starts and points, not the plan's estimates
 
 
 def _tolerance(pred: Any) -> float | None:
@@ -352,11 +346,12 @@ def _pair(hyp: Any, steps: Steps, block_cells: Cells) -> Paired | None:
 
 
 def power_plan(
-    plan: Plan, db: Path, last: dict[str, Score] | None = None,
+    plan: Plan, db: Path, last: dict[str, Score] | None = None, costs: BlockCosts | None = None,
 ) -> tuple[list[PowerRow], str | None]:
     """Per hypothesis of a compiled plan: the blocks it likely needs and their GPU time, from `db`. With
     `last` (hypothesis id -> the latest stored run's score), also the blocks that would decide it if the
-    truth is where that run measured it."""
+    truth is where that run measured it. The GPU time is the stored runs' (`costs`) where a hypothesis has
+    them, else the plan's estimates."""
     steps = {p.id: (s, p) for s in plan.launches for p in s.points}
     models = sorted({_model(s) for s in plan.launches})
     cells, block_cells, version = _collect(db, plan.hardware, models, None)
@@ -367,10 +362,13 @@ def power_plan(
     rows: list[PowerRow] = []
     for hyp in plan.hypotheses:
         # A budget block, run for this hypothesis alone, measures only the points it rests on.
-        budget_s = sum(_launch_s(launch, pts) for launch in block_one if (pts := budget_points(launch, [hyp])))
+        stored = costs is not None and hyp.id in costs.budget_s
+        first_s, budget_s = ((costs.required_s, costs.budget_s[hyp.id]) if costs is not None and stored else
+                             (block_s, sum(_launch_s(launch, pts) for launch in block_one
+                                           if (pts := budget_points(launch, [hyp])))))
 
-        def gpu_time(blocks: int, budget_s: float = budget_s) -> float:
-            return min(blocks, required) * block_s + max(blocks - required, 0) * budget_s
+        def gpu_time(blocks: int, first_s: float = first_s, budget_s: float = budget_s) -> float:
+            return min(blocks, required) * first_s + max(blocks - required, 0) * budget_s
 
         pred = hyp.prediction
         ratio = hyp.denominator is not None
@@ -420,38 +418,5 @@ def power_plan(
                              spread.launch_df if spread else 0,
                              _last(prior, sd, df, gpu_time, required,
                                    plan.design.budget.blocks if plan.design.budget else None),
-                             df or None, blocks_95, gpu_time(blocks_95) if blocks_95 else None))
+                             df or None, blocks_95, gpu_time(blocks_95) if blocks_95 else None, stored))
     return rows, version
-
-
-def _blocks(blocks: int | None, blocks_95: int | None, gpu_s: float | None, gpu_95_s: float | None) -> str:
-    """"blocks for 80% / 95% power: 6 / 9 (~12 / ~18 GPU min)"; "more than 100" where none does it."""
-    counts = " / ".join(str(b) if b else "more than 100" for b in (blocks, blocks_95))
-    minutes = " / ".join(f"~{g / 60:.0f}" if g is not None else "-" for g in (gpu_s, gpu_95_s))
-    return f"blocks for 80% / 95% power: {counts} ({minutes} GPU min)"
-
-
-def format_power(rows: Sequence[PowerRow], version: str | None, db: Path) -> str:
-    """The power plan as text lines."""
-    out = [f"power plan from {db} (vLLM {version or 'unknown'}; spreads relative, per block; power at the "
-           f"stopping rule's error rate, the block SD at its 80% upper confidence bound):"]
-    for r in rows:
-        tol = f"±{100 * r.tolerance:.3g}%" if r.tolerance is not None else "-"
-        sd = f"{100 * r.block_sd:.2g}%" if r.block_sd is not None else "unknown"
-        sd += f" (df {r.block_df:.3g})" if r.block_sd is not None and r.block_df else ""
-        need = (_blocks(r.blocks, r.blocks_95, r.gpu_s, r.gpu_95_s) if r.blocks or r.blocks_95
-                else "blocks: cannot say")
-        launch = (f", launch-to-launch {100 * r.launch_sd:.2g}% (df {r.launch_df})" if r.launch_sd is not None
-                  else "")
-        out.append(f"  {r.hypothesis}: {r.metric} band {tol}, block SD {sd}{launch}: {need} ({r.source})")
-        if r.last is not None:
-            then = _blocks(r.last.blocks, r.last.blocks_95, r.last.gpu_s, r.last.gpu_95_s)
-            under = ""
-            if r.last.budget:
-                under = (f"; under this study's budget of {r.last.budget} blocks, 80% power by block "
-                         f"{r.last.within}" if r.last.within
-                         else f"; not with 80% power within this study's budget of {r.last.budget} blocks")
-            out.append(f"    from the last run's {r.last.measured:.4g} ({100 * r.last.distance:.2g}% from the edge "
-                       f"{r.last.edge:.4g}), to decide it: {then}{under}")
-        out += [f"    warning: {w}" for w in r.warnings]
-    return "\n".join(out) + "\n"

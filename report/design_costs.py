@@ -17,17 +17,17 @@ from pathlib import Path
 from compiler.metrics import SERVER_METRICS
 from compiler.plan import HypothesisStep, Launch, Plan, budget_points
 from report.block_planner import (
+    BlockCosts,
     Cells,
     Key,
     config_key,
     launch_configuration,
     paired_spread,
     pool,
-    run_order,
-    same_gpu,
 )
 from report.cheapest_design import LIMITS, POWER, Components, Costs, Goal, Limits, Proposal, cheapest
 from report.intervals import Layout, layout, welch_df
+from report.results import run_order, same_gpu
 from report.sides import compiled_apart
 from runner.execute.segments import START
 from runner.store.records import RunRecord, ServerRecord, base_server_id
@@ -272,6 +272,16 @@ def gpu_plan(plan: Plan, db: Path, distances: dict[str, float] | None = None, li
         assumed.add("some starts from the servers' stored start time (no phases stored): their stop is left out")
     return GpuPlan(tuple(rows), study, study_costs, tuple(stored.runs), stored.version, tuple(sorted(assumed)),
                    limits, plan.hardware)
+
+
+def block_costs(gpu: GpuPlan, repeats: int) -> BlockCosts | None:
+    """The stored runs' GPU-seconds of a block of `repeats` repeats, for the block planner's power plan: every
+    point of a required block, each hypothesis' own points in a budget block (None: no run stored)."""
+    if gpu.study_costs is None:
+        return None
+    return BlockCosts(gpu.study_costs.start_s + repeats * gpu.study_costs.point_s,
+                      {row.hypothesis: row.costs.start_s + repeats * row.costs.point_s
+                       for row in gpu.rows if row.costs is not None})
 
 
 def _elsewhere(runs: Sequence[RunRecord], study_id: str, hardware: str) -> tuple[str, ...]:

@@ -16,6 +16,7 @@ from datetime import datetime
 from functools import cached_property
 from pathlib import Path
 
+from compiler.hardware import HardwareError, get_hardware
 from compiler.plan import Plan
 from runner.store.records import (
     CheckResult,
@@ -88,9 +89,9 @@ ASIDE = "#aside"  # in the id of a set-aside point (runner.store.store.Store.set
 PUBLISHED = "complete"  # the one run status whose verdicts are published
 
 
-def _key(run: RunRecord) -> tuple[str, str]:
-    started = run.started_at
-    return (started.isoformat() if started is not None else "", run.run_id)
+def run_order(run: RunRecord) -> tuple[str, str]:
+    """Runs oldest first: by start time (an unrecorded one first), then id."""
+    return (run.started_at.isoformat() if run.started_at else "", run.run_id)
 
 
 def all_runs(dbs: Sequence[Path]) -> dict[str, list[tuple[Path, RunRecord]]]:
@@ -100,7 +101,7 @@ def all_runs(dbs: Sequence[Path]) -> dict[str, list[tuple[Path, RunRecord]]]:
         with Store(db, read_only=True) as store:
             for run in store.runs():
                 out.setdefault(run.study_id, []).append((Path(db), run))
-    return {k: sorted(v, key=lambda dr: _key(dr[1])) for k, v in sorted(out.items())}
+    return {k: sorted(v, key=lambda dr: run_order(dr[1])) for k, v in sorted(out.items())}
 
 
 def latest_runs(dbs: Sequence[Path]) -> dict[str, RunData]:
@@ -112,7 +113,7 @@ def latest_runs(dbs: Sequence[Path]) -> dict[str, RunData]:
                 if run.status != PUBLISHED:
                     continue
                 current = best.get(run.study_id)
-                if current is None or _key(run) > _key(current[1]):
+                if current is None or run_order(run) > run_order(current[1]):
                     best[run.study_id] = (Path(db), run)
     return {study_id: read_run(db, run.run_id) for study_id, (db, run) in sorted(best.items())}
 
@@ -140,3 +141,13 @@ def from_store(store: Store, run_id: str) -> RunData:
         segments=tuple(segments),
         phases=tuple(phases),
     )
+
+
+def same_gpu(gpu_name: str | None, hardware: str) -> bool:
+    """Whether a run's recorded GPU is `hardware`'s (an unrecorded or unknown GPU is not)."""
+    if not gpu_name:
+        return False
+    try:
+        return get_hardware(gpu_name).name == get_hardware(hardware).name
+    except HardwareError:
+        return False

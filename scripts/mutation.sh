@@ -55,6 +55,7 @@ MODULES=(
   "stepreplay|compiler/stepreplay.py|tests/compiler/test_stepmodel.py tests/compiler/test_stepreplay_turns.py"
   "fidelity|runner/checks/fidelity.py|tests/runner/test_fidelity.py tests/runner/test_fidelity_edges.py"
   "design_costs|report/design_costs.py|tests/report/test_design_costs.py tests/report/test_design_costs_edges.py"
+  "power_text|report/power_text.py|tests/report/test_block_planner_edges.py"
 )
 
 [ -x "$MUTMUT" ] || { echo "mutmut missing: .venv/bin/pip install -e '.[mutation]'" >&2; exit 2; }

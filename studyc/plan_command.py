@@ -56,13 +56,14 @@ def plan_study(loaded: LoadedStudy, *, db: Path | None = None, bench: bool = Fal
     if db is not None and advise:
         from report.audit import audit_studies
         from report.block_planner import edge_distance, power_plan
-        from report.design_costs import gpu_plan
+        from report.design_costs import block_costs, gpu_plan
         from report.score_model import Why
 
         last = {s.hypothesis: s for s in audit_studies([loaded], [db]).scores if s.run_id is not None}
         distances = {h: d for h, s in last.items()  # a percentile on a cliff: no blocks decide it
                      if not s.has(Why.ON_A_CLIFF) and (d := edge_distance(s)) is not None}
-        advice = Advice(*power_plan(plan, db, last), db, gpu_plan(plan, db, distances))
+        gpu = gpu_plan(plan, db, distances)
+        advice = Advice(*power_plan(plan, db, last, block_costs(gpu, plan.design.repeats)), db, gpu)
     return PlanSummary(plan, predicted, advice, commands)
 
 
@@ -104,7 +105,7 @@ def plan_text(summary: PlanSummary, markdown: bool = False) -> str:
         if summary.predicted is not None:
             text += "\nstep-time model predictions:\n" + prediction_table(summary.predicted)
     if summary.advice is not None:
-        from report.block_planner import format_power
+        from report.power_text import format_power
 
         text += "\n" + format_power(summary.advice.rows, summary.advice.vllm_version, summary.advice.db)
         if summary.advice.gpu is not None:

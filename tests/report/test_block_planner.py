@@ -228,7 +228,7 @@ def test_plan_says_what_deciding_from_the_last_run_would_take(tmp_path: Path, st
     # b / a is about 1 in the toy data: some 2% from either edge of "1x +- 2%", so a few blocks decide it
     line = next(x for x in out.output.splitlines() if "from the last run's" in x).strip()
     assert re.fullmatch(r"from the last run's 1\.00\d \(1\.\d% from the edge (0\.98|1\.02)\), to decide it: "
-                        r"blocks for 80% / 95% power: \d+ / \d+ \(~\d+ / ~\d+ GPU min\)", line), line
+                        r"blocks for 80% / 95% power: \d+ / \d+ \(~\d+ / ~\d+ GPU min, from stored runs\)", line), line
     row = next(x for x in out.output.splitlines() if x.startswith("  same: output_throughput band"))
     assert re.search(r"block SD [\d.e-]+% \(df \d+\), launch-to-launch [^:]+: blocks for 80% / 95% power: \d+ / \d+ ", row), row
 

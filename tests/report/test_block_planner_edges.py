@@ -21,10 +21,10 @@ from report.block_planner import (
     _side_spread,
     _tolerance,
     blocks_needed,
-    format_power,
     power_plan,
 )
 from report.intervals import welch_df
+from report.power_text import format_power
 from tests.report.test_block_planner import LAUNCH, NOISY_B, _db, study  # noqa: F401  (fixture)
 
 
@@ -162,11 +162,13 @@ def test_format_power_line_by_line() -> None:
              last=Last(1.0234, 0.0123, 1.02, 40, 4800.0, 12, 7, 60, 7200.0)),
         _row(hypothesis="n", last=Last(0.9, 0.1, 0.95, None, None, 5, None, None, None)),
         _row(hypothesis="z", last=Last(0.9, 0.1, 0.95, 3, 360.0)),
+        _row(hypothesis="s", blocks_95=9, gpu_95_s=1080.0, stored_costs=True, last=Last(0.9, 0.1, 0.95, 3, 360.0)),
     ]
     out = format_power(rows, "0.26.0", Path("/d/runs.duckdb")).splitlines()
     assert out == [
         "power plan from /d/runs.duckdb (vLLM 0.26.0; spreads relative, per block; power at the stopping rule's "
-        "error rate, the block SD at its 80% upper confidence bound):",
+        "error rate, the block SD at its 80% upper confidence bound; GPU minutes from the plan's estimates, or, "
+        "where marked, from the stored runs' starts and points, as below):",
         "  h: output_throughput band ±2%, block SD 1.2% (df 4.5), launch-to-launch 1.1% (df 3): blocks for "
         "80% / 95% power: 6 / 9 (~12 / ~18 GPU min) (the same configuration)",
         "    warning: a warning",
@@ -183,9 +185,13 @@ def test_format_power_line_by_line() -> None:
         "(~12 / - GPU min) (the same configuration)",
         "    from the last run's 0.9 (10% from the edge 0.95), to decide it: blocks for 80% / 95% power: 3 / "
         "more than 100 (~6 / - GPU min)",
+        "  s: output_throughput band ±2%, block SD 1.2%: blocks for 80% / 95% power: 6 / 9 (~12 / ~18 GPU min, from "
+        "stored runs) (the same configuration)",
+        "    from the last run's 0.9 (10% from the edge 0.95), to decide it: blocks for 80% / 95% power: 3 / "
+        "more than 100 (~6 / - GPU min, from stored runs)",
     ]
     assert format_power([], None, Path("x.duckdb")).startswith("power plan from x.duckdb (vLLM unknown;")
-    assert format_power([], None, Path("x.duckdb")).endswith("bound):\n")
+    assert format_power([], None, Path("x.duckdb")).endswith("as below):\n")
 
 
 LEVEL = '''

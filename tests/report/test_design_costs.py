@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from compiler.load import load_study
 from compiler.plan import Plan
 from compiler.plan_compile import compile_study
-from report.cheapest_design import Components, Costs, Goal, cheapest
+from report.cheapest_design import Components, Costs, Goal, Proposal, cheapest
 from report.design_costs import NEEDS, format_gpu_plan, gpu_plan, read_stored
 from runner.store.records import (
     PhaseRecord,
@@ -297,3 +297,43 @@ def test_a_server_metric_is_planned_from_its_warm_starts(tmp_path: Path, study: 
     assert (row.components.repeat_var, row.components.repeat_df) == (0.0, 0)
     assert row.proposal.design is not None and row.proposal.design.repeats == 1
     assert any("every start loads its compiled graphs" in a for a in got.assumed)
+
+
+def test_the_power_plan_costs_its_blocks_from_the_stored_runs(tmp_path: Path, study: Path) -> None:
+    """`studyc plan --db` gives the power plan the GPU-time plan's stored block costs: a required block whole,
+    a budget block with the hypothesis' own points, each repeat counted; a hypothesis with none stored keeps
+    the plan's estimates, and says which."""
+    from report.block_planner import BlockCosts, power_plan
+    from report.design_costs import block_costs
+
+    plan = compile_study(load_study(study))
+    db = _db(tmp_path, plan)
+    gpu = gpu_plan(plan, db)
+    costs = block_costs(gpu, 2)
+    assert costs is not None and gpu.study_costs is not None
+    assert costs.required_s == pytest.approx(gpu.study_costs.start_s + 2 * gpu.study_costs.point_s)
+    by_id = {r.hypothesis: r.costs for r in gpu.rows if r.costs is not None}
+    assert costs.budget_s == {h: pytest.approx(c.start_s + 2 * c.point_s) for h, c in by_id.items()}
+    assert block_costs(gpu, 3).required_s == pytest.approx(costs.required_s + gpu.study_costs.point_s)  # type: ignore[union-attr]
+    stored = {r.hypothesis: r for r in power_plan(plan, db, None, costs)[0]}
+    same = stored["same"]
+    assert same.stored_costs and same.blocks is not None and same.blocks > 3
+    assert same.gpu_s == pytest.approx(3 * costs.required_s + (same.blocks - 3) * costs.budget_s["same"])
+    estimated = {r.hypothesis: r for r in power_plan(plan, db)[0]}["same"]
+    assert not estimated.stored_costs and estimated.blocks == same.blocks and estimated.gpu_s != same.gpu_s
+    partial = {r.hypothesis: r for r in power_plan(plan, db, None, BlockCosts(1.0, {"a-c4": 1.0}))[0]}
+    assert not partial["same"].stored_costs and partial["same"].gpu_s == estimated.gpu_s  # none stored: the estimate
+    assert partial["a-c4"].stored_costs
+
+
+def test_no_stored_run_no_block_costs(tmp_path: Path, study: Path) -> None:
+    from report.design_costs import GpuPlan, HypothesisDesign, block_costs
+
+    plan = compile_study(load_study(study))
+    with Store(tmp_path / "empty.duckdb"):
+        pass
+    assert block_costs(gpu_plan(plan, tmp_path / "empty.duckdb"), 2) is None
+    one = GpuPlan((HypothesisDesign("x", Proposal(None, "-"), None, Costs(10.0, 1.0)),
+                   HypothesisDesign("y", Proposal(None, "-"))), Proposal(None, "-"), Costs(100.0, 5.0), ("r",), None, ())
+    got = block_costs(one, 3)
+    assert got is not None and got.required_s == 115.0 and got.budget_s == {"x": 13.0}
