@@ -271,6 +271,29 @@ def test_budget_blocks_cost_only_the_points_their_hypothesis_rests_on(tmp_path: 
     assert row.gpu_s == pytest.approx(3 * whole + (row.blocks - 3) * trimmed)
 
 
+def test_stored_block_costs_replace_the_estimates_where_a_hypothesis_has_them(tmp_path: Path, study: Path) -> None:
+    """With the stored runs' block costs (report.design_costs.block_costs), a required block costs their
+    `required_s` and a budget block the hypothesis' own; a hypothesis with none keeps the plan's estimates,
+    and each row says which."""
+    from report.block_planner import BlockCosts
+
+    plan = compile_study(load_study(study))
+    noisy = _db(tmp_path, study, b_launch=NOISY_B)
+    estimated = {r.hypothesis: r for r in power_plan(plan, noisy)[0]}
+    rows = {r.hypothesis: r for r in power_plan(plan, noisy, None, BlockCosts(100.0, {"same": 10.0}))[0]}
+    same = rows["same"]
+    assert same.stored_costs and same.blocks == estimated["same"].blocks and same.blocks is not None
+    assert same.blocks > 3 and same.gpu_s == pytest.approx(3 * 100.0 + (same.blocks - 3) * 10.0)
+    assert same.blocks_95 is not None and same.gpu_95_s == pytest.approx(300.0 + (same.blocks_95 - 3) * 10.0)
+    others = [h for h in rows if h != "same"]
+    assert others and all(not rows[h].stored_costs and rows[h].gpu_s == estimated[h].gpu_s for h in others)
+    assert not any(r.stored_costs for r in estimated.values())
+    (tmp_path / "paired").mkdir()
+    paired = _db(tmp_path / "paired", study)  # both arms moved together: two blocks, inside the required three
+    two = {r.hypothesis: r for r in power_plan(plan, paired, None, BlockCosts(100.0, {"same": 10.0}))[0]}["same"]
+    assert two.blocks == 2 and two.gpu_s == pytest.approx(200.0)
+
+
 def test_blocks_within_a_budget_are_read_at_its_looks() -> None:
     """Under a study's budget of K blocks, a look before the last gets an early look's share of alpha:
     the same distance takes more blocks than a budget of exactly that many, and one the last look
