@@ -46,6 +46,7 @@ MODULES=(
   "prestart|runner/execute/prestart.py|tests/runner/test_prestart.py"
   "prime|runner/execute/prime.py|tests/runner/test_prime.py"
   "machine|runner/execute/machine.py|tests/runner/test_machine_calibration.py"
+  "reaper|runner/execute/reaper.py|tests/runner/test_reaper.py"
   "plan_estimate|compiler/plan_estimate.py|tests/compiler/test_capacity.py"
   "format|studyc/format.py|tests/report/test_format.py tests/report/test_format_edges.py"
   "capacity_report|report/capacity.py|tests/report/test_capacity.py"

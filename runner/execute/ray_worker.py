@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+from runner.execute import reaper
 from runner.execute.launch import (
     Cancel,
     LaunchSpec,
@@ -56,41 +57,6 @@ class Beside:
     beside: float | None
 
 
-REAPER = r"""
-import os, signal, sys, time
-parent, me = int(sys.argv[1]), os.getpid()
-groups = set()
-def scan():
-    kids = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                stat = open(f"/proc/{d}/stat").read()
-            except OSError:
-                continue
-            rest = stat[stat.rfind(")") + 2:].split()
-            kids.setdefault(int(rest[1]), []).append((int(d), int(rest[2])))
-    found, frontier = set(), [parent]
-    while frontier:
-        for pid, pgrp in kids.get(frontier.pop(), []):
-            if pid != me:
-                frontier.append(pid)
-                if pgrp == pid:
-                    found.add(pid)
-    return found
-while os.getppid() == parent:
-    groups = scan()
-    time.sleep(0.5)
-for sig in (signal.SIGTERM, signal.SIGKILL):
-    for g in groups:
-        try:
-            os.killpg(g, sig)
-        except OSError:
-            pass
-    time.sleep(5)
-"""
-
-
 class LaunchWorker:
     """The actor body: runs one launch at a time on the GPUs Ray gave it, streams its events."""
 
@@ -100,7 +66,7 @@ class LaunchWorker:
         self.measure_beside = False
         # Stops the process groups this worker started (vLLM servers run in their own session)
         # if this process dies without stopping them.
-        self.reaper = subprocess.Popen([sys.executable, "-c", REAPER, str(os.getpid())],
+        self.reaper = subprocess.Popen([sys.executable, "-I", reaper.__file__, str(os.getpid())],
                                        stdin=subprocess.DEVNULL, start_new_session=True)
 
     def pid(self) -> int:

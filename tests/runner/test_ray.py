@@ -68,6 +68,13 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
+def _stat(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:40]
+    except OSError:
+        return ""
+
+
 def _logs_to(pid: int, log: Path) -> bool:
     try:
         return Path(os.readlink(f"/proc/{pid}/fd/1")) == log
@@ -115,7 +122,8 @@ def test_quickstart_on_a_local_ray_cluster_survives_a_killed_worker_and_is_score
     deadline = time.monotonic() + 15
     while any(alive(p) for p in killed) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not any(alive(p) for p in killed), "the killed worker's vLLM server was left running"
+    left = [(p, _stat(p), _cmdline(p)[:120]) for p in killed if alive(p)]
+    assert not left, f"the killed worker's vLLM server was left running: {left}"
     with Store(db, read_only=True) as store:
         run = store.latest_run("quickstart")
         assert run is not None and run.status == "partial"
