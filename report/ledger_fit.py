@@ -14,6 +14,8 @@ from compiler.modelmath import ModelShape
 from compiler.stepcost import Card, Coefficients, EngineShape
 from compiler.stepfit import ModelKey, Observation, fit
 from compiler.stepreplay import StepLoad, StepPrediction, predict
+from report.fit_cache import FitCache, fit_digest
+from studyc.settings import load_settings
 
 METRICS = ("output_throughput", "tpot_s", "ttft_s")
 
@@ -110,13 +112,27 @@ def fit_workers() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def fit_cache() -> FitCache:
+    """Where fits are kept between commands: `fits/` of the settings' cache folder, unless
+    STUDYC_FIT_CACHE=0."""
+    settings = load_settings()
+    return FitCache(settings.cache_path / "fits" if settings.fit_cache else None)
+
+
 def _fit_all(jobs: Sequence[tuple[ModelKey, Sequence[StoredPoint]]], workers: int) -> list[Coefficients | str]:
-    """`_fit_key` of each (key, training points), in order: those not yet in `_FITS` fitted `workers` at a
-    time. Each fit is a pure function of its observations, so fitting them in worker processes gives the
-    coefficients one process would."""
+    """`_fit_key` of each (key, training points), in order: those not yet in `_FITS` read from the fit
+    cache, the rest fitted `workers` at a time and kept there. Each fit is a pure function of its
+    observations, so fitting them in worker processes gives the coefficients one process would."""
     ids = [_fit_id(key, points) for key, points in jobs]
     todo = {i: (key.label(), [p.observation for p in points])
             for i, (key, points) in zip(ids, jobs, strict=True) if i not in _FITS}
+    kept = fit_cache() if todo else FitCache(None)
+    digests = {i: fit_digest(*job) for i, job in todo.items()} if kept.folder is not None else {}
+    for i, digest in digests.items():
+        found = kept.get(digest)
+        if found is not None:
+            _FITS[i] = found
+            del todo[i]
     if workers <= 1 or len(todo) <= 1:
         for i, (label, observations) in todo.items():
             _FITS[i] = _fitted(label, observations)
@@ -128,6 +144,9 @@ def _fit_all(jobs: Sequence[tuple[ModelKey, Sequence[StoredPoint]]], workers: in
         with ProcessPoolExecutor(min(workers, len(todo)), mp_context=multiprocessing.get_context("spawn")) as pool:
             for i, found in zip(todo, pool.map(_fitted, *zip(*todo.values(), strict=True)), strict=True):
                 _FITS[i] = found
+    for i in todo:
+        if i in digests:
+            kept.put(digests[i], _FITS[i])
     return [_FITS[i] for i in ids]
 
 

@@ -83,8 +83,12 @@ class Settings(BaseSettings):
         default=None, description="Folder for server logs of each run; default: `runs/` beside the database."
     )
     cache_dir: str | None = Field(
-        default=None, description="Folder (mode 0700) for vLLM's compile cache, shared by every run, and the "
-        "servers' API key; default: ~/.cache/studyc.",
+        default=None, description="Folder (mode 0700) for vLLM's compile cache, shared by every run, the "
+        "servers' API key and the step-time model's fits (fits/); default: ~/.cache/studyc.",
+    )
+    fit_cache: bool = Field(
+        default=True, description="Keep the step-time model's fits in `fits/` of the cache folder, each "
+        "named by the digest of its points and of the model's code (0: fit every time).",
     )
     client_cpus: str = Field(
         default="auto",

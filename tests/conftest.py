@@ -24,6 +24,9 @@ REPO = Path(__file__).resolve().parents[1]
 VLLM_VENV = REPO / ".venv-vllm"
 # Tests use the repo's CPU vLLM unless the machine says otherwise.
 os.environ.setdefault("STUDYC_VLLM", str(VLLM_VENV / "bin" / "vllm"))
+# Tests fit the step-time model every time: a fit kept by another run would stand in for the one this
+# code makes (the fit cache's tests name their own folder).
+os.environ["STUDYC_FIT_CACHE"] = "0"
 
 TINY_MODEL = REPO / "models" / "tiny-qwen3"
 

@@ -16,9 +16,13 @@ from runner.store.records import PointSummary, RequestRecord, TelemetrySample
 
 def percentile(values: Sequence[float], q: float) -> float | None:
     """Linear-interpolated percentile (numpy's default), q in [0, 100]; None for no values."""
-    if not values:
+    return _at(sorted(values), q)
+
+
+def _at(data: Sequence[float], q: float) -> float | None:
+    """`percentile` of values already sorted."""
+    if not data:
         return None
-    data = sorted(values)
     pos = (len(data) - 1) * q / 100.0
     lo = math.floor(pos)
     hi = min(lo + 1, len(data) - 1)
@@ -31,7 +35,8 @@ def mean(values: Sequence[float]) -> float | None:
 
 def distribution(values: Sequence[float]) -> tuple[float | None, ...]:
     """(mean, p50, p90, p95, p99) of the values; all None for none."""
-    return (mean(values), *(percentile(values, q) for q in (50, 90, 95, 99)))
+    data = sorted(values)
+    return (mean(values), *(_at(data, q) for q in (50, 90, 95, 99)))
 
 
 def in_flight_integral(spans: Sequence[tuple[float, float]], start: float, end: float) -> float:

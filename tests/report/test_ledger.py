@@ -179,6 +179,30 @@ def test_folds_fitted_in_worker_processes_are_the_folds_fitted_here(small_db, mo
     assert here == apart and any(s.validated for s in here)
 
 
+def test_fits_kept_on_disk_answer_the_next_command_without_fitting(small_db, monkeypatch, tmp_path):
+    """STUDYC_FIT_CACHE on: the folds' fits are written under the cache folder; a fresh process (no fit
+    in memory) reads them back and fits nothing, with the same results. Off: nothing is written."""
+    points = read_points(small_db)
+    monkeypatch.setenv("STUDYC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("STUDYC_FIT_CACHE", "0")
+    monkeypatch.setattr(ledger_fit, "_FITS", {})
+    fitted = leave_one_study_out(points, workers=1)
+    assert not (tmp_path / "fits").exists()
+    monkeypatch.setenv("STUDYC_FIT_CACHE", "1")
+    monkeypatch.setattr(ledger_fit, "_FITS", {})
+    assert leave_one_study_out(points, workers=2) == fitted
+    kept = sorted((tmp_path / "fits").iterdir())
+    assert len(kept) == len(ledger_fit._FITS) >= 2
+
+    def no_fit(*_):
+        raise AssertionError("fitted again")
+
+    monkeypatch.setattr(ledger_fit, "_fitted", no_fit)
+    monkeypatch.setattr(ledger_fit, "_FITS", {})
+    assert leave_one_study_out(points, workers=2) == fitted
+    assert sorted((tmp_path / "fits").iterdir()) == kept
+
+
 @pytest.mark.parametrize(("named", "workers"), [("3", 3), ("1", 1), ("0", None), ("", None), ("x", None)])
 def test_fit_workers_reads_the_environment_else_the_cpus(monkeypatch, named, workers):
     monkeypatch.setenv("STUDYC_FIT_WORKERS", named)
