@@ -8,6 +8,7 @@ skipped (the fit is still returned).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -64,13 +65,15 @@ class FitCache:
         if self.folder is None:
             return
         body = {"failed": value} if isinstance(value, str) else {"coefficients": asdict(value)}
-        tmp = None
         try:
             self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".fit-", suffix=".json")
+            fd, tmp = tempfile.mkstemp(dir=self.folder)  # beside its name: the rename is atomic
+        except OSError:
+            return
+        try:
             with os.fdopen(fd, "w") as f:
                 json.dump(body, f)
             os.replace(tmp, self.folder / f"{digest}.json")
         except OSError:
-            if tmp is not None:
-                Path(tmp).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,7 +27,8 @@ OBS = Observation(SHAPE, StepLoad(concurrency=4, requests=16, input_len=128, out
                   Card(4.2e12, 6.6e14), tpot_s=0.005, ttft_s=0.03, window_s=2.0, burst_s=0.1)
 
 
-def test_a_fit_and_a_failure_come_back_as_kept(tmp_path):
+def test_a_fit_and_a_failure_come_back_as_kept(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no such folder"))  # the temp file is beside
     cache = FitCache(tmp_path / "fits")
     assert cache.get("a") is None  # nothing kept yet
     cache.put("a", COEF)
@@ -34,6 +36,17 @@ def test_a_fit_and_a_failure_come_back_as_kept(tmp_path):
     assert cache.get("a") == COEF and cache.get("b") == "the fit of x failed: no points"
     assert sorted(p.name for p in (tmp_path / "fits").iterdir()) == ["a.json", "b.json"]  # no temp left
     assert (tmp_path / "fits").stat().st_mode & 0o777 == 0o700
+
+
+def test_the_folder_is_made_with_its_parents(tmp_path):
+    FitCache(tmp_path / "cache" / "studyc" / "fits").put("a", COEF)
+    assert FitCache(tmp_path / "cache" / "studyc" / "fits").get("a") == COEF
+
+
+def test_a_write_that_fails_leaves_no_temp_file(tmp_path):
+    (tmp_path / "a.json").mkdir()  # the name is taken by a folder: the rename fails
+    FitCache(tmp_path).put("a", COEF)
+    assert [p.name for p in tmp_path.iterdir()] == ["a.json"] and FitCache(tmp_path).get("a") is None
 
 
 @pytest.mark.parametrize("text", [
