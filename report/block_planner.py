@@ -322,7 +322,9 @@ def _side_spread(
 
 
 def _launch_s(launch: Launch, points: Sequence[PointStep]) -> float:
-    return launch.estimated_start_s + sum(p.estimated_s for p in points)
+    """A launch's start, `points` and every capacity search it runs (a budget block trims its points,
+    never its searches)."""
+    return launch.estimated_start_s + sum(p.estimated_s for p in points) + sum(q.estimated_s for q in launch.searches)
 
 
 def _last(score: Score | None, sd: float | None, df: float | None, gpu_time: Callable[[int], float], first: int,
@@ -365,7 +367,7 @@ def power_plan(
         stored = costs is not None and hyp.id in costs.budget_s
         first_s, budget_s = ((costs.required_s, costs.budget_s[hyp.id]) if costs is not None and stored else
                              (block_s, sum(_launch_s(launch, pts) for launch in block_one
-                                           if (pts := budget_points(launch, [hyp])))))
+                                           if (pts := budget_points(launch, [hyp])) or launch.searches)))
 
         def gpu_time(blocks: int, first_s: float = first_s, budget_s: float = budget_s) -> float:
             return min(blocks, required) * first_s + max(blocks - required, 0) * budget_s

@@ -205,8 +205,9 @@ def _goal(hyp: HypothesisStep, distance: float | None) -> tuple[Goal | None, str
 
 
 def _costs(stored: Stored, launches: Sequence[Launch], points: Sequence[set[Key]], assumed: set[str]) -> Costs:
-    """A block's starts (and stops) and one repeat of `points` (per launch), from the medians stored; the plan's
-    estimates where nothing was."""
+    """A block's starts (and stops) and capacity searches, and one repeat of `points` (per launch), from the
+    medians stored; the plan's estimates where nothing was (a search's always: its probes are not stored
+    apart)."""
     start = 0.0
     for launch in launches:
         got = stored.start_s.get(launch_configuration(launch))
@@ -215,6 +216,9 @@ def _costs(stored: Stored, launches: Sequence[Launch], points: Sequence[set[Key]
         else:
             start += launch.estimated_start_s
             assumed.add("a start never stored is the plan's estimate")
+        if launch.searches:  # once a launch, after its points: a block's cost, as its start is
+            start += sum(q.estimated_s for q in launch.searches)
+            assumed.add("a capacity search is the plan's estimate of its probes")
     point = 0.0
     for launch, keys in zip(launches, points, strict=True):
         for p, key in ((p, config_key(launch, p)) for p in launch.points if p.repeat == 1):
@@ -253,7 +257,7 @@ def gpu_plan(plan: Plan, db: Path, distances: dict[str, float] | None = None, li
             keys = [config_key(*steps[s.points[0]]) for s in sides]
         goal, meaning = _goal(hyp, (distances or {}).get(hyp.id))
         comp, source = _components(stored, hyp, keys)
-        used = [launch for launch in first if budget_points(launch, [hyp])]
+        used = [launch for launch in first if budget_points(launch, [hyp]) or launch.searches]
         trimmed = [{config_key(launch, p) for p in budget_points(launch, [hyp])} for launch in used]
         costs = _costs(stored, used, trimmed, assumed)
         if goal is None:

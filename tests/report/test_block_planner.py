@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from compiler.load import load_study
-from compiler.plan import Launch, PointStep
+from compiler.plan import Launch, PointStep, SearchStep
 from compiler.plan_compile import compile_study
 from report.audit import audit_studies
 from report.block_planner import (
@@ -269,6 +269,25 @@ def test_budget_blocks_cost_only_the_points_their_hypothesis_rests_on(tmp_path: 
     assert all(len(kept(launch)) < len(launch.points) for launch in first)
     assert trimmed < whole
     assert row.gpu_s == pytest.approx(3 * whole + (row.blocks - 3) * trimmed)
+
+
+def test_a_launchs_capacity_searches_are_costed_in_every_block(tmp_path: Path, study: Path) -> None:
+    """A capacity search runs after its launch's points, in a required block and in a budget block alike
+    (a budget block trims points, never searches; a launch with only a search still starts)."""
+    plan = compile_study(load_study(study))
+    db = _db(tmp_path, study, b_launch=NOISY_B)
+    before = {r.hypothesis: r for r in power_plan(plan, db)[0]}["same"]
+    search = SearchStep.model_construct(id="toy/a/search", estimated_s=100.0)
+    first_a = next(launch for launch in plan.launches if launch.arm == "a" and launch.block == 1)
+    only_search = first_a.model_copy(update={"id": "toy/c", "arm": "c", "points": (), "searches": (search,)})
+    with_search = plan.model_copy(update={"launches": (*(
+        launch.model_copy(update={"searches": (search,)}) if launch.arm == "a" else launch
+        for launch in plan.launches), only_search)})
+    after = {r.hypothesis: r for r in power_plan(with_search, db)[0]}["same"]
+    assert before.blocks == after.blocks and before.blocks is not None and before.blocks > 3
+    # every block: arm a's search, and the launch that runs only a search (its start and its search)
+    per_block = 100.0 + (only_search.estimated_start_s + 100.0)
+    assert after.gpu_s == pytest.approx(before.gpu_s + per_block * after.blocks)
 
 
 def test_stored_block_costs_replace_the_estimates_where_a_hypothesis_has_them(tmp_path: Path, study: Path) -> None:

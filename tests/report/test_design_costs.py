@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from compiler.load import load_study
-from compiler.plan import Plan
+from compiler.plan import Plan, SearchStep
 from compiler.plan_compile import compile_study
 from report.cheapest_design import Components, Costs, Goal, Proposal, cheapest
 from report.design_costs import NEEDS, format_gpu_plan, gpu_plan, read_stored
@@ -121,6 +121,27 @@ def test_costs_are_the_stored_medians_and_a_budget_blocks_points(tmp_path: Path,
     assert got.study_costs == Costs(124.0, 2 * (5.0 + 10.5))  # the whole first block
     assert got.runs == ("r1",) and got.version == "0.26.0"
     assert any("servers' stored start time" in a for a in got.assumed)
+
+
+def test_a_capacity_search_is_a_blocks_cost_even_in_a_launch_with_no_point_needed(tmp_path: Path, study: Path) -> None:
+    """A search runs once a launch, after its points, in every block: its estimate joins the block's
+    starts, for each hypothesis (a launch that runs only a search still runs) and for the study."""
+    plan = compile_study(load_study(study))
+    db = _db(tmp_path, plan)
+    search = SearchStep.model_construct(id="toy/a/search", estimated_s=100.0)
+    first_a = next(launch for launch in plan.launches if launch.arm == "a" and launch.launch == 1)
+    only_search = first_a.model_copy(update={"id": "toy/c", "arm": "c", "points": (), "searches": (search,)})
+    with_search = plan.model_copy(update={"launches": (*(
+        launch.model_copy(update={"searches": (search,)}) if launch.arm == "a" else launch
+        for launch in plan.launches), only_search)})
+    got = gpu_plan(with_search, db)
+    rows = {r.hypothesis: r for r in got.rows}
+    c_start = 52.0  # arm a's configuration: the median of its stored starts
+    assert rows["same"].costs == Costs(52.0 + 72.0 + 100.0 + c_start + 100.0, 5.0 + 5.0)
+    assert rows["a-c4"].costs == Costs(52.0 + 100.0 + c_start + 100.0, 10.5)
+    assert got.study_costs == Costs(124.0 + 100.0 + c_start + 100.0, 2 * (5.0 + 10.5))
+    assert "a capacity search is the plan's estimate of its probes" in got.assumed
+    assert "a capacity search is the plan's estimate of its probes" not in gpu_plan(plan, db).assumed
 
 
 def test_starts_from_stored_phases_count_the_stop(tmp_path: Path, study: Path) -> None:
