@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import queue
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -66,8 +64,7 @@ class LaunchWorker:
         self.measure_beside = False
         # Stops the process groups this worker started (vLLM servers run in their own session)
         # if this process dies without stopping them.
-        self.reaper = subprocess.Popen([sys.executable, "-I", reaper.__file__, str(os.getpid())],
-                                       stdin=subprocess.DEVNULL, start_new_session=True)
+        reaper.guard()
 
     def pid(self) -> int:
         return os.getpid()

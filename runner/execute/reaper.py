@@ -1,7 +1,9 @@
-"""The reaper a Ray launch worker leaves beside itself: `python reaper.py PARENT_PID` watches the process
-groups under PARENT (vLLM servers run in their own session) and, once PARENT is gone, stops them with
-SIGTERM, then SIGKILL. Standard library only: it runs as a plain script, in its own session, so that it
-outlives the worker it watches.
+"""The reaper `studyc run` and each Ray launch worker leave beside themselves (`guard`):
+`python reaper.py PARENT_PID` watches the process groups under PARENT (vLLM servers and calibration
+probes run in sessions of their own) and, once PARENT is gone, stops those still there with SIGTERM,
+then SIGKILL. A process that stops its servers before it exits leaves nothing to stop; one killed
+outright (SIGKILL, the OOM killer, a CI job's timeout) leaves no server holding the GPU. Standard
+library only: it runs as a plain script, in its own session, so that it outlives what it watches.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -61,6 +64,8 @@ def watch(parent: int, find: Callable[[], set[int]], ppid: Callable[[], int],
 def stop(groups: set[int], grace_s: float = 5.0, kill: Callable[[int, int], None] = os.killpg,
          sleep: Callable[[float], None] = time.sleep) -> None:
     """SIGTERM every group, then SIGKILL those left after `grace_s`; a group already gone is skipped."""
+    if not groups:
+        return
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for g in sorted(groups):
             try:
@@ -68,6 +73,17 @@ def stop(groups: set[int], grace_s: float = 5.0, kill: Callable[[int, int], None
             except OSError:
                 pass
         sleep(grace_s)
+
+
+_GUARDS: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def guard() -> None:
+    """Leave a reaper beside this process, once per process."""
+    me = os.getpid()
+    if me not in _GUARDS:
+        _GUARDS[me] = subprocess.Popen([sys.executable, "-I", __file__, str(me)], stdin=subprocess.DEVNULL,
+                                       start_new_session=True)
 
 
 def main(argv: list[str]) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from compiler.load import Problem, study_version
 from compiler.plan import BlockDesign, Launch, Plan, PointStep
 from compiler.toml_lines import key_lines, line_of
+from runner.execute import reaper
 from runner.execute.driver import (
     Driver,
     Progress,
@@ -92,6 +93,7 @@ def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) 
     slot; only this thread writes the database). Ctrl-C stops cleanly: no orphaned server,
     committed points kept."""
     progress = progress or Progress()
+    reaper.guard()  # killed outright, this process leaves no server or probe running
     origin, started_at = time.monotonic(), datetime.now(UTC)
     if plan.calibrate_launches and options.ray is not None:
         raise StudycError(f"{plan.study_id}: a hypothesis names a machine metric (machine_flops, machine_bandwidth, "

@@ -11,6 +11,7 @@ import sys
 import time
 
 from runner.execute import reaper
+from tests.conftest import REPO
 
 PARENT = 4242
 
@@ -70,8 +71,29 @@ def test_stop_terms_every_group_then_kills_after_the_grace() -> None:
 
 def test_stop_waits_five_seconds_by_default() -> None:
     sleeps: list[float] = []
-    reaper.stop(set(), kill=lambda g, s: None, sleep=sleeps.append)
+    reaper.stop({5}, kill=lambda g, s: None, sleep=sleeps.append)
     assert sleeps == [5.0, 5.0]
+
+
+def test_nothing_to_stop_ends_at_once() -> None:
+    calls: list[object] = []
+    reaper.stop(set(), kill=lambda g, s: calls.append(g), sleep=calls.append)
+    assert calls == []
+
+
+def test_guard_leaves_one_reaper_per_process_watching_it(monkeypatch) -> None:
+    monkeypatch.setattr(reaper, "_GUARDS", {})
+    reaper.guard()
+    reaper.guard()
+    try:
+        assert list(reaper._GUARDS) == [os.getpid()]
+        proc = reaper._GUARDS[os.getpid()]
+        argv = open(f"/proc/{proc.pid}/cmdline").read().split("\0")
+        assert argv[1:4] == ["-I", reaper.__file__, str(os.getpid())]
+        assert os.getsid(proc.pid) == proc.pid  # a session of its own: it outlives what it watches
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_main_watches_the_pid_it_is_given_and_stops_what_it_found(monkeypatch) -> None:
@@ -106,7 +128,10 @@ def alive(pid: int) -> bool:
 # its child in the same group) and a group that ignores SIGTERM, prints their pids, then waits.
 PARENT_SCRIPT = r"""
 import os, signal, subprocess, sys, time
-reaper = subprocess.Popen([sys.executable, "-I", sys.argv[1], str(os.getpid())], start_new_session=True)
+sys.path.insert(0, sys.argv[1])
+from runner.execute import reaper as guarded
+guarded.guard()
+reaper = guarded._GUARDS[os.getpid()]
 leader = subprocess.Popen(["sh", "-c", "sleep 300 & wait"], start_new_session=True)
 stubborn = subprocess.Popen([sys.executable, "-c",
     "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(300)"],
@@ -118,7 +143,7 @@ time.sleep(300)
 
 
 def test_a_killed_parent_leaves_no_group_running_and_the_reaper_spares_itself() -> None:
-    parent = subprocess.Popen([sys.executable, "-c", PARENT_SCRIPT, reaper.__file__], text=True,
+    parent = subprocess.Popen([sys.executable, "-c", PARENT_SCRIPT, str(REPO)], text=True,
                               stdout=subprocess.PIPE)
     assert parent.stdout is not None
     reaper_pid, leader, stubborn = map(int, parent.stdout.readline().split())

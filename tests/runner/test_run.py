@@ -243,6 +243,31 @@ def test_signal_stops_cleanly(tmp_path: Path, how: str) -> None:
         assert store.points(run.run_id)[0].point_id == "faults/good/w/c1/r1"
 
 
+def test_a_killed_run_leaves_no_server_running(tmp_path: Path) -> None:
+    """SIGKILL to studyc (the OOM killer, a CI job's timeout): nothing in studyc runs, but the reaper it
+    left beside itself stops its server; the committed point is kept and the run stays resumable."""
+    db = tmp_path / "killed.duckdb"
+    study = tmp_path / "faults.toml"
+    text = FAULTS.read_text().replace('path = "../../../models/tiny-qwen3"', f'path = "{REPO / "models/tiny-qwen3"}"')
+    study.write_text(re.sub(r"(?ms)^\[arms\.broken\]\n.*?\n\n", "", text, count=1))
+    proc = studyc("run", str(study), "--db", str(db), "--keep-going", "--no-calibrate", start_new_session=True)
+    wait_for_line(proc, "server faults/good: ready")
+    engines = [p for p in children(proc.pid) if "vllm" in Path(f"/proc/{p}/cmdline").read_text(errors="ignore")]
+    assert engines
+    wait_for_line(proc, "faults/good/w/c1/r1: ")
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 20
+    while any(alive(p) for p in engines) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(p) for p in engines), "orphaned vLLM process"
+    with Store(db, read_only=True) as store:
+        run = store.latest_run("faults")
+        assert run is not None and run.status == "running"  # nothing marked it: --resume continues it
+        assert store.points(run.run_id)[0].point_id == "faults/good/w/c1/r1"
+
+
 SEQUENTIAL = """
 [study]
 id = "{id}"
