@@ -301,12 +301,17 @@ def _tolerance(pred: Any) -> float | None:
     return None
 
 
+SEARCH_SPREAD = "a capacity search (one value a launch, from its probes): no point spread to plan from"
+
+
 def _side_spread(
     metric: str, point: str | None, steps: Steps, by_config: dict[tuple[str, Key], Spread],
     by_metric: dict[str, Spread],
 ) -> tuple[Spread | None, str]:
     """One side's spread and where it came from: its configuration's, with the metric's pooled
     launch-to-launch spread where the configuration never ran on two launches."""
+    if point is not None and point not in steps:  # a capacity search's id: no point of the plan
+        return None, SEARCH_SPREAD
     if point is not None and (metric, config_key(*steps[point])) in by_config:
         spread = by_config[(metric, config_key(*steps[point]))]
         if spread.launch_sd is None and metric in by_metric:
@@ -342,7 +347,7 @@ def _last(score: Score | None, sd: float | None, df: float | None, gpu_time: Cal
 
 def _pair(hyp: Any, steps: Steps, block_cells: Cells) -> Paired | None:
     top, bottom = next(iter(hyp.numerator.points), None), next(iter(hyp.denominator.points), None)
-    if top is None or bottom is None:
+    if top not in steps or bottom not in steps:  # none, or a capacity search's
         return None
     return paired_spread(block_cells, hyp.metric, config_key(*steps[top]), config_key(*steps[bottom]))
 

@@ -233,6 +233,10 @@ def _costs(stored: Stored, launches: Sequence[Launch], points: Sequence[set[Key]
     return Costs(start, point)
 
 
+SEARCH_NOT_PLANNED = ("a capacity search's result (one value a launch, from its probes): not planned in launches x "
+                      "repeats")
+
+
 def gpu_plan(plan: Plan, db: Path, distances: dict[str, float] | None = None, limits: Limits = LIMITS) -> GpuPlan:
     """Per hypothesis of `plan` (point metrics), the cheapest launches x repeats from `db`; `distances`: a
     hypothesis' last measured distance to its edge (log scale), the goal where given."""
@@ -247,6 +251,9 @@ def gpu_plan(plan: Plan, db: Path, distances: dict[str, float] | None = None, li
     together = []
     for hyp in plan.hypotheses:
         sides = [s for s in (hyp.numerator, hyp.denominator) if s is not None]
+        if hyp.level == "search":  # one capacity a launch, from probes this plan does not cost one by one
+            rows.append(HypothesisDesign(hyp.id, Proposal(None, SEARCH_NOT_PLANNED)))
+            continue
         if hyp.level == "server":  # one value per start: repeats buy nothing (none is measured apart)
             assumed.add("a server metric's every start loads its compiled graphs (one that compiles them is left "
                         "out of it, so count the first start on a cold cache as extra)")

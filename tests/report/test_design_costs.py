@@ -15,8 +15,9 @@ from click.testing import CliRunner
 from compiler.load import load_study
 from compiler.plan import Plan, SearchStep
 from compiler.plan_compile import compile_study
+from report.block_planner import SEARCH_SPREAD, power_plan
 from report.cheapest_design import Components, Costs, Goal, Proposal, cheapest
-from report.design_costs import NEEDS, format_gpu_plan, gpu_plan, read_stored
+from report.design_costs import NEEDS, SEARCH_NOT_PLANNED, format_gpu_plan, gpu_plan, read_stored
 from runner.store.records import (
     PhaseRecord,
     PointRecord,
@@ -304,6 +305,22 @@ def test_the_committed_h200_runs_plan_cuda_graphs(tmp_path: Path) -> None:
     assert got.study_costs is not None and 60 < got.study_costs.start_s < 300
     assert any("another study's run" in a for a in got.assumed)
     assert any("servers' stored start time" in a for a in got.assumed)
+
+
+def test_a_capacity_hypothesis_is_named_not_planned_and_nothing_breaks(tmp_path: Path) -> None:
+    """kv-capacity-slo rests on capacity searches (no plan point): both planners say so for it, as a
+    `studyc plan --db` of it once broke on (a KeyError on the search's id)."""
+    db = tmp_path / "h200.duckdb"
+    shutil.copyfile(REPO / "results" / "h200.duckdb", db)
+    plan = compile_study(load_study(REPO / "studies" / "kv_capacity_slo.toml"))
+    assert {h.level for h in plan.hypotheses} == {"search"}
+    got = gpu_plan(plan, db)
+    assert [(r.hypothesis, r.proposal.design, r.proposal.why_not) for r in got.rows] == [
+        ("fp8-holds-more", None, SEARCH_NOT_PLANNED)]
+    assert got.study_costs is not None and got.study_costs.start_s > sum(
+        q.estimated_s for launch in plan.launches if launch.block == 1 for q in launch.searches)
+    (row,) = power_plan(plan, db)[0]
+    assert row.hypothesis == "fp8-holds-more" and row.blocks is None and row.source == SEARCH_SPREAD
 
 
 def test_a_server_metric_is_planned_from_its_warm_starts(tmp_path: Path, study: Path) -> None:
