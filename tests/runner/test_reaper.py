@@ -88,7 +88,11 @@ def test_guard_leaves_one_reaper_per_process_watching_it(monkeypatch) -> None:
     try:
         assert list(reaper._GUARDS) == [os.getpid()]
         proc = reaper._GUARDS[os.getpid()]
-        argv = open(f"/proc/{proc.pid}/cmdline").read().split("\0")
+        deadline = time.monotonic() + 10
+        argv: list[str] = []
+        while len(argv) < 4 and time.monotonic() < deadline:  # its arguments appear just after its exec
+            argv = open(f"/proc/{proc.pid}/cmdline").read().split("\0")
+            time.sleep(0.01)
         assert argv[1:4] == ["-I", reaper.__file__, str(os.getpid())]
         assert os.getsid(proc.pid) == proc.pid  # a session of its own: it outlives what it watches
     finally:
