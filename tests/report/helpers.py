@@ -156,3 +156,16 @@ def plan_json(plan: dict[str, Any]) -> str:
     if not v1:
         full["design"] = design
     return json.dumps(full)
+
+
+def with_searches(plan: Any, estimated_s: float = 100.0) -> tuple[Any, Any]:
+    """`plan` with a capacity search of `estimated_s` on every launch of arm a, and a launch of its own
+    (arm c, a copy of arm a's first launch) that runs only that search. Returns (that plan, that launch)."""
+    from compiler.plan import SearchStep
+
+    search = SearchStep.model_construct(id="toy/a/search", estimated_s=estimated_s)
+    first_a = next(launch for launch in plan.launches if launch.arm == "a" and launch.block == 1)
+    only_search = first_a.model_copy(update={"id": "toy/c", "arm": "c", "points": (), "searches": (search,)})
+    return plan.model_copy(update={"launches": (*(
+        launch.model_copy(update={"searches": (search,)}) if launch.arm == "a" else launch
+        for launch in plan.launches), only_search)}), only_search

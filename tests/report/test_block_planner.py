@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from compiler.load import load_study
-from compiler.plan import Launch, PointStep, SearchStep
+from compiler.plan import Launch, PointStep
 from compiler.plan_compile import compile_study
 from report.audit import audit_studies
 from report.block_planner import (
@@ -33,7 +33,7 @@ from report.sequential import look_critical
 from runner.store.records import PointRecord, PointSummary, RunRecord
 from runner.store.store import Store
 from studyc.cli import main
-from tests.report.helpers import write_study
+from tests.report.helpers import with_searches, write_study
 
 HYP = '''
 [[hypothesis]]
@@ -277,12 +277,7 @@ def test_a_launchs_capacity_searches_are_costed_in_every_block(tmp_path: Path, s
     plan = compile_study(load_study(study))
     db = _db(tmp_path, study, b_launch=NOISY_B)
     before = {r.hypothesis: r for r in power_plan(plan, db)[0]}["same"]
-    search = SearchStep.model_construct(id="toy/a/search", estimated_s=100.0)
-    first_a = next(launch for launch in plan.launches if launch.arm == "a" and launch.block == 1)
-    only_search = first_a.model_copy(update={"id": "toy/c", "arm": "c", "points": (), "searches": (search,)})
-    with_search = plan.model_copy(update={"launches": (*(
-        launch.model_copy(update={"searches": (search,)}) if launch.arm == "a" else launch
-        for launch in plan.launches), only_search)})
+    with_search, only_search = with_searches(plan)
     after = {r.hypothesis: r for r in power_plan(with_search, db)[0]}["same"]
     assert before.blocks == after.blocks and before.blocks is not None and before.blocks > 3
     # every block: arm a's search, and the launch that runs only a search (its start and its search)

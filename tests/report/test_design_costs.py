@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from compiler.load import load_study
-from compiler.plan import Plan, SearchStep
+from compiler.plan import Plan
 from compiler.plan_compile import compile_study
 from report.block_planner import SEARCH_SPREAD, power_plan
 from report.cheapest_design import Components, Costs, Goal, Proposal, cheapest
@@ -29,7 +29,7 @@ from runner.store.records import (
 from runner.store.store import Store
 from studyc.cli import main
 from tests.conftest import REPO
-from tests.report.helpers import write_study
+from tests.report.helpers import with_searches, write_study
 
 HYP = '''
 [[hypothesis]]
@@ -129,12 +129,7 @@ def test_a_capacity_search_is_a_blocks_cost_even_in_a_launch_with_no_point_neede
     starts, for each hypothesis (a launch that runs only a search still runs) and for the study."""
     plan = compile_study(load_study(study))
     db = _db(tmp_path, plan)
-    search = SearchStep.model_construct(id="toy/a/search", estimated_s=100.0)
-    first_a = next(launch for launch in plan.launches if launch.arm == "a" and launch.launch == 1)
-    only_search = first_a.model_copy(update={"id": "toy/c", "arm": "c", "points": (), "searches": (search,)})
-    with_search = plan.model_copy(update={"launches": (*(
-        launch.model_copy(update={"searches": (search,)}) if launch.arm == "a" else launch
-        for launch in plan.launches), only_search)})
+    with_search, only_search = with_searches(plan)
     got = gpu_plan(with_search, db)
     rows = {r.hypothesis: r for r in got.rows}
     c_start = 52.0  # arm a's configuration: the median of its stored starts

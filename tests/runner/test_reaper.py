@@ -12,6 +12,7 @@ import time
 
 from runner.execute import reaper
 from tests.conftest import REPO
+from tests.runner.test_run import alive
 
 PARENT = 4242
 
@@ -118,14 +119,6 @@ def test_main_watches_the_pid_it_is_given_and_stops_what_it_found(monkeypatch) -
 def test_a_parent_gone_after_its_first_scan_leaves_nothing_to_stop() -> None:
     groups, made, sleeps = run_watch([PARENT, 1], [{11}])
     assert groups == set() and made == 1 and sleeps == []
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 # A parent that starts the reaper beside itself, a server-like group (a leader in its own session and

@@ -207,46 +207,10 @@ def test_crash_at_start_keep_going_then_kill_and_resume(tmp_path: Path) -> None:
         assert first.startup_s and second.status == "ready" and second.stopped_at and servers["faults/broken~2"].status == "failed"
 
 
-@pytest.mark.parametrize("how", ["sigint", "sigterm"])
-def test_signal_stops_cleanly(tmp_path: Path, how: str) -> None:
-    """Ctrl-C (SIGINT to the process group) and SIGTERM to studyc alone (`timeout`, `kill`) both stop
-    the servers and mark the run interrupted, committed points kept."""
-    db = tmp_path / f"{how}.duckdb"
-    study = tmp_path / "faults.toml"  # the good arm alone: the broken one's failed start adds nothing here
-    text = FAULTS.read_text().replace('path = "../../../models/tiny-qwen3"', f'path = "{REPO / "models/tiny-qwen3"}"')
-    study.write_text(re.sub(r"(?ms)^\[arms\.broken\]\n.*?\n\n", "", text, count=1))
-    proc = studyc(
-        "run", str(study), "--db", str(db), "--keep-going", "--no-calibrate", start_new_session=True
-    )
-    wait_for_line(proc, "server faults/good: ready")
-    engines = [
-        p for p in children(proc.pid) if "vllm" in Path(f"/proc/{p}/cmdline").read_text(errors="ignore")
-    ]
-    assert engines
-    # Interrupt as soon as the first point is committed (ok, or ok but judged invalid): the points
-    # after it take about a second, so nothing may stand between reading the line and the signal.
-    wait_for_line(proc, "faults/good/w/c1/r1: ")
-    if how == "sigint":
-        os.killpg(proc.pid, signal.SIGINT)
-    else:
-        proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 130, out
-    assert "interrupted" in out
-    deadline = time.monotonic() + 10
-    while any(alive(p) for p in engines) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not any(alive(p) for p in engines), "orphaned vLLM process"
-    with Store(db, read_only=True) as store:
-        run = store.latest_run("faults")
-        assert run is not None and run.status == "interrupted"
-        assert store.points(run.run_id)[0].point_id == "faults/good/w/c1/r1"
-
-
-def test_a_killed_run_leaves_no_server_running(tmp_path: Path) -> None:
-    """SIGKILL to studyc (the OOM killer, a CI job's timeout): nothing in studyc runs, but the reaper it
-    left beside itself stops its server; the committed point is kept and the run stays resumable."""
-    db = tmp_path / "killed.duckdb"
+def _good_arm_after_its_first_point(tmp_path: Path, db: Path) -> tuple[subprocess.Popen[str], list[int]]:
+    """studyc running the faults study's good arm alone (the broken one's failed start adds nothing here),
+    returned as soon as its first point is committed (ok, or ok but judged invalid): the points after it
+    take about a second, so nothing may stand between reading that line and a signal. With its vLLM pids."""
     study = tmp_path / "faults.toml"
     text = FAULTS.read_text().replace('path = "../../../models/tiny-qwen3"', f'path = "{REPO / "models/tiny-qwen3"}"')
     study.write_text(re.sub(r"(?ms)^\[arms\.broken\]\n.*?\n\n", "", text, count=1))
@@ -255,17 +219,46 @@ def test_a_killed_run_leaves_no_server_running(tmp_path: Path) -> None:
     engines = [p for p in children(proc.pid) if "vllm" in Path(f"/proc/{p}/cmdline").read_text(errors="ignore")]
     assert engines
     wait_for_line(proc, "faults/good/w/c1/r1: ")
-    proc.kill()
-    proc.communicate(timeout=30)
-    assert proc.returncode == -signal.SIGKILL
-    deadline = time.monotonic() + 20
+    return proc, engines
+
+
+def _stopped_with_the_first_point_kept(engines: list[int], db: Path, status: str, within_s: float) -> None:
+    deadline = time.monotonic() + within_s
     while any(alive(p) for p in engines) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(alive(p) for p in engines), "orphaned vLLM process"
     with Store(db, read_only=True) as store:
         run = store.latest_run("faults")
-        assert run is not None and run.status == "running"  # nothing marked it: --resume continues it
+        assert run is not None and run.status == status
         assert store.points(run.run_id)[0].point_id == "faults/good/w/c1/r1"
+
+
+@pytest.mark.parametrize("how", ["sigint", "sigterm"])
+def test_signal_stops_cleanly(tmp_path: Path, how: str) -> None:
+    """Ctrl-C (SIGINT to the process group) and SIGTERM to studyc alone (`timeout`, `kill`) both stop
+    the servers and mark the run interrupted, committed points kept."""
+    db = tmp_path / f"{how}.duckdb"
+    proc, engines = _good_arm_after_its_first_point(tmp_path, db)
+    if how == "sigint":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    assert "interrupted" in out
+    _stopped_with_the_first_point_kept(engines, db, "interrupted", within_s=10)
+
+
+def test_a_killed_run_leaves_no_server_running(tmp_path: Path) -> None:
+    """SIGKILL to studyc (the OOM killer, a CI job's timeout): nothing in studyc runs, but the reaper it
+    left beside itself stops its server; the committed point is kept and the run stays resumable
+    (`running`: nothing marked it, so --resume continues it)."""
+    db = tmp_path / "killed.duckdb"
+    proc, engines = _good_arm_after_its_first_point(tmp_path, db)
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    _stopped_with_the_first_point_kept(engines, db, "running", within_s=20)
 
 
 SEQUENTIAL = """
