@@ -310,15 +310,19 @@ predict = {predict}
 
 @pytest.mark.vllm
 def test_budget_blocks_run_while_undecided(tmp_path: Path) -> None:
-    """Two identical workloads on each launch: their throughput ratio's true value is the boundary 1, so
-    the first look's interval (2 blocks, df 1, 1% of alpha) straddles it unless a 1%-level false
-    decision happens: the budget's block 3 runs. (A study decided at the first look runs no budget
-    block: test_budget_blocks.py, with the real rule on a stored H200 run.)"""
+    """Two arms with the same server and workload: their throughput ratio's true value is the boundary 1.
+    Arms run in a new order each block (block 2 reverses block 1), so an order effect (the first server of
+    a block measured slower on a loaded host) flips sign between the blocks instead of deciding the ratio.
+    The first look's interval (2 blocks, df 1, 1% of alpha) straddles 1 unless a 1%-level false decision
+    happens: the budget's block 3 runs. (Two workloads on one launch were not enough: measured in the same
+    order on every launch, they differed by a steady 4% under CI load and the first look decided.) A study
+    decided at the first look runs no budget block: test_budget_blocks.py, with the real rule on a stored
+    H200 run."""
     study = tmp_path / "seq.toml"
-    predict = '{ ratio = [{ workload = "short" }, { workload = "again" }], relation = ">", value = 1.0 }'
+    predict = '{ ratio = ["base", "twin"], relation = ">", value = 1.0 }'
     study.write_text(SEQUENTIAL.format(id="seq", model=REPO / "models/tiny-qwen3", claim="the same throughput",
-                                       metric="output_throughput", predict=predict, arms="[arms.base]",
-                                       extra="[workloads.again]\ninput_len = 128\noutput_len = 32\nseed = 1\n"))
+                                       metric="output_throughput", predict=predict,
+                                       arms="[arms.base]\n[arms.twin]", extra=""))
     db = tmp_path / "seq.duckdb"
     proc = studyc("run", str(study), "--db", str(db), "--no-calibrate")
     out, _ = proc.communicate(timeout=1200)
@@ -328,7 +332,7 @@ def test_budget_blocks_run_while_undecided(tmp_path: Path) -> None:
         servers = store.servers(run.run_id)
         points = store.points(run.run_id)
     assert all(p.status == "ok" for p in points), out  # judged validity varies with the load on a 2-core host
-    assert len({s.launch_id or s.server_id for s in servers}) == 3, out
+    assert len({s.launch_id or s.server_id for s in servers}) == 3 * 2, out
     assert len(points) == 3 * 2
     assert "block 3: undecided (h): running it" in out and "budget launches not run" not in out, out
 
