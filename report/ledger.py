@@ -172,6 +172,7 @@ def store_points(store: Store, root: Path = REPO,
         loads = plan_loads(plan, root)
         card = Card(float(run.bandwidth_Bps), float(run.flops_bf16))
         sends = store.send_times(run.run_id)
+        requests = store.run_request_records(run.run_id)
         failed: dict[str, set[str]] = defaultdict(set)
         for check in store.checks(run.run_id):
             if check.status == "fail" and check.severity == "fail":
@@ -181,7 +182,7 @@ def store_points(store: Store, root: Path = REPO,
                 continue
             engine, shape, load = loads[point.point_id]
             key = key_of(_gpu_label(run.gpu_name), str(run.vllm_version), shape, engine)
-            s = whole_window(store.request_records(run.run_id, point.point_id), load.concurrency)
+            s = whole_window(requests.get(point.point_id, []), load.concurrency)
             measured = {"output_throughput": s.output_throughput, "tpot_s": s.tpot_mean_s,
                         "ttft_s": s.ttft_mean_s, "window_s": s.window_s,
                         "burst_s": _burst(sends.get(point.point_id, []), min(load.concurrency, load.requests))}

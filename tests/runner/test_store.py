@@ -77,6 +77,21 @@ def test_every_record_round_trips(tmp_path: Path) -> None:
                                      "segments": 1, "phases": 2}
 
 
+def test_a_runs_request_records_read_at_once_are_each_points(tmp_path: Path) -> None:
+    """`run_request_records` gives every point of one run the list `request_records` gives it (warmup first,
+    in order); another run's points are not in it."""
+    db = filled(tmp_path / "r.duckdb")
+    other = replace(POINT, point_id="toy/a/L1/w/c2/r1")
+    later = [replace(r, index=r.index + 5) for r in reversed(REQUESTS)]
+    with Store(db) as s:
+        s.commit_point(other, later, [], [])
+        s.save_run(replace(RUN, run_id="run-2"))
+        s.commit_point(replace(POINT, run_id="run-2"), REQUESTS[:1], [], [])
+        whole = s.run_request_records("run-1")
+        assert whole == {p: s.request_records("run-1", p) for p in (POINT.point_id, other.point_id)}
+        assert [r.index for r in whole[other.point_id]] == [5, 6] and s.run_request_records("none") == {}
+
+
 def test_a_retried_point_replaces_the_old_one(tmp_path: Path) -> None:
     db = filled(tmp_path / "r.duckdb")
     with Store(db) as s:
