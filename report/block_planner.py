@@ -301,7 +301,7 @@ def _tolerance(pred: Any) -> float | None:
     return None
 
 
-SEARCH_SPREAD = "a capacity search (one value a launch, from its probes): no point spread to plan from"
+SEARCH_SPREAD = "a capacity search (one value a launch, from its probes): see 'GPU time to a decision' below"
 
 
 def _side_spread(

@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from compiler.capacity import replay, stored_held, stored_level
 from compiler.metrics import SERVER_METRICS
-from compiler.plan import HypothesisStep, Launch, Plan, budget_points
+from compiler.plan import HypothesisStep, Launch, Plan, SearchStep, budget_points
 from report.block_planner import (
     BlockCosts,
     Cells,
@@ -30,7 +31,7 @@ from report.intervals import Layout, layout, welch_df
 from report.results import run_order, same_gpu
 from report.sides import compiled_apart
 from runner.execute.segments import START
-from runner.store.records import RunRecord, ServerRecord, base_server_id
+from runner.store.records import PointRecord, RunRecord, ServerRecord, base_server_id
 from runner.store.store import Store
 
 
@@ -48,6 +49,7 @@ class Stored:
     start_run: dict[tuple[str, ...], str] = field(default_factory=dict)  # the run each configuration's starts are from
     start_from_servers: set[tuple[str, ...]] = field(default_factory=set)  # no phases stored: the servers' time
     elsewhere: tuple[str, ...] = ()  # the study's runs on other GPUs (`_elsewhere`)
+    resolution: dict[Key, list[float]] = field(default_factory=dict)  # a search's log(failed / held), per launch
 
 
 def read_stored(db: Path, study_id: str, hardware: str) -> Stored:
@@ -68,7 +70,8 @@ def read_stored(db: Path, study_id: str, hardware: str) -> Stored:
             launches = {launch.id: launch for launch in plan.launches}
             steps = {p.id: (launch, p) for launch in plan.launches for p in launch.points}
             places = layout(plan)
-            for point in store.points(run.run_id):
+            points = store.points(run.run_id)
+            for point in points:
                 if point.status != "ok" or not point.valid or point.point_id not in steps:
                     continue
                 key = config_key(*steps[point.point_id])
@@ -86,6 +89,7 @@ def read_stored(db: Path, study_id: str, hardware: str) -> Stored:
                             out.blocks.setdefault(cell, {}).setdefault(f"{run.run_id}|{place.block}", []).append(
                                 math.log(value))
             _server_values(out, run.run_id, store.servers(run.run_id), launches, places)
+            _search_values(out, run.run_id, points, plan, places)
         if out.runs:
             _read_starts(out, store, [r for r in on_gpu if r.vllm_version == out.version])
     return out
@@ -146,6 +150,36 @@ def _server_values(out: Stored, run_id: str, servers: Sequence[ServerRecord], la
                     out.blocks.setdefault(cell, {}).setdefault(f"{run_id}|{at.block}", []).append(math.log(value))
 
 
+def search_key(launch: Launch, search: SearchStep) -> Key:
+    """A capacity search's configuration: its launch's and its template point's, and the search's own range,
+    probes, attainment and waves (the same search on another launch is the same configuration)."""
+    return ("search", config_key(launch, search.template), search.over, search.lo, search.hi, search.probes,
+            search.attainment, search.waves)
+
+
+def _search_values(out: Stored, run_id: str, points: Sequence[PointRecord], plan: Plan, places: Layout) -> None:
+    """Each resolved search's capacity (one value a launch), by launch and block, replayed from its stored probes
+    as the scoring replays them (report.capacity), and its resolution: the log of the lowest level that failed
+    over the capacity, by which the scoring widens the interval."""
+    for launch in plan.launches:
+        for search in launch.searches:
+            levels = {}
+            for p in points:
+                level = stored_level(search, p)
+                if p.point_id.startswith(search.id + "/") and level is not None:
+                    levels[level] = stored_held(search, p)
+            result = replay(search, levels)[1]
+            if result.status != "resolved" or not result.capacity or not result.failed:
+                continue
+            at = places.servers.get(launch.id) or places.servers.get(f"{launch.id}/s1")
+            key = search_key(launch, search)
+            value = [math.log(result.capacity)]
+            out.launches.setdefault(("capacity", key), {})[f"{run_id}|{launch.id}"] = value
+            if at is not None and at.block is not None:
+                out.blocks.setdefault(("capacity", key), {})[f"{run_id}|{at.block}"] = value
+            out.resolution.setdefault(key, []).append(math.log(result.failed / result.capacity))
+
+
 @dataclass(frozen=True)
 class HypothesisDesign:
     """One hypothesis: what it was planned from, and the cheapest design (or why none)."""
@@ -190,7 +224,7 @@ def _components(stored: Stored, hyp: HypothesisStep, keys: Sequence[Key]) -> tup
                               for (v, _), k in zip(repeat, keys, strict=True))
             comp = Components(max(pair.sd ** 2 - share, 0.0), pair.df, repeat_var, repeat_df)
             source = f"paired blocks ({pair.blocks}, df {pair.df}) beyond their repeats"
-    if comp.repeat_df == 0 and comp.launch_df and hyp.level != "server":
+    if comp.repeat_df == 0 and comp.launch_df and hyp.level not in ("server", "search"):
         source += "; repeats not measured apart (one a launch): all of it taken as between launches"
     return comp, source
 
@@ -233,13 +267,31 @@ def _costs(stored: Stored, launches: Sequence[Launch], points: Sequence[set[Key]
     return Costs(start, point)
 
 
-SEARCH_NOT_PLANNED = ("a capacity search's result (one value a launch, from its probes): not planned in launches x "
-                      "repeats")
+SEARCH_NOT_PLANNED = "no stored search of it resolved: no capacity spread to plan from"
+
+
+def _resolved(stored: Stored, keys: Sequence[Key], goal: Goal | None, meaning: str,
+              source: str) -> tuple[Goal | None, str, str]:
+    """A capacity's goal less its searches' resolution: the scoring widens the interval to the lowest levels
+    that failed (report.capacity), so the launches must decide it that much closer to the truth. The widest
+    side's median resolution is taken off (a ratio's lower end is widened by one side's, its upper by the
+    other's)."""
+    got = [stored.resolution[k] for k in keys if k in stored.resolution]
+    if len(got) < len(keys):
+        return None, SEARCH_NOT_PLANNED, source
+    res = max(statistics.median(r) for r in got)
+    source += f"; the searches' resolution (lowest level that failed over the capacity) {100 * math.expm1(res):.3g}%"
+    if goal is None:
+        return goal, meaning, source
+    if goal.distance <= res:
+        return None, (f"{meaning}: within the searches' resolution ({100 * math.expm1(res):.3g}%): more probes, "
+                      f"not more launches"), source
+    return Goal(goal.distance - res, goal.inside, goal.power), f"{meaning}, less the searches' resolution", source
 
 
 def gpu_plan(plan: Plan, db: Path, distances: dict[str, float] | None = None, limits: Limits = LIMITS) -> GpuPlan:
-    """Per hypothesis of `plan` (point metrics), the cheapest launches x repeats from `db`; `distances`: a
-    hypothesis' last measured distance to its edge (log scale), the goal where given."""
+    """Per hypothesis of `plan` (point, server and capacity metrics), the cheapest launches x repeats from `db`;
+    `distances`: a hypothesis' last measured distance to its edge (log scale), the goal where given."""
     stored = read_stored(db, plan.study_id, plan.hardware)
     if not stored.runs:
         return GpuPlan(tuple(HypothesisDesign(h.id, Proposal(None, "no earlier run of this study on this GPU"))
@@ -251,10 +303,10 @@ def gpu_plan(plan: Plan, db: Path, distances: dict[str, float] | None = None, li
     together = []
     for hyp in plan.hypotheses:
         sides = [s for s in (hyp.numerator, hyp.denominator) if s is not None]
-        if hyp.level == "search":  # one capacity a launch, from probes this plan does not cost one by one
-            rows.append(HypothesisDesign(hyp.id, Proposal(None, SEARCH_NOT_PLANNED)))
-            continue
-        if hyp.level == "server":  # one value per start: repeats buy nothing (none is measured apart)
+        if hyp.level == "search":  # one capacity a launch: repeats buy nothing, as for a server metric
+            searches = {q.id: (launch, q) for launch in plan.launches for q in launch.searches}
+            keys = [search_key(*searches[s.points[0]]) for s in sides]
+        elif hyp.level == "server":  # one value per start: repeats buy nothing (none is measured apart)
             assumed.add("a server metric's every start loads its compiled graphs (one that compiles them is left "
                         "out of it, so count the first start on a cold cache as extra)")
             by_id = {launch.id: launch for launch in plan.launches}
@@ -264,6 +316,8 @@ def gpu_plan(plan: Plan, db: Path, distances: dict[str, float] | None = None, li
             keys = [config_key(*steps[s.points[0]]) for s in sides]
         goal, meaning = _goal(hyp, (distances or {}).get(hyp.id))
         comp, source = _components(stored, hyp, keys)
+        if hyp.level == "search":
+            goal, meaning, source = _resolved(stored, keys, goal, meaning, source)
         used = [launch for launch in first if budget_points(launch, [hyp]) or launch.searches]
         trimmed = [{config_key(launch, p) for p in budget_points(launch, [hyp])} for launch in used]
         costs = _costs(stored, used, trimmed, assumed)

@@ -302,20 +302,70 @@ def test_the_committed_h200_runs_plan_cuda_graphs(tmp_path: Path) -> None:
     assert any("servers' stored start time" in a for a in got.assumed)
 
 
-def test_a_capacity_hypothesis_is_named_not_planned_and_nothing_breaks(tmp_path: Path) -> None:
-    """kv-capacity-slo rests on capacity searches (no plan point): both planners say so for it, as a
-    `studyc plan --db` of it once broke on (a KeyError on the search's id)."""
+def test_a_capacity_hypothesis_is_planned_from_the_stored_searches(tmp_path: Path) -> None:
+    """kv-capacity-slo rests on capacity searches (no plan point; a `studyc plan --db` of it once broke on a
+    KeyError on the search's id): its stored run's three searches per arm plan it, the power plan points to
+    that plan, and a block costs its starts and searches, no repeat."""
     db = tmp_path / "h200.duckdb"
     shutil.copyfile(REPO / "results" / "h200.duckdb", db)
     plan = compile_study(load_study(REPO / "studies" / "kv_capacity_slo.toml"))
     assert {h.level for h in plan.hypotheses} == {"search"}
-    got = gpu_plan(plan, db)
-    assert [(r.hypothesis, r.proposal.design, r.proposal.why_not) for r in got.rows] == [
-        ("fp8-holds-more", None, SEARCH_NOT_PLANNED)]
-    assert got.study_costs is not None and got.study_costs.start_s > sum(
-        q.estimated_s for launch in plan.launches if launch.block == 1 for q in launch.searches)
-    (row,) = power_plan(plan, db)[0]
-    assert row.hypothesis == "fp8-holds-more" and row.blocks is None and row.source == SEARCH_SPREAD
+    got = gpu_plan(plan, db, {"fp8-holds-more": math.log(1.818 / 1.3)})
+    (row,) = got.rows
+    assert row.proposal.design is not None and row.proposal.design.repeats == 1, row.proposal
+    assert row.source.startswith("paired blocks (3, df 2)") and "the searches' resolution" in row.source
+    assert row.costs is not None and row.costs.point_s == 0.0 and got.study_costs is not None
+    assert got.study_costs.start_s > sum(q.estimated_s for launch in plan.launches if launch.block == 1
+                                         for q in launch.searches)
+    (power,) = power_plan(plan, db)[0]
+    assert power.hypothesis == "fp8-holds-more" and power.blocks is None and power.source == SEARCH_SPREAD
+
+
+CAPACITY = {("bf16", 1): 30, ("bf16", 2): 30, ("bf16", 3): 24, ("fp8", 1): 50, ("fp8", 2): 55, ("fp8", 3): 55}
+
+
+def _capacity_db(tmp: Path, plan: Plan, searched: tuple[str, ...] = ("bf16", "fp8")) -> Path:
+    """One run of kv-capacity-slo whose searches probed as if each launch held up to CAPACITY conversations
+    (levels 64, 16, 40, then 28 or 52, then 6 either side): bf16 finds 28, 28, 22 (failing at 34, 34, 28),
+    fp8 46, 52, 52 (failing at 52, 58, 58). An arm not `searched` stored only its first probe."""
+    levels = {30: (64, 16, 40, 28, 34), 24: (64, 16, 40, 28, 22), 50: (64, 16, 40, 52, 46), 55: (64, 16, 40, 52, 58)}
+    db = tmp / "kv.duckdb"
+    with Store(db) as store:
+        store.save_run(RunRecord(run_id="r1", study_id=plan.study_id, plan_json=plan.to_json(), gpu_name="NVIDIA H200",
+                                 vllm_version="0.26.0", started_at=datetime(2026, 1, 1), status="complete"))
+        for launch in plan.launches:
+            cap = CAPACITY[(launch.arm, launch.launch)]
+            for search in launch.searches:
+                for level in levels[cap][:None if launch.arm in searched else 1]:
+                    store.commit_point(PointRecord(
+                        run_id="r1", point_id=f"{search.id}/c{level}/r1", server_id=launch.id, arm=launch.arm,
+                        workload=search.workload, concurrency=level, repeat=1, valid=True,
+                        summary=PointSummary(slo_attainment=1.0 if level <= cap else 0.5)), [], [], [])
+    return db
+
+
+def test_a_capacitys_spread_is_its_block_ratios_and_its_goal_is_less_the_searches_resolution(tmp_path: Path) -> None:
+    plan = compile_study(load_study(REPO / "studies" / "kv_capacity_slo.toml"))
+    db = _capacity_db(tmp_path, plan)
+    ratios = [46 / 28, 52 / 28, 52 / 22]  # fp8 over bf16, block by block
+    resolution = max(math.log(34 / 28), math.log(58 / 52))  # each arm's median log(failed / capacity), the wider
+    (row,) = gpu_plan(plan, db, {"fp8-holds-more": 0.5}).rows
+    assert row.components is not None and row.components.launch_var == pytest.approx(_log_sd(ratios) ** 2)
+    assert row.components.launch_df == 2 and (row.components.repeat_var, row.components.repeat_df) == (0.0, 0)
+    assert row.source.startswith("paired blocks (3, df 2)") and row.source.endswith(f"{100 * math.expm1(resolution):.3g}%")
+    assert row.costs is not None and row.proposal == cheapest([(row.components, Goal(0.5 - resolution))], row.costs)
+    assert row.proposal.design is not None and row.goal.endswith("less the searches' resolution")
+    (close,) = gpu_plan(plan, db, {"fp8-holds-more": resolution}).rows  # at the resolution: no launches decide it
+    assert close.proposal.design is None and "more probes, not more launches" in close.proposal.why_not
+    (unknown,) = gpu_plan(plan, db).rows  # no earlier estimate, and a relation has no band
+    assert unknown.proposal.design is None and unknown.goal == "no earlier estimate and no band around the prediction"
+    assert unknown.source.endswith(f"{100 * math.expm1(resolution):.3g}%")
+
+
+def test_a_capacity_with_a_side_never_resolved_is_not_planned(tmp_path: Path) -> None:
+    plan = compile_study(load_study(REPO / "studies" / "kv_capacity_slo.toml"))
+    (row,) = gpu_plan(plan, _capacity_db(tmp_path, plan, searched=("bf16",)), {"fp8-holds-more": 0.5}).rows
+    assert row.proposal.design is None and row.proposal.why_not == SEARCH_NOT_PLANNED
 
 
 def test_a_server_metric_is_planned_from_its_warm_starts(tmp_path: Path, study: Path) -> None:
