@@ -50,9 +50,14 @@ def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float] | Non
 
 
 def probe_rows(data: RunData, search: SearchStep) -> list[ProbeRow]:
-    """The search's stored probes, by load."""
+    """The search's stored probes in a run, by load."""
+    return stored_probe_rows(data.points, search)
+
+
+def stored_probe_rows(points: Sequence[PointRecord], search: SearchStep) -> list[ProbeRow]:
+    """The search's probes among stored `points`, by load."""
     out = []
-    for p in _probes(data, search):
+    for p in (p for p in points if p.point_id.startswith(search.id + "/")):
         level = stored_level(search, p)
         if level is None:
             continue
@@ -77,8 +82,7 @@ def search_side(data: RunData, ids: Sequence[str], searches: Mapping[str, Search
         side.point_ids.append(sid)
         done, result = replay(search, {level: r.held for level, r in rows.items()})
         if result.status == "resolved" and result.capacity is not None:
-            launch = sid.rsplit("/", 2)[0]  # study/arm[/L<k>]/workload/search -> its launch id
-            place = design.servers.get(launch) or design.servers.get(f"{launch}/s1") or Place(launch, None)
+            place = launch_place(design, sid.rsplit("/", 2)[0])  # study/arm[/L<k>]/workload/search -> its launch
             side.values.append(Obs(sid, result.capacity, place.launch, place.block, 1))
             assert result.failed is not None  # resolved: bracketed by a level that held and one that failed
             side.ceilings.append(Obs(sid, result.failed, place.launch, place.block, 1))
@@ -92,5 +96,6 @@ def search_side(data: RunData, ids: Sequence[str], searches: Mapping[str, Search
     return side
 
 
-def _probes(data: RunData, search: SearchStep) -> list[PointRecord]:
-    return [p for p in data.points if p.point_id.startswith(search.id + "/")]
+def launch_place(design: Layout, launch: str) -> Place:
+    """A launch's place in the blocks: its server's (its first server's where it has several)."""
+    return design.servers.get(launch) or design.servers.get(f"{launch}/s1") or Place(launch, None)

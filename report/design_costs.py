@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from compiler.capacity import replay, stored_held, stored_level
+from compiler.capacity import replay
 from compiler.metrics import SERVER_METRICS
 from compiler.plan import HypothesisStep, Launch, Plan, SearchStep, budget_points
 from report.block_planner import (
@@ -26,6 +26,7 @@ from report.block_planner import (
     paired_spread,
     pool,
 )
+from report.capacity import launch_place, stored_probe_rows
 from report.cheapest_design import LIMITS, POWER, Components, Costs, Goal, Limits, Proposal, cheapest
 from report.intervals import Layout, layout, welch_df
 from report.results import run_order, same_gpu
@@ -163,19 +164,14 @@ def _search_values(out: Stored, run_id: str, points: Sequence[PointRecord], plan
     over the capacity, by which the scoring widens the interval."""
     for launch in plan.launches:
         for search in launch.searches:
-            levels = {}
-            for p in points:
-                level = stored_level(search, p)
-                if p.point_id.startswith(search.id + "/") and level is not None:
-                    levels[level] = stored_held(search, p)
-            result = replay(search, levels)[1]
+            result = replay(search, {r.level: r.held for r in stored_probe_rows(points, search)})[1]
             if result.status != "resolved" or not result.capacity or not result.failed:
                 continue
-            at = places.servers.get(launch.id) or places.servers.get(f"{launch.id}/s1")
+            at = launch_place(places, launch.id)
             key = search_key(launch, search)
             value = [math.log(result.capacity)]
             out.launches.setdefault(("capacity", key), {})[f"{run_id}|{launch.id}"] = value
-            if at is not None and at.block is not None:
+            if at.block is not None:
                 out.blocks.setdefault(("capacity", key), {})[f"{run_id}|{at.block}"] = value
             out.resolution.setdefault(key, []).append(math.log(result.failed / result.capacity))
 
