@@ -143,7 +143,7 @@ input_len = 64
 output_len = 64
 """, """[workloads.w]
 input_len = 64
-output_len = 16
+output_len = 48
 turns = 3
 think_s = 0.1
 """).replace("search = {{ concurrency = [1, 6], probes = 4 }}\nrequests = 24",
