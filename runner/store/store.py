@@ -46,7 +46,7 @@ from runner.store.tables import (
     TELEMETRY,
     Column,
     Table,
-    from_row,
+    row_reader,
     schema_sql,
     to_row,
 )
@@ -268,8 +268,8 @@ class Store(Merging):
         cur = self.con.execute(
             f"SELECT * FROM {table.name} WHERE {where} ORDER BY {order or table.order}", list(params)
         )
-        names = [d[0] for d in cur.description]
-        return [from_row(table, names, row) for row in cur.fetchall()]
+        read = row_reader(table, tuple(d[0] for d in cur.description))
+        return [read(row) for row in cur.fetchall()]
 
     def runs(self) -> list[RunRecord]:
         return list(self._read(RUNS, "TRUE", []))
@@ -316,11 +316,11 @@ class Store(Merging):
         """`request_records` of every point of a run, read in one query (one scan of the table, where a
         query per point scans it once per point)."""
         cur = self.con.execute("SELECT * FROM requests WHERE run_id = ? ORDER BY point_id, warmup DESC, idx", [run_id])
-        names = [d[0] for d in cur.description]
-        at = names.index("point_id")
+        names = tuple(d[0] for d in cur.description)
+        at, read = names.index("point_id"), row_reader(REQUESTS, names)
         out: dict[str, list[RequestRecord]] = {}
         for row in cur.fetchall():
-            out.setdefault(row[at], []).append(from_row(REQUESTS, names, row))
+            out.setdefault(row[at], []).append(read(row))
         return out
 
     def send_times(self, run_id: str) -> dict[str, list[tuple[float, float | None]]]:

@@ -26,7 +26,7 @@ import functools
 import math
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Union, get_args, get_origin
@@ -161,21 +161,29 @@ def to_row(table: Table, record: Any, keys: Sequence[str] = ()) -> list[Any]:
     return out
 
 
-def _value(table: Table, col: Column, value: Any, record: type) -> Any:
-    if value is None:
-        if _optional(col.py):
-            return None
-        field = _fields(record)[col.field]
-        if field.default is not dataclasses.MISSING:
-            return field.default
-        if field.default_factory is not dataclasses.MISSING:
-            return field.default_factory()
+def _null(table: Table, col: Column, record: type) -> Callable[[], Any]:
+    """What a NULL (or missing) column reads as: None where the field is optional, else its default;
+    a field with neither refuses the row."""
+    if _optional(col.py):
+        return lambda: None
+    field = _fields(record)[col.field]
+    if field.default is not dataclasses.MISSING:
+        default = field.default
+        return lambda: default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory
+
+    def refuse() -> Any:
         raise StoreError(f"{table.name}.{col.name} is NULL in a stored row, and the record needs a value")
+    return refuse
+
+
+def _convert(col: Column) -> Callable[[Any], Any]:
     if col.sql.endswith("[]"):
-        return tuple(value)
+        return tuple
     if col.sql == "DOUBLE":
-        return float(value)
-    return value
+        return float
+    return lambda value: value
 
 
 @functools.cache
@@ -189,23 +197,43 @@ def _fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
     return {f.name: f for f in dataclasses.fields(cls)}
 
 
-def from_row(table: Table, names: Sequence[str], row: Sequence[Any]) -> Any:
-    """A stored row (with its column names) as the table's record; columns the record lacks are ignored."""
-    got = dict(zip(names, row, strict=True))
-    top: dict[str, Any] = {}
-    nested: dict[str, dict[str, Any]] = {}
+@functools.cache
+def row_reader(table: Table, names: tuple[str, ...]) -> Callable[[Sequence[Any]], Any]:
+    """How a stored row with these column names becomes the table's record, worked out once per query
+    (a read of a run's requests turns 100 k rows). Columns the record lacks are ignored; a column the
+    row lacks reads as NULL."""
     hints = _hints(table.record)
+    at = {name: i for i, name in enumerate(names)}
+    steps = []  # (row index or None, record field, nested record field or None, convert, null)
     for c in table.columns:
         if c.name in table.keys:
             continue
-        raw = got.get(c.name)
-        if c.nested:
-            nested.setdefault(c.nested, {})[c.field] = _value(table, c, raw, hints[c.nested])
-        else:
-            top[c.field] = _value(table, c, raw, table.record)
-    for name, values in nested.items():
-        top[name] = hints[name](**values)
-    return table.record(**top)
+        record = hints[c.nested] if c.nested else table.record
+        steps.append((at.get(c.name), c.field, c.nested, _convert(c), _null(table, c, record)))
+    nested_types = {c.nested: hints[c.nested] for c in table.columns if c.nested}
+    width = len(names)
+
+    def read(row: Sequence[Any]) -> Any:
+        if len(row) != width:
+            raise ValueError(f"{table.name}: a row of {len(row)} values for {width} columns")
+        top: dict[str, Any] = {}
+        nested: dict[str, dict[str, Any]] = {name: {} for name in nested_types}
+        for i, field, inner, convert, null in steps:
+            raw = None if i is None else row[i]
+            value = null() if raw is None else convert(raw)
+            if inner:
+                nested[inner][field] = value
+            else:
+                top[field] = value
+        for name, values in nested.items():
+            top[name] = nested_types[name](**values)
+        return table.record(**top)
+    return read
+
+
+def from_row(table: Table, names: Sequence[str], row: Sequence[Any]) -> Any:
+    """A stored row (with its column names) as the table's record; columns the record lacks are ignored."""
+    return row_reader(table, tuple(names))(row)
 
 
 def _arrow_types() -> dict[str, Any]:
