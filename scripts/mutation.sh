@@ -58,6 +58,7 @@ MODULES=(
   "design_costs|report/design_costs.py|tests/report/test_design_costs.py tests/report/test_design_costs_edges.py"
   "power_text|report/power_text.py|tests/report/test_block_planner_edges.py"
   "fit_cache|report/fit_cache.py|tests/report/test_fit_cache.py"
+  "tables|runner/store/tables.py|tests/runner/test_store_rows.py tests/runner/test_store.py"
 )
 
 [ -x "$MUTMUT" ] || { echo "mutmut missing: .venv/bin/pip install -e '.[mutation]'" >&2; exit 2; }

@@ -33,7 +33,6 @@ from runner.store.records import (
     redact_argv,
 )
 from runner.store.tables import (
-    ARROW_TYPES,
     CHECKS,
     PHASES,
     POINTS,
@@ -46,6 +45,7 @@ from runner.store.tables import (
     TELEMETRY,
     Column,
     Table,
+    arrow_type,
     row_reader,
     schema_sql,
     to_row,
@@ -191,7 +191,7 @@ class Store(Merging):
 
         cols = table.columns
         rows = [to_row(table, r, keys) for r in records]
-        data = pa.table({c.name: pa.array([row[i] for row in rows], type=ARROW_TYPES[c.sql]())
+        data = pa.table({c.name: pa.array([row[i] for row in rows], type=arrow_type(c.sql))
                          for i, c in enumerate(cols)})
         self.con.register("_incoming", data)
         try:

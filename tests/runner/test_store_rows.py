@@ -4,11 +4,23 @@ kind of field, and the rows it refuses. A synthetic table over a record declared
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal, Optional
 
 import pytest
 
 from runner.store.records import RequestRecord
-from runner.store.tables import REQUESTS, Table, from_row, row_reader, to_row
+from runner.store.tables import (
+    REQUESTS,
+    TABLES,
+    Table,
+    _optional,
+    arrow_type,
+    from_row,
+    row_reader,
+    sql_type,
+    to_row,
+)
 from studyc.errors import StoreError
 
 
@@ -96,3 +108,39 @@ def test_a_request_round_trips_through_its_row() -> None:
     old = [v for n, v in zip(names, row, strict=True) if n not in ("conversation", "turn")]  # a version 6 row
     single = row_reader(REQUESTS, tuple(n for n in names if n not in ("conversation", "turn")))(old)
     assert (single.conversation, single.turn) == (-1, 0) and single.index == 3
+
+
+def test_each_column_type_has_its_arrow_type_and_an_unknown_one_is_refused() -> None:
+    import pyarrow as pa
+
+    want = {"VARCHAR": pa.string(), "BOOLEAN": pa.bool_(), "BIGINT": pa.int64(), "DOUBLE": pa.float64(),
+            "TIMESTAMP": pa.timestamp("us")}
+    for sql, tp in want.items():
+        assert arrow_type(sql) == tp and arrow_type(sql + "[]") == pa.list_(tp)
+    assert {c.sql for t in TABLES for c in t.columns} <= set(want) | {k + "[]" for k in want}
+    with pytest.raises(TypeError, match="HUGEINT"):
+        arrow_type("HUGEINT")
+
+
+def test_column_types_and_the_field_types_that_have_none() -> None:
+    assert sql_type(Literal["a", "b"]) == "VARCHAR" and sql_type(str | None) == "VARCHAR"
+    assert sql_type(tuple[float, ...]) == "DOUBLE[]" and sql_type(datetime) == "TIMESTAMP"
+    for tp, says in [(int | str, r"a union of \[<class 'int'>, <class 'str'>\]"),
+                     (tuple[int, str], r"only tuple\[X, \.\.\.\] is stored, not tuple\[int, str\]"),
+                     (tuple[int], r"only tuple\[X, \.\.\.\] is stored"),
+                     (dict[str, int], r"no column type for dict\[str, int\]")]:
+        with pytest.raises(TypeError, match=says):
+            sql_type(tp)
+    assert _optional(int | None) and _optional(Optional[str])  # noqa: UP045 (the older spelling, as stored records may use)
+    assert not _optional(int | str) and not _optional(tuple[None, ...]) and not _optional(int)
+
+
+def test_a_row_is_written_from_its_own_record_type_with_every_key() -> None:
+    req = RequestRecord(0, True, 0.0, 0.0, None, 1.0, (), 8, 0, 0, False, "boom", None)
+    with pytest.raises(TypeError, match="requests stores RequestRecord, not Rec"):
+        to_row(REQUESTS, Rec("a", 1.0, None, ()), ("run-1", "p1"))
+    for keys in [("run-1",), ("run-1", "p1", "extra")]:
+        with pytest.raises(ValueError):
+            to_row(REQUESTS, req, keys)
+    row = to_row(REQUESTS, req, ("run-1", "p1"))
+    assert row[:2] == ["run-1", "p1"] and row[REQUESTS.column_names.index("token_times_s")] == []
