@@ -11,6 +11,7 @@ import os
 import shlex
 import shutil
 import signal
+import sys
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -29,6 +30,21 @@ os.environ.setdefault("STUDYC_VLLM", str(VLLM_VENV / "bin" / "vllm"))
 os.environ["STUDYC_FIT_CACHE"] = "0"
 
 TINY_MODEL = REPO / "models" / "tiny-qwen3"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def fresh_caches_under_mutation() -> None:
+    """Under scripts/mutation.sh each mutant's tests run in a process forked from one that has already run
+    them, so a function cache filled then (`functools.cache`, `lru_cache`) would answer without running the
+    mutant: the project's caches are emptied first. A plain test run leaves them alone."""
+    if os.environ.get("MUTANT_UNDER_TEST", "") in ("", "fail", "stats"):
+        return
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] in ("compiler", "runner", "report", "studyc"):
+            for value in list(vars(module).values()):
+                clear = getattr(value, "cache_clear", None)
+                if callable(clear):
+                    clear()
 
 # A shell without job control starts background commands with SIGINT ignored, and an ignored signal
 # stays ignored across exec: the Ctrl-C tests' children would never see theirs. A handled signal is
