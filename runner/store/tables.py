@@ -199,7 +199,7 @@ def _fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
 
 def row_reader(table: Table, names: tuple[str, ...]) -> Callable[[Sequence[Any]], Any]:
     """How a stored row with these column names becomes the table's record, worked out once per query
-    (a read of a run's requests turns 100 k rows; not cached across queries, so a test sees every rule run). Columns the record lacks are ignored; a column the
+    (a read of a run's requests turns 100 k rows). Columns the record lacks are ignored; a column the
     row lacks reads as NULL."""
     hints = _hints(table.record)
     at = {name: i for i, name in enumerate(names)}
@@ -228,11 +228,6 @@ def row_reader(table: Table, names: tuple[str, ...]) -> Callable[[Sequence[Any]]
             top[name] = nested_types[name](**values)
         return table.record(**top)
     return read
-
-
-def from_row(table: Table, names: Sequence[str], row: Sequence[Any]) -> Any:
-    """A stored row (with its column names) as the table's record; columns the record lacks are ignored."""
-    return row_reader(table, tuple(names))(row)
 
 
 def arrow_type(sql: str) -> Any:
