@@ -330,6 +330,11 @@ class Hypothesis(Strict):
         description="Premises: ids of other hypotheses of this study that must be confirmed for this claim to be "
         "measurable here. One refuted: this one reads 'not measurable here'; one unsettled: at most inconclusive.",
     )
+    claims: list[str] = Field(
+        default_factory=list,
+        description="Ids of the claims this hypothesis tests, from a sources/<document>.toml file (see `studyc "
+        "claims`).",
+    )
 
 
 class Study(Strict):

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from compiler.capacity import wave_requests
+from compiler.claims import find_sources, load_catalog, unknown_claims
 from compiler.engine_options import PARALLEL_OPTIONS, option_table, parallel_gpus, value_problem
 from compiler.expr import ExprError, parse
 from compiler.hardware import HARDWARE, HardwareError, get_hardware
@@ -38,7 +39,23 @@ def cross_check(study: Study, directory: Path) -> list[Finding]:
         *_check_hypotheses(study),
         *check_workloads(study, directory),
         *check_predictions(study, directory),
+        *_check_claims(study, directory),
     ]
+
+
+def _check_claims(study: Study, directory: Path) -> Iterator[Finding]:
+    """Every id in a hypothesis' `claims` must be a claim of a sources file above the study's folder."""
+    named = [(i, h) for i, h in enumerate(study.hypothesis) if h.claims]
+    if not named:
+        return
+    folder = find_sources(directory)
+    catalog = load_catalog(folder)
+    for index, hyp in named:
+        for claim_id in unknown_claims(hyp.claims, catalog):
+            close = difflib.get_close_matches(claim_id, catalog.ids, n=1, cutoff=0.6)
+            where = f" in {folder}" if folder is not None else " (no sources/ folder found above the study)"
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            yield f"hypothesis[{index}].claims", f"unknown claim '{claim_id}'{where}{hint}"
 
 
 def study_warnings(study: Study) -> list[Finding]:

@@ -99,6 +99,50 @@ class SeedGroup:
 
 
 @dataclass(frozen=True)
+class ClaimTestCell:
+    """One hypothesis that tests a claim: its verdict and the GPU of its run."""
+
+    label: str  # study/hypothesis
+    href: str
+    verdict: str
+    gpu: str
+    faithful: bool
+
+
+@dataclass(frozen=True)
+class ClaimLine:
+    """One claim of a source document on the index (report.claims)."""
+
+    claim: str
+    section: str
+    text: str
+    status: str  # faithful | approximate | untested
+    tests: tuple[ClaimTestCell, ...]
+    differs: tuple[str, ...]  # of the first test; empty when faithful with nothing listed
+    reason: str  # why untested
+
+
+@dataclass(frozen=True)
+class ClaimsTable:
+    document: str
+    title: str
+    counts: str  # "40 claims: 12 faithful, 20 approximate, 8 untested"
+    rows: tuple[ClaimLine, ...]
+
+
+@dataclass(frozen=True)
+class StudyClaim:
+    """A claim one of the study's hypotheses tests, and the conditions in which the study differs from it."""
+
+    claim: str
+    document: str
+    text: str
+    hypothesis: str
+    faithful: bool
+    differs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class IndexPage:
     root: str
     title: str
@@ -107,6 +151,7 @@ class IndexPage:
     totals: tuple[VerdictCount, ...]
     cost: str = "-"  # every study's GPU-seconds, and per decided hypothesis
     seeds: tuple[SeedGroup, ...] = ()  # every scored hypothesis by seed document, then section
+    claims: tuple[ClaimsTable, ...] = ()  # every claim of every source document (report.claims)
 
 
 @dataclass(frozen=True)
@@ -226,6 +271,7 @@ class StudyPage:
     downloads: tuple[Link, ...]
     warnings: tuple[str, ...]
     timing: Timing | None = None  # where the run's wall went (None: no run)
+    claims: tuple[StudyClaim, ...] = ()  # the claims its hypotheses test, and how it differs from each
 
 
 @dataclass(frozen=True)

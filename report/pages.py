@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from compiler.claims import Document, find_sources, load_catalog
 from compiler.hardware import Hardware
 from compiler.load import LoadedStudy
 from compiler.modelmath import ModelShape, describe
@@ -107,7 +108,12 @@ def index_page(studies: Sequence[LoadedStudy], runs: dict[str, RunData], scores:
     every = [s for sid in sorted(scores) for s in scores[sid]]
     return IndexPage(root="", title="studyc results", built=built_text(list(runs.values())),
                      studies=tuple(rows), totals=counts_of(every), cost=site_cost_text(runs, scores),
-                     seeds=seed_groups(studies, runs, scores, study_href))
+                     seeds=seed_groups(studies, runs, scores, study_href, _documents(studies)))
+
+
+def _documents(studies: Sequence[LoadedStudy]) -> tuple[Document, ...]:
+    """The source documents of the sources/ folder above the studies (none without one)."""
+    return load_catalog(find_sources(studies[0].directory)).documents if studies else ()
 
 
 def audit_page(studies: Sequence[LoadedStudy], runs: dict[str, RunData], scores: dict[str, list[Score]]) -> AuditPage:

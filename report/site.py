@@ -18,8 +18,10 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
+from compiler.claims import Catalog, find_sources, load_catalog
 from compiler.load import LoadedStudy, load_studies
 from report import page_models, pages
+from report.claims import claim_rows, claims_tables, study_claims
 from report.context import build_context
 from report.results import RunData, all_runs, latest_runs
 from report.run_compare import compare_runs
@@ -94,9 +96,12 @@ def gather(studies: Sequence[LoadedStudy], dbs: Sequence[Path]) -> Gathered:
     study_pages = tuple((replace(page := pages.study_page(ctxs[sid], scores[sid], compared[sid].changed_line()),
                                  provenance=page.provenance + compared[sid].facts()), ctxs[sid].data)
                         for sid in sorted(ctxs))
+    catalog = load_catalog(find_sources(studies[0].directory)) if studies else Catalog()
+    rows = claim_rows(catalog, list(ctxs.values()), scores)
+    study_pages = tuple((replace(page, claims=study_claims(rows, page.study_id)), data) for page, data in study_pages)
     warnings = tuple(w for page, _ in study_pages for w in page.warnings)
-    return Gathered(pages.index_page(studies, used, scores), pages.audit_page(studies, used, scores),
-                    study_pages, warnings)
+    index = replace(pages.index_page(studies, used, scores), claims=claims_tables(rows, catalog, pages.study_href))
+    return Gathered(index, pages.audit_page(studies, used, scores), study_pages, warnings)
 
 
 def write(gathered: Gathered, out: Path) -> list[Path]:

@@ -93,6 +93,23 @@ def _say(text: str) -> None:
 
 
 @main.command()
+@click.argument("studies", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--db", "dbs", multiple=True, type=click.Path(path_type=Path),
+              help="Results database (repeat to combine); without one, each hypothesis is compared by its plan.")
+@click.option("--sources", type=click.Path(path_type=Path), default=None,
+              help="Folder of sources files (default: sources/ here or above).")
+@_format_option()
+def claims(studies: tuple[Path, ...], dbs: tuple[Path, ...], sources: Path | None, fmt: str | None) -> None:
+    """Every claim of every source document: faithful, approximate (what differs) or untested (why).
+
+    Studies default to studies/*.toml; json rows have document, claim, status, differs, reason, hypotheses."""
+    from studyc.claims_command import gather_claims, show, study_files
+
+    rows = gather_claims(list(studies) or study_files(Path("studies")), list(dbs), sources)
+    show(rows, _pick_format(fmt))
+
+
+@main.command()
 def schema() -> None:
     """Print the JSON Schema of the study file (for editors)."""
     from compiler.study import Study
