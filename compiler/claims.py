@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from compiler.toml_lines import dotted, key_lines, line_of
 from studyc.errors import SpecError
@@ -54,7 +54,7 @@ class Drawn(_Strict):
     mean: float | None = Field(default=None, gt=0, description="The mean length, where stated.")
 
 
-Length = int | Drawn | Literal["drawn"]
+Length = int | Drawn | Literal["drawn", "any"]  # "any": the claim does not depend on it (not compared)
 
 
 class Conditions(_Strict):
@@ -77,8 +77,9 @@ class Conditions(_Strict):
         default=None, description="Prompt kind: random (no reuse), shared-prefix, multi-turn or a trace.")
     concurrency: list[int] | None = Field(default=None, description="Closed-loop levels the claim was made at.")
     rate: list[float] | None = Field(default=None, description="Open-loop rates (requests/s) it was made at.")
-    cache: Literal["reset", "keep"] | None = Field(
-        default=None, description="Prefix cache reset before each measurement, or kept warm.")
+    cache: Literal["reset", "keep", "any"] | list[Literal["reset", "keep"]] | None = Field(
+        default=None, description="Prefix cache reset before each measurement, kept warm, or both (a list: the "
+        "claim compares a kept arm with a reset one); \"any\": not compared.")
     repeats: int | None = Field(default=None, ge=1, description="Repeats per point.")
     engine: dict[str, Any] | None = Field(
         default=None, description="`vllm serve` options every measured configuration had (CLI names).")
@@ -114,15 +115,6 @@ class SourceFile(_Strict):
     conditions: Conditions = Field(default_factory=Conditions)
     claim: list[Claim] = Field(min_length=1)
 
-    @model_validator(mode="after")
-    def _unique(self) -> SourceFile:
-        seen: set[str] = set()
-        for claim in self.claim:
-            if claim.id in seen:
-                raise ValueError(f"claim id {claim.id!r} appears twice")
-            seen.add(claim.id)
-        return self
-
 
 @dataclass(frozen=True)
 class Document:
@@ -136,9 +128,6 @@ class Document:
     path: Path
     claims: tuple[Claim, ...]
     lines: dict[str, int] = field(repr=False, compare=False)
-
-    def conditions(self, claim: Claim) -> Conditions:
-        return claim.conditions
 
 
 @dataclass(frozen=True)
@@ -202,12 +191,26 @@ def _load_document(path: Path) -> tuple[Document | None, list[str]]:
     except (OSError, UnicodeDecodeError) as exc:
         return None, [f"{path}:1: cannot read: {exc}"]
     except tomllib.TOMLDecodeError as exc:
-        return None, [f"{path}:{getattr(exc, 'lineno', 1) or 1}: TOML syntax: {getattr(exc, 'msg', exc)}"]
+        message = str(exc)
+        line = getattr(exc, "lineno", None)
+        if line is None and "(at line " in message:
+            line = int(message.split("(at line ", 1)[1].split(",", 1)[0].rstrip(")"))
+            message = message.split(" (at line ", 1)[0]
+        return None, [f"{path}:{line or 1}: TOML syntax: {getattr(exc, 'msg', message)}"]
     lines = key_lines(text)
     try:
         source = SourceFile.model_validate(data)
     except ValidationError as exc:
         return None, [_problem(path, lines, err) for err in exc.errors()]
+    seen: set[str] = set()
+    twice = []
+    for index, claim in enumerate(source.claim):
+        if claim.id in seen:
+            twice.append(f"{path}:{line_of(lines, f'claim[{index}].id')}: claim[{index}].id: claim id {claim.id!r} "
+                         "appears twice")
+        seen.add(claim.id)
+    if twice:
+        return None, twice
     claims = tuple(c.model_copy(update={"conditions": c.conditions.over(source.conditions)}) for c in source.claim)
     meta = source.document
     return Document(meta.id, meta.title, tuple(a.lower() for a in meta.aliases),

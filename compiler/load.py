@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from compiler.study import Study
 from compiler.toml_lines import dotted, key_lines, line_of
-from compiler.validate import cross_check, study_warnings
+from compiler.validate import claims_warnings, cross_check, study_warnings
 from studyc.errors import SpecError
 
 
@@ -107,7 +107,8 @@ def check_file(path: Path) -> tuple[LoadedStudy | None, list[Problem]]:
         study = Study.model_validate(data)
     except ValidationError as exc:
         return None, schema_problems(name, lines, data, exc.errors())
-    warnings = tuple(Problem(name, line_of(lines, key), key, message) for key, message in study_warnings(study))
+    warnings = tuple(Problem(name, line_of(lines, key), key, message)
+                     for key, message in [*study_warnings(study), *claims_warnings(study, path.parent)])
     loaded = LoadedStudy(study, path, hashlib.sha256(raw).hexdigest(), lines, warnings)
     problems = [Problem(name, line_of(lines, key), key, message) for key, message in cross_check(study, path.parent)]
     return (None if problems else loaded), problems

@@ -49,13 +49,22 @@ def _check_claims(study: Study, directory: Path) -> Iterator[Finding]:
     if not named:
         return
     folder = find_sources(directory)
+    if folder is None:  # a copy outside the repository: said by `claims_warnings`, not refused
+        return
     catalog = load_catalog(folder)
     for index, hyp in named:
         for claim_id in unknown_claims(hyp.claims, catalog):
             close = difflib.get_close_matches(claim_id, catalog.ids, n=1, cutoff=0.6)
-            where = f" in {folder}" if folder is not None else " (no sources/ folder found above the study)"
             hint = f"; did you mean '{close[0]}'?" if close else ""
-            yield f"hypothesis[{index}].claims", f"unknown claim '{claim_id}'{where}{hint}"
+            yield f"hypothesis[{index}].claims", f"unknown claim '{claim_id}' in {folder}{hint}"
+
+
+def claims_warnings(study: Study, directory: Path) -> list[Finding]:
+    """Claims named where no sources/ folder is found above the study: they cannot be checked."""
+    if find_sources(directory) is not None:
+        return []
+    return [(f"hypothesis[{i}].claims", "its claims are not checked: no sources/ folder here or above (claims "
+             "files, one per document)") for i, h in enumerate(study.hypothesis) if h.claims]
 
 
 def study_warnings(study: Study) -> list[Finding]:

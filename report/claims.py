@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from compiler.claims import Catalog, Claim, Conditions, Document, Drawn
 from compiler.hardware import HardwareError, get_hardware
-from compiler.plan import HypothesisStep, Launch, Plan, PointStep
+from compiler.plan import HypothesisSide, HypothesisStep, Launch, Plan, PointStep
 from compiler.workload import Histogram
 from report.context import StudyContext
 from report.page_models import ClaimLine, ClaimsTable, ClaimTestCell, StudyClaim
@@ -82,8 +82,11 @@ class ClaimRow:
         }
 
 
-def claim_rows(catalog: Catalog, contexts: Sequence[StudyContext], scores: Mapping[str, Sequence[Score]]) -> list[ClaimRow]:
-    """One row per claim of every document, in document then file order."""
+def claim_rows(catalog: Catalog, contexts: Sequence[StudyContext], scores: Mapping[str, Sequence[Score]],
+               *, measured: bool = True) -> list[ClaimRow]:
+    """One row per claim of every document, in document then file order. `measured`: a test is faithful
+    only on a run (a hypothesis not yet run is compared by its plan, and differs by "run: not run");
+    False compares plans alone (no database given)."""
     tests: dict[str, list[Test]] = {}
     for ctx in contexts:
         verdicts = {s.hypothesis: s.verdict for s in scores.get(ctx.study.study.id, ())}
@@ -94,7 +97,7 @@ def claim_rows(catalog: Catalog, contexts: Sequence[StudyContext], scores: Mappi
                 if found is None or step is None:
                     continue
                 tests.setdefault(claim_id, []).append(
-                    test_of(found[1].conditions, ctx, step, verdicts.get(hyp.id, "not run")))
+                    test_of(found[1].conditions, ctx, step, verdicts.get(hyp.id, "not run"), measured))
     return [row_of(doc, claim, tests.get(claim.id, [])) for doc in catalog.documents for claim in doc.claims]
 
 
@@ -112,7 +115,7 @@ def row_of(doc: Document, claim: Claim, tests: Sequence[Test]) -> ClaimRow:
     )
 
 
-def test_of(cond: Conditions, ctx: StudyContext, step: HypothesisStep, verdict: str) -> Test:
+def test_of(cond: Conditions, ctx: StudyContext, step: HypothesisStep, verdict: str, measured: bool = True) -> Test:
     run = ctx.run
     plan = ctx.plan
     if plan is None:
@@ -124,6 +127,8 @@ def test_of(cond: Conditions, ctx: StudyContext, step: HypothesisStep, verdict: 
     differences = differences_of(cond, plan, step, gpu=gpu, planned=planned,
                                  vllm=run.vllm_version if run else None, driver=run.driver_version if run else None,
                                  dummy=ctx.study.model.load_format == "dummy")
+    if measured and run is None:
+        differences.insert(0, Difference("run", "not run", "a run", True))
     return Test(study=ctx.study.study.id, hypothesis=step.id, verdict=str(verdict),
                 gpu=gpu or (f"planned for {planned}" if run is None else "not recorded"),
                 run_id=run.run_id if run else None, differences=tuple(differences))
@@ -142,9 +147,8 @@ def differences_of(cond: Conditions, plan: Plan, step: HypothesisStep, *, gpu: s
     arms = [step.numerator.arm] + ([step.denominator.arm] if step.denominator else [])
     launches = [next(x for x in plan.launches if x.arm == arm) for arm in dict.fromkeys(arms)
                 if any(x.arm == arm for x in plan.launches)]
-    wanted = set(step.points)
-    points = [p for x in plan.launches for p in x.points if p.id in wanted] or [
-        p for x in plan.launches if x.arm in arms for p in x.points]
+    sides = [step.numerator] + ([step.denominator] if step.denominator else [])
+    points = [p for p in plan.points if any(_on_side(p, side) for side in sides)]
     out: list[Difference] = []
 
     def differ(name: str, test: object, claim: object, demotes: bool = True) -> None:
@@ -166,7 +170,7 @@ def differences_of(cond: Conditions, plan: Plan, step: HypothesisStep, *, gpu: s
     per_point = step.level != "server"  # a server metric (the machine's ceilings, KV capacity) has no workload
     for name in ("input_len", "output_len") if per_point else ():
         claimed = getattr(cond, name)
-        if claimed is not None:
+        if claimed is not None and claimed != "any":
             have_len = sorted({_length(p, name) for p in points})
             if not have_len or any(not _length_matches(h, claimed) for h in have_len):
                 differ(name, ", ".join(have_len) or "-", _claim_length(claimed))
@@ -174,10 +178,11 @@ def differences_of(cond: Conditions, plan: Plan, step: HypothesisStep, *, gpu: s
         kinds = sorted({dataset_kind(p) for p in points})
         if kinds != [cond.dataset]:
             differ("dataset", ", ".join(kinds) or "-", cond.dataset)
-    if cond.cache is not None and per_point:
+    if cond.cache not in (None, "any") and per_point:
         caches = sorted({p.cache for p in points})
-        if caches != [cond.cache]:
-            differ("cache", ", ".join(caches) or "-", cond.cache)
+        claimed_caches = sorted({cond.cache} if isinstance(cond.cache, str) else set(cond.cache or ()))
+        if caches != claimed_caches:
+            differ("cache", ", ".join(caches) or "-", ", ".join(claimed_caches))
     _load(cond, step, out)
     for key, value in (cond.engine or {}).items():
         have_values = sorted({_text(engine_value(x, key)) for x in launches})
@@ -186,7 +191,7 @@ def differences_of(cond: Conditions, plan: Plan, step: HypothesisStep, *, gpu: s
     if cond.weights == "real" and dummy:
         differ("weights", "dummy", "real")
     elif dummy:
-        differ("weights", "dummy", "real", demotes=False)
+        differ("weights", "dummy", "real weights", demotes=False)
     if cond.vllm is not None and vllm != cond.vllm:
         differ("vllm", vllm or "not run", cond.vllm, demotes=False)
     if cond.driver is not None and driver is not None and driver != cond.driver:
@@ -196,6 +201,12 @@ def differences_of(cond: Conditions, plan: Plan, step: HypothesisStep, *, gpu: s
         differ("repeats", f"{plan.design.repeats} per launch x {launches_per_arm} launches", cond.repeats,
                demotes=False)
     return out
+
+
+def _on_side(point: PointStep, side: HypothesisSide) -> bool:
+    """Whether a point is one a side rests on (a side leaving workload or load open takes any)."""
+    return point.arm == side.arm and side.workload in (None, point.workload) and (
+        side.concurrency in (None, point.concurrency)) and side.rate_rps in (None, point.rate_rps)
 
 
 def _load(cond: Conditions, step: HypothesisStep, out: list[Difference]) -> None:

@@ -15,6 +15,7 @@ from compiler.stepcost import Card, Coefficients, EngineShape
 from compiler.stepfit import ModelKey, Observation, fit
 from compiler.stepreplay import StepLoad, StepPrediction, predict
 from report.fit_cache import FitCache, fit_digest
+from runner.lifeline import die_with_parent
 from studyc.settings import load_settings
 
 METRICS = ("output_throughput", "tpot_s", "ttft_s")
@@ -141,7 +142,9 @@ def _fit_all(jobs: Sequence[tuple[ModelKey, Sequence[StoredPoint]]], workers: in
         from concurrent.futures import ProcessPoolExecutor
 
         # spawn: a fresh interpreter per worker, nothing inherited from this one (a database's threads)
-        with ProcessPoolExecutor(min(workers, len(todo)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        # die_with_parent: a SIGKILLed `studyc model --ledger` (a timeout) leaves no fit running
+        with ProcessPoolExecutor(min(workers, len(todo)), mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
             for i, found in zip(todo, pool.map(_fitted, *zip(*todo.values(), strict=True)), strict=True):
                 _FITS[i] = found
     for i in todo:

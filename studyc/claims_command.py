@@ -38,7 +38,7 @@ def gather_claims(studies: Sequence[Path], dbs: Sequence[Path], sources: Path | 
     runs = latest_runs(dbs) if dbs else {}
     contexts = [build_context(s, runs.get(s.study.study.id)) for s in loaded]
     scores = {c.study.study.id: score(c) for c in contexts}
-    return claim_rows(catalog, contexts, scores)
+    return claim_rows(catalog, contexts, scores, measured=bool(dbs))
 
 
 def markdown(rows: Sequence[ClaimRow]) -> str:

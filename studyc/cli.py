@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import sys
 from collections.abc import Callable
@@ -217,6 +218,7 @@ def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry
     if dry_run:
         click.echo("\n".join(format_plan(plan) for plan in plans), nl=False)
         return
+    from studyc.errors import EngineError
     from studyc.run_command import failed, prepare_run, run_study, run_summary
 
     setup = prepare_run(plans, db, resume=resume, keep_going=keep_going, calibrate=not no_calibrate, gpus=gpus,
@@ -225,11 +227,15 @@ def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry
     any_failed = False
     signal.signal(signal.SIGTERM, _stop_on_term)  # `timeout`, `kill`, a batch scheduler: stop as on Ctrl-C
     for loaded, plan in zip(loaded_studies, plans, strict=True):
+        go_on = shlex.join(["studyc", "run", str(loaded.path), "--db", str(db), "--resume"])
         try:
             report = run_study(setup, loaded, plan)
         except KeyboardInterrupt:
-            click.echo("interrupted: servers stopped, committed points kept (use --resume to continue)", err=True)
+            click.echo(f"interrupted: servers stopped, committed points kept; continue with: {go_on}", err=True)
             sys.exit(130)
+        except EngineError as exc:  # a start that failed twice, a server that died mid-point
+            raise EngineError(f"{exc.message}\nthe run stopped; committed points are kept; once the cause is "
+                              f"fixed, continue with: {go_on}") from exc
         click.echo(run_summary(plan, report, db), nl=False)
         any_failed = any_failed or failed(report)
     if any_failed:

@@ -86,6 +86,8 @@ def run_summary(plan: Plan, report: RunReport, db: Path) -> str:
         effect = "n/a" if found["effect"] is None else f"{found['effect']:.1%}"
         limit = "n/a" if found["threshold"] is None else f"{found['threshold']:.1%}"
         lines.append(f"  interference on {found['point']}: {effect} (noise threshold {limit}): {found['why']}")
+    if report.starts_retried:
+        lines.append(f"  starts retried once, cold (a server exited before it was ready): {', '.join(report.starts_retried)}")
     if report.launches_not_needed:
         lines.append(f"  budget launches not run: {len(report.launches_not_needed)}")
     for label, items in (("failed", report.points_failed), ("servers failed", report.servers_failed),

@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from compiler.plan import Launch, Plan, PointStep, budget_points
-from runner.execute.launch import Event, LaunchSpec, PhaseEvent, PointEvent, PointStartEvent, ServerEvent
+from runner.execute.launch import (
+    Event,
+    LaunchSpec,
+    PhaseEvent,
+    PointEvent,
+    PointStartEvent,
+    RetryEvent,
+    ServerEvent,
+)
 from runner.execute.point import PointOutcome
 from runner.execute.segments import PhaseTable, Timeline, point_phases
 from runner.store.records import PointRecord, PointSummary, RunRecord
@@ -95,6 +103,7 @@ class RunReport:
     interference: dict[str, Any] | None = None  # runner.execute.parallel.interference_result, when measured
     sequential_from: str | None = None  # why launches went back to one at a time, if they did
     phases: PhaseTable | None = None  # where the run's wall went, every segment (runner.execute.segments)
+    starts_retried: list[str] = field(default_factory=list)  # "failed id -> retry id": a start tried again, cold
 
 
 class Progress:
@@ -143,6 +152,10 @@ class Driver:
                                  else f"{event.record.server_id}: {event.status}", starting=event.starting)
         elif isinstance(event, PointStartEvent):
             self.progress.point_started(event.point)
+        elif isinstance(event, RetryEvent):
+            self.report.starts_retried.append(f"{event.failed} -> {event.again}")
+            self.progress.message(f"{event.failed}: its server exited before it was ready ({event.reason}); "
+                                  f"starting it once more, cold, as {event.again}")
         elif isinstance(event, PhaseEvent):
             if self.timeline is not None:
                 self.timeline.add(event.launch_id, event.phases)

@@ -47,6 +47,12 @@ from studyc.errors import EngineError
 COMPILE_CACHE_ENV = ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR")
 
 
+class StartExited(EngineError):
+    """A server of the launch exited before it was ready (held or cold): the start is tried once more, cold,
+    by `run_launch_retried`; a server that is up but unready at its timeout, or lacks an expected log line,
+    is not (trying again would only repeat it)."""
+
+
 @dataclass(frozen=True)
 class LaunchSpec:
     """Everything one launch needs."""
@@ -109,6 +115,16 @@ class PhaseEvent:
 
 
 @dataclass(frozen=True)
+class RetryEvent:
+    """A start failed (its server exited before it was ready) and is tried once more, cold, as `again`."""
+
+    launch: Launch
+    failed: str  # the failed start's server id
+    again: str  # the retry's server id
+    reason: str  # the first line of why it failed
+
+
+@dataclass(frozen=True)
 class StartedEvent:
     """The launch's points are about to run: every server answered."""
 
@@ -140,7 +156,7 @@ class Cancel:
             server.stop()
 
 
-Event = ServerEvent | PointEvent | PointStartEvent | StartedEvent | PhaseEvent
+Event = ServerEvent | PointEvent | PointStartEvent | StartedEvent | PhaseEvent | RetryEvent
 # Called after the launch's first point with (measure again, that point's outcome): the driver uses
 # it to measure interference. Whatever it measures is not emitted as a point.
 Interlude = Callable[[Callable[[], PointOutcome], PointOutcome], None]
@@ -206,12 +222,13 @@ def new_server(spec: LaunchSpec, sid: str, devices: Sequence[str]) -> VllmServer
 def run_launch(
     spec: LaunchSpec, emit: Callable[[Event], None], *, cancel: Cancel | None = None,
     interlude: Interlude | None = None, prestart: Prestart | None = None, next_spec: LaunchSpec | None = None,
-    calibrator: Calibrator = calibrate,
+    calibrator: Calibrator = calibrate, cold: bool = False,
 ) -> None:
     """Start the launch's servers (all at once), run its points across them, stop them. With `prestart`,
     its first server is the one held there if it matches, and once its servers are spawned the first server
     of `next_spec` is spawned held (`runner.execute.prestart`). With `spec.calibrate_python`, each server's
-    GPU is calibrated with `calibrator` first (`runner.execute.machine`)."""
+    GPU is calibrated with `calibrator` first (`runner.execute.machine`). `cold`: a retried start, which takes
+    no held server and holds none (the one held for the next launch stays held, and paused during points)."""
     launch = spec.launch
     cancel = cancel or Cancel()
     spec.log_dir.mkdir(parents=True, exist_ok=True)
@@ -223,7 +240,7 @@ def run_launch(
     held, first = False, False
     for sid, devices in zip(spec.servers, spec.placement.server_devices, strict=True):
         server = new_server(spec, sid, devices)
-        if prestart is not None and not servers:
+        if prestart is not None and not servers and not cold:
             first = prestart.first
             server = prestart.claim(server)
             held = server.held
@@ -252,7 +269,7 @@ def run_launch(
             server.start()
             if pin:  # see runner.server.pinning
                 pin_engine(server.pid, spec.placement.client_cpus)
-        if prestart is not None and next_spec is not None and len(next_spec.servers) == 1:
+        if prestart is not None and next_spec is not None and len(next_spec.servers) == 1 and not cold:
             prestart.hold(new_server(next_spec, next_spec.servers[0], next_spec.placement.server_devices[0]))
         for server, record, start in zip(servers, list(records), starts, strict=True):
             try:
@@ -263,6 +280,8 @@ def run_launch(
                                  warnings=log_warnings(server.log_path, start))
                 records[records.index(record)] = failed  # a ready server lacking an expected text is stopped below
                 emit(ServerEvent(failed, status="failed"))
+                if server.exit_code is not None and server.info is None:
+                    raise StartExited(exc.message) from exc
                 raise
             infos.append(info)
             pinned = ", " + pin_front_end(server.pid, spec.placement.client_cpus) if pin else ""
@@ -292,6 +311,36 @@ def run_launch(
             if server.info is not None:
                 emit(ServerEvent(replace(record, stopped_at=datetime.now(UTC)), status="stopped"))
         emit(PhaseEvent(launch.id, (("stop", time.monotonic() - t_stop),)))
+
+
+def retried_ids(spec: LaunchSpec) -> tuple[str, ...]:
+    """The server ids of a start tried again: the next "~N" after each of this start's ("x" -> "x~2",
+    "x~2" -> "x~3"), as a resumed launch's are numbered (`runner.execute.driver.fresh_server_ids` gives a
+    later resume the first number no start of the launch took)."""
+    def bump(sid: str) -> str:
+        head, sep, tail = sid.rpartition("~")
+        return f"{head}~{int(tail) + 1}" if sep and tail.isdigit() and int(tail) >= 2 else f"{sid}~2"
+
+    return tuple(bump(sid) for sid in spec.servers)
+
+
+def run_launch_retried(spec: LaunchSpec, emit: Callable[[Event], None], **kw: Any) -> None:
+    """`run_launch`; where a server exits before it is ready (`StartExited`), the launch is started once more,
+    cold, under new server ids: both starts keep their rows, phases and logs. A second failure raises, naming
+    both."""
+    try:
+        run_launch(spec, emit, **kw)
+    except StartExited as exc:
+        again = replace(spec, server_ids=retried_ids(spec))
+        first_line = exc.message.splitlines()[0] if exc.message else "it exited"
+        kw = {k: v for k, v in kw.items() if k != "next_spec"}
+        emit(RetryEvent(spec.launch, spec.servers[0], again.servers[0], first_line))
+        try:
+            run_launch(again, emit, cold=True, **kw)
+        except StartExited as second:
+            raise EngineError(f"{spec.launch.id}: its start failed twice, the second time cold as "
+                              f"{again.servers[0]} ({second.message.splitlines()[0] if second.message else ''}); "
+                              f"the first: {first_line}") from second
 
 
 def _calibrate(spec: LaunchSpec, servers: list[Any], records: list[ServerRecord], emit: Callable[[Event], None],

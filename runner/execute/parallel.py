@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runner.execute.driver import Driver, RunOptions, drain
-from runner.execute.launch import Cancel, LaunchSpec, StartedEvent, run_launch
+from runner.execute.launch import Cancel, LaunchSpec, StartedEvent, run_launch_retried
 from runner.execute.point import PointOutcome
 from studyc import format as fmt
 from studyc.errors import EngineError
@@ -157,7 +157,7 @@ def run_parallel(specs: list[LaunchSpec], driver: Driver, options: RunOptions) -
             if not turns.wait(i):
                 break
             try:
-                run_launch(specs[i], emit, cancel=cancel, interlude=interlude if i == first else None)
+                run_launch_retried(specs[i], emit, cancel=cancel, interlude=interlude if i == first else None)
             except EngineError as exc:
                 events.put(("server_failed", (specs[i].launch, exc)))
             except BaseException as exc:  # the driver thread re-raises it

@@ -16,7 +16,7 @@ from runner.execute import reaper
 from runner.execute.launch import (
     Cancel,
     LaunchSpec,
-    run_launch,
+    run_launch_retried,
 )
 from runner.execute.parallel import throughput
 from runner.execute.point import PointOutcome
@@ -85,7 +85,7 @@ class LaunchWorker:
 
         def body() -> None:
             try:
-                run_launch(spec, items.put, cancel=self.cancel,
+                run_launch_retried(spec, items.put, cancel=self.cancel,
                            interlude=interlude if interference_wait_s is not None else None)
                 items.put(End())
             except EngineError as exc:

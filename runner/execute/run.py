@@ -32,7 +32,7 @@ from runner.execute.driver import (
     run_phases,
     stored_run,
 )
-from runner.execute.launch import LaunchSpec, PhaseEvent, new_server, run_launch
+from runner.execute.launch import LaunchSpec, PhaseEvent, new_server, run_launch_retried
 from runner.execute.parallel import run_parallel
 from runner.execute.point import NVML_NOTE, PointContext
 from runner.execute.prestart import Prestart
@@ -220,7 +220,8 @@ def run_sequential(specs: list[LaunchSpec], driver: Driver, held: bool = True) -
                 driver.handle(PhaseEvent(first.launch.id, ((HELD_FIRST_IMPORTS, waited),)))
         for i, spec in enumerate(specs):
             try:
-                run_launch(spec, driver.handle, prestart=prestart, next_spec=specs[i + 1] if i + 1 < len(specs) else None)
+                run_launch_retried(spec, driver.handle, prestart=prestart,
+                                   next_spec=specs[i + 1] if i + 1 < len(specs) else None)
             except EngineError as exc:
                 driver.server_failed(spec.launch, exc)
     finally:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
 
+from runner.lifeline import die_with_parent
 from runner.load.balance import Balancer
 from runner.load.client import Client, Endpoint, Outcome, now
 from runner.load.turns import closed_conversations, conversation
@@ -35,7 +36,7 @@ __all__ = ["WorkerPlan", "Warmup", "run_inprocess", "run_processes"]
 INTERRUPTED_EXIT = 128 + signal.SIGINT
 # A worker starts with SIGINT blocked (inherited from the spawning thread) and unblocks it once its
 # quiet handler is in place, so Ctrl-C during its imports cannot print a traceback either.
-_BOOT = "import sys; from runner.load.workers import worker_main; worker_main(int(sys.argv[1]))"
+_BOOT = "import sys; from runner.load.workers import worker_main; worker_main(int(sys.argv[1]), int(sys.argv[2]))"
 
 
 class Warmup(NamedTuple):
@@ -276,9 +277,11 @@ def _exit_quietly(signum: int, frame: Any) -> None:
     os._exit(INTERRUPTED_EXIT)
 
 
-def worker_main(fd: int) -> None:
+def worker_main(fd: int, parent: int | None = None) -> None:
     """A worker process: warm up, report, wait for go, measure, send its outcomes back over FD.
-    Exits silently when interrupted or when the process that started it has gone."""
+    Exits silently when interrupted or when the process that started it has gone (`parent`, its pid: a
+    SIGKILLed parent takes the worker with it, `runner.lifeline`)."""
+    die_with_parent(parent)
     signal.signal(signal.SIGINT, _exit_quietly)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     gc.disable()
@@ -372,7 +375,7 @@ def run_processes(plans: list[WorkerPlan], n: int, deadline: float) -> Ran:
             mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
             try:
                 procs.append(subprocess.Popen(
-                    [sys.executable, "-c", _BOOT, str(theirs.fileno())],
+                    [sys.executable, "-c", _BOOT, str(theirs.fileno()), str(os.getpid())],
                     pass_fds=(theirs.fileno(),), env=env, close_fds=True,
                 ))
             finally:

@@ -190,7 +190,7 @@ class VllmServer:
         self._t0 = 0.0
         self._stopped = False
         self._held = False  # spawned by `hold`, waiting for `start`
-        self._was_held = False  # let go by `start`, not yet ready: a failure is retried once, cold
+        self.exit_code: int | None = None  # the code it exited with before it was ready (a failed start)
 
     @property
     def base_url(self) -> str:
@@ -252,7 +252,6 @@ class VllmServer:
             self._spawn()
             return
         self._held = False
-        self._was_held = True
         assert self._proc is not None and self._proc.stdin is not None
         self.resume()
         try:
@@ -317,17 +316,8 @@ class VllmServer:
                     self.port = free_port()
                     self._spawn()
                     continue
-                if rc is not None and self._was_held:
-                    # A held start that failed (say an import that broke the forked engine core): once, cold.
-                    self._was_held = False
-                    assert self._log is not None
-                    self._log.write(f"# studyc-held: exited with code {rc} before it was ready: starting it "
-                                    "again, cold\n".encode())
-                    self._end_group()
-                    self._spawn()
-                    deadline = time.monotonic() + self.startup_timeout_s
-                    continue
-                if rc is not None:
+                if rc is not None:  # held or cold: the executor tries the launch once more, cold
+                    self.exit_code = rc
                     self.stop()
                     raise EngineError(self._startup_failure(f"vLLM exited with code {rc} during startup"))
                 status, _ = http_call("GET", self.base_url + "/health", self.api_key, timeout_s=5.0)

@@ -3,12 +3,14 @@ hypothesis goes, the order of sections, the launches a hypothesis rests on, and 
 
 from __future__ import annotations
 
+import shutil
 import tomllib
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
+from compiler.claims import load_catalog
 from report.results import RunData
 from report.score_model import Score
 from report.seed_index import NO_SEED, launches, place, section_key, seed_refs, seed_source
@@ -18,6 +20,7 @@ from tests.report.helpers import REPO, make_db, write_study
 from tests.report.test_scoring import HYPOTHESES, _points
 
 H100, TWELVE = "h100-roofline-study", "twelve-serving-experiments"
+DOCS = load_catalog(REPO / "sources").documents
 
 
 # -- parsing a source --------------------------------------------------------------------------------
@@ -33,7 +36,7 @@ H100, TWELVE = "h100-roofline-study", "twelve-serving-experiments"
     ("h100-roofline-study,", (H100, "")),
 ])
 def test_a_source_naming_a_known_document(source: str, expected: tuple[str, str]) -> None:
-    assert seed_source(source) == expected
+    assert seed_source(source, DOCS) == expected
 
 
 @pytest.mark.parametrize("source", [
@@ -42,15 +45,15 @@ def test_a_source_naming_a_known_document(source: str, expected: tuple[str, str]
     "h100 roofline study, section 02", "twelve serving experiments, 'What worked' 3",  # not the id
 ])
 def test_a_source_without_a_known_document_has_no_seed(source: str) -> None:
-    assert seed_refs(source) == ()
-    assert seed_source(source) == (NO_SEED, source.strip())
+    assert seed_refs(source, DOCS) == ()
+    assert seed_source(source, DOCS) == (NO_SEED, source.strip())
 
 
 def test_a_source_quoting_two_documents_gives_both_in_order() -> None:
     source = "h100-roofline-study, section 03; twelve-serving-experiments, 'Compiled CUDA graphs'"
-    assert seed_refs(source) == ((H100, "section 03"), (TWELVE, "'Compiled CUDA graphs'"))
-    assert seed_source(source) == (H100, "section 03")
-    assert seed_refs("a blog post; twelve-serving-experiments, 'Final configuration'") == (
+    assert seed_refs(source, DOCS) == ((H100, "section 03"), (TWELVE, "'Compiled CUDA graphs'"))
+    assert seed_source(source, DOCS) == (H100, "section 03")
+    assert seed_refs("a blog post; twelve-serving-experiments, 'Final configuration'", DOCS) == (
         (TWELVE, "'Final configuration'"),)  # a part naming no document is passed over
 
 
@@ -59,21 +62,21 @@ def test_a_source_quoting_two_documents_gives_both_in_order() -> None:
 
 def test_a_hypothesis_of_a_two_document_study_goes_to_the_one_it_names() -> None:
     study = "h100-roofline-study, section 03; twelve-serving-experiments, 'Compiled CUDA graphs'"
-    assert place(study, "Running eager halves throughput at batch 1") == (H100, "section 03")
-    assert place(study, "p95 ITL 24.2 ms eager -> ~6.5 ms with graphs (twelve experiments, 4B model)") == (
+    assert place(study, "Running eager halves throughput at batch 1", DOCS) == (H100, "section 03")
+    assert place(study, "p95 ITL 24.2 ms eager -> ~6.5 ms with graphs (twelve experiments, 4B model)", DOCS) == (
         TWELVE, "'Compiled CUDA graphs'")
-    assert place(study) == (H100, "section 03")
+    assert place(study, "", DOCS) == (H100, "section 03")
 
 
 def test_a_hypothesis_source_naming_a_document_as_a_source_wins() -> None:
-    assert place("", "twelve-serving-experiments, 'What worked' 2") == (TWELVE, "'What worked' 2")
-    assert place("h100-roofline-study, section 08", "h100-roofline-study, section 02") == (H100, "section 02")
+    assert place("", "twelve-serving-experiments, 'What worked' 2", DOCS) == (TWELVE, "'What worked' 2")
+    assert place("h100-roofline-study, section 08", "h100-roofline-study, section 02", DOCS) == (H100, "section 02")
 
 
 def test_a_name_in_a_quote_does_not_move_a_one_document_study() -> None:
-    assert place("h100-roofline-study, section 02", "as the twelve experiments found") == (H100, "section 02")
-    assert place("", "as the twelve experiments found") == (NO_SEED, "")
-    assert place("scaled down from a GPU study", "") == (NO_SEED, "scaled down from a GPU study")
+    assert place("h100-roofline-study, section 02", "as the twelve experiments found", DOCS) == (H100, "section 02")
+    assert place("", "as the twelve experiments found", DOCS) == (NO_SEED, "")
+    assert place("scaled down from a GPU study", "", DOCS) == (NO_SEED, "scaled down from a GPU study")
 
 
 def test_every_study_in_the_repository_has_its_seed() -> None:
@@ -84,7 +87,7 @@ def test_every_study_in_the_repository_has_its_seed() -> None:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
         study = data["study"]
         for hyp in data.get("hypothesis", []):
-            found.setdefault(study["id"], set()).add(place(study.get("source", ""), hyp.get("source", ""))[0])
+            found.setdefault(study["id"], set()).add(place(study.get("source", ""), hyp.get("source", ""), DOCS)[0])
     assert found.pop("quickstart") == {NO_SEED}
     assert found.pop("engine-fork") == {NO_SEED}
     assert found.pop("launch-cost") == {NO_SEED}
@@ -100,17 +103,17 @@ def test_every_study_in_the_repository_has_its_seed() -> None:
 def test_sections_sort_in_document_order() -> None:
     h100 = ["section 08", "sections 02-06", "section 07 (the case it did not measure)", "section 02",
             "sections 02 and 04", "not a section", "section 10"]
-    assert sorted(h100, key=lambda s: section_key(H100, s)) == [
+    assert sorted(h100, key=lambda s: section_key(H100, s, DOCS)) == [
         "section 02", "sections 02 and 04", "sections 02-06", "section 07 (the case it did not measure)",
         "section 08", "not a section", "section 10"]
     twelve = ["'Final configuration'", "'What failed': load past the knee", "'What worked' 3",
               "'Compiled CUDA graphs'", "'Where my own measurements misled me'",
               "'What worked' 2 and 'Where my own measurements misled me'", "scaled down from a study"]
-    assert sorted(twelve, key=lambda s: section_key(TWELVE, s)) == [
+    assert sorted(twelve, key=lambda s: section_key(TWELVE, s, DOCS)) == [
         "'Compiled CUDA graphs'", "'What worked' 2 and 'Where my own measurements misled me'", "'What worked' 3",
         "'What failed': load past the knee", "'Where my own measurements misled me'", "'Final configuration'",
         "scaled down from a study"]
-    assert sorted(["b", "a", ""], key=lambda s: section_key(NO_SEED, s)) == ["", "a", "b"]
+    assert sorted(["b", "a", ""], key=lambda s: section_key(NO_SEED, s, DOCS)) == ["", "a", "b"]
 
 
 # -- launches ----------------------------------------------------------------------------------------
@@ -161,6 +164,7 @@ def _with_source(path: Path, source: str) -> Path:
 
 
 def test_the_index_groups_the_verdicts_by_document_then_section(tmp_path: Path) -> None:
+    shutil.copytree(REPO / "sources", tmp_path / "sources")  # the documents are data beside the studies
     toy = _with_source(write_study(tmp_path, HYPOTHESES), "h100-roofline-study, section 02")
     twelve = _with_source(write_study(tmp_path, HYPOTHESES, study_id="knob", title="Knob study"),
                           "twelve-serving-experiments, 'What worked' 3")
