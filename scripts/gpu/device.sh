@@ -119,6 +119,11 @@ print(gpu_info(0)); print(calibrate(['python3']))" 2>&1 | tail -2
     setsid nohup bash /tmp/repo-bg/scripts/gpu/device.sh run "$@" >/tmp/results/background.log 2>&1 </dev/null &
     echo $! >/tmp/results/background.pid
     echo "started $* in the background, pid $(cat /tmp/results/background.pid)"
+    # What the run has so far into this call's $OUT every minute while the run lasts: a call that goes on
+    # after `start` (a sleep, then `wait`) and is cut short by its limit or the session's device time still
+    # brings back what was committed
+    ( while kill -0 "$(cat /tmp/results/background.pid)" 2>/dev/null; do sleep 60; snapshot; done ) \
+      >/dev/null 2>&1 </dev/null &
     ;;
   wait)
     # Copies what the run has to $OUT every minute as well as at the end: a call cut short (its time
