@@ -159,13 +159,15 @@ def run_plan(plan: Plan, options: RunOptions, progress: Progress | None = None) 
             status = "complete" if not (report.points_failed or report.servers_failed) else "partial"
         finally:
             report.wall_s = time.monotonic() - origin
-            timeline.close(status, report.slots)
-            report.phases = phase_table(*store.timing(run_id))
-            whole = report.phases  # the run's wall and windows: every segment's, a killed one's too
-            store.save_run(replace(stored_run(store, run_id), status=status, finished_at=datetime.now(UTC),
-                                   wall_s=round(whole.wall_s if whole else report.wall_s, 3),
-                                   window_s=round(whole.window_s if whole else report.window_s, 3)))
-            progress.close()
+            try:  # a database the disk refuses raises StoreError here too: the live display still closes
+                timeline.close(status, report.slots)
+                report.phases = phase_table(*store.timing(run_id))
+                whole = report.phases  # the run's wall and windows: every segment's, a killed one's too
+                store.save_run(replace(stored_run(store, run_id), status=status, finished_at=datetime.now(UTC),
+                                       wall_s=round(whole.wall_s if whole else report.wall_s, 3),
+                                       window_s=round(whole.window_s if whole else report.window_s, 3)))
+            finally:
+                progress.close()
     return report
 
 

@@ -52,6 +52,18 @@ from runner.store.tables import (
 )
 from studyc.errors import StoreError
 
+_REFUSED = ("Could not write", "No space left", "File too large", "Disk quota exceeded")
+
+
+def write_refused(exc: BaseException) -> bool:
+    """Whether DuckDB's error is the file system refusing a write (a full disk, a file size limit), not a
+    fault of the statement."""
+    return isinstance(exc, duckdb.IOException) or any(text in str(exc) for text in _REFUSED)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
 SCHEMA_VERSION = 7
 READS_AS_CURRENT = ("4", "5", "6")  # read-only, these versions are read as they are: only columns the reads ignore differ
 DROPPED = (("points", "level"),)  # (table, column) a migration removes
@@ -122,13 +134,25 @@ class Store(Merging):
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
+        """One all-or-nothing write. A write the disk refuses (full, or a file size limit) rolls back and
+        raises StoreError saying so: what was committed before is kept (`write_refused`)."""
         self.con.begin()
         try:
             yield
+            self.con.commit()
+        except duckdb.Error as exc:
+            try:
+                self.con.rollback()
+            except duckdb.Error:
+                pass  # the failed commit already ended the transaction
+            if write_refused(exc):
+                raise StoreError(f"{self.path}: the results database could not be written ({_first_line(exc)}); "
+                                 "the points committed before are kept: free some space (or give another --db) "
+                                 "and continue with --resume") from exc
+            raise
         except BaseException:
             self.con.rollback()
             raise
-        self.con.commit()
 
     # -- migration ------------------------------------------------------------------------------
 
