@@ -59,6 +59,8 @@ MODULES=(
   "power_text|report/power_text.py|tests/report/test_block_planner_edges.py"
   "fit_cache|report/fit_cache.py|tests/report/test_fit_cache.py"
   "tables|runner/store/tables.py|tests/runner/test_store_rows.py tests/runner/test_store.py"
+  "claims|compiler/claims.py|tests/compiler/test_claims.py"
+  "claims_report|report/claims.py|tests/report/test_claims.py"
 )
 
 [ -x "$MUTMUT" ] || { echo "mutmut missing: .venv/bin/pip install -e '.[mutation]'" >&2; exit 2; }
