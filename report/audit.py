@@ -176,8 +176,8 @@ def markdown_table(result: Audit) -> str:
         others = result.compared[sid].summary() if sid in result.compared else ""
         runs.append(f"`{sid}` run {data.run_id} ({gpu_name(data.run)}{engine}; {design_note(data)}{others})")
     lines += ["", md_cell("Measured: the mean with its interval at the level it was read at (95% for a fixed "
-                             "design; a run under a sequential budget reads each hypothesis at the look of the "
-                             "blocks it uses, \"look 10 of 12\", at that look's own level), between launches "
+                             "design; a run under a sequential budget reads each hypothesis at the run's look after "
+                             "the last block it uses, \"look 10 of 12\", at that look's own level), between launches "
                              "where an arm ran on several (n counts them), else between the repeats of its one "
                              "launch (n counts those): such a row leaves out launch-to-launch variation and is at "
                              "most \"inconclusive (one launch)\", as is a single value. A tail percentile that sits "
@@ -204,12 +204,12 @@ def design_note(data: RunData) -> str:
 def sequential_note(data: RunData) -> str:
     """For a run with a budget: the blocks it has measured of the budget's, and the confidence of the look its
     intervals are read at ("; blocks 5 of 12: a repeated interval, this look's at 99.9%")."""
-    from report.intervals import layout
+    from report.intervals import layout, run_look
     from report.sequential import look_confidence
 
     design = layout(data.plan)
     if design.budget_blocks is None:
         return ""
-    blocks = len(design.blocks(data.points))
+    blocks = run_look(design.blocks(data.points))
     confidence = look_confidence(blocks, design.budget_blocks, design.first_look)
     return f"; blocks {blocks} of {design.budget_blocks}: a repeated interval, this look's at {confidence}"

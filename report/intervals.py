@@ -18,7 +18,7 @@ cold first repeat of a kept-cache launch) is left out and reported.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from statistics import NormalDist
@@ -206,6 +206,14 @@ def _side_mean(obs: Sequence[Obs]) -> _Mean:
     mean, var, df = _plain(values)
     return _Mean(mean, var, df, len(values), tuple(values), "repeats" if len(values) > 1 else "value",
                  len(values) > 1)
+
+
+def run_look(blocks: Collection[int | None]) -> int:
+    """The look some blocks were read at: the number of the last of them, the run's look after that block,
+    whatever blocks before it are missing (one set aside after the run, a block a resume ran again); with no
+    block known, how many there are. A look counts the run's blocks, not the blocks an interval uses."""
+    known = [b for b in blocks if b is not None]
+    return max(known) if known else len(blocks)
 
 
 def _blocks(*sides: Sequence[Obs]) -> tuple[int, ...]:

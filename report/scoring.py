@@ -10,8 +10,8 @@ spec sheet (how far the vendor number would have misled).
 Intervals are computed at the level that really varies (report.intervals): launches between, repeats
 within; a ratio is paired only where the design pairs its sides (same block), else a ratio of means;
 both on the log scale, so a ratio's interval is never negative. A run with a sequential budget is read
-with the stopping rule's repeated confidence interval at the look of the blocks the interval uses
-(report.sequential), and the score says which (`Score.interval_label`). An interval without launch-to-launch
+with the stopping rule's repeated confidence interval at the run's look after the last block the interval uses
+(report.intervals.run_look, report.sequential), and the score says which (`Score.interval_label`). An interval without launch-to-launch
 variation (one launch per arm, or a single value) decides nothing: at most "inconclusive (one launch)",
 with what would decide it (report.deciding).
 """
@@ -29,7 +29,15 @@ from compiler.study import Hypothesis
 from report import deciding
 from report.capacity import search_side
 from report.context import StudyContext, build_context, side_label
-from report.intervals import Critical, Interval, Layout, fixed_critical, mean_interval, ratio_interval
+from report.intervals import (
+    Critical,
+    Interval,
+    Layout,
+    fixed_critical,
+    mean_interval,
+    ratio_interval,
+    run_look,
+)
 from report.prediction import Resolved, resolve_prediction
 from report.premise import premised
 from report.results import RunData
@@ -85,7 +93,7 @@ def score(ctx: StudyContext, *, explain: bool = True) -> list[Score]:
     for check in ctx.data.checks if ctx.data else ():
         if not check.passed:
             failed.setdefault(check.point_id, []).append(check)
-    run_blocks = len(ctx.layout.blocks(ctx.data.points)) if ctx.data else 0
+    run_blocks = run_look(ctx.layout.blocks(ctx.data.points)) if ctx.data else 0
     hypotheses = ctx.study.hypothesis
     return premised(hypotheses, [_score(ctx, hyp, failed, run_blocks, explain) for hyp in hypotheses])
 
@@ -196,12 +204,13 @@ def _estimate(side_list: list[MeasuredSide], notes: list[Reason], design: Layout
               run_blocks: int) -> tuple[list[float], Stats | None, str]:
     """(unit values, statistics, method): the interval at the level that varies (report.intervals), read at
     the look of the blocks it uses when the plan had a sequential budget (report.sequential): a paired
-    ratio's paired blocks, else the blocks its values come from. A hypothesis decided before the run's last
-    block is read at the look that decided it, and says so."""
+    ratio's paired blocks, else the blocks its values come from, at the run's look after the last of them
+    (`run_look`: a block set aside after the run does not make it an earlier look). A hypothesis decided
+    before the run's last block is read at the look that decided it, and says so."""
     if not side_list or any(not s.values for s in side_list):
         return [], None, ""
     try:
-        blocks = len(_interval(side_list, fixed_critical).blocks)  # which blocks it uses, not the level
+        blocks = run_look(_interval(side_list, fixed_critical).blocks)  # the run's look at its last block
         critical = look_critical(blocks, design.budget_blocks, design.first_look)
         est = _interval(side_list, critical)
     except ZeroDivisionError:
