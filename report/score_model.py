@@ -169,7 +169,11 @@ class Score:
 
     @property
     def interval_label(self) -> str:
-        """The level the interval was read at: "95% interval", "99.9% interval, look 10 of 12"."""
+        """The level the interval was read at: "95% interval", "99.9% interval, look 10 of 12"; a capacity's
+        interval widened to its search's levels (`Why.SEARCH_RESOLUTION`) is a "resolution bound": it holds the
+        interval at that level and more, so it is never labelled with the level."""
+        if self.has(Why.SEARCH_RESOLUTION):
+            return "resolution bound" + (f", look {self.look[0]} of {self.look[1]}" if self.look else "")
         return interval_label(self.confidence, self.look)
 
     @property
