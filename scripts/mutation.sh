@@ -79,7 +79,7 @@ run_one() {
     printf '    %s\n' compiler runner report studyc site_templates
     echo "only_mutate = $module"
     echo "also_copy ="
-    printf '    %s\n' studies models results benchmarks
+    printf '    %s\n' studies sources models results benchmarks
     echo "pytest_add_cli_args_test_selection ="
     printf '    %s\n' "${present[@]}"
     echo "pytest_add_cli_args ="
