@@ -73,6 +73,15 @@ def default_studies(dbs: Sequence[Path], studies_dir: Path) -> list[Path]:
     return found
 
 
+def _names_claims(path: Path) -> bool:
+    """Whether a study file's hypotheses name claims (read as TOML only; a broken file names none here)."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False
+    return any(h.get("claims") for h in data.get("hypothesis", []) if isinstance(h, dict))
+
+
 @dataclass(frozen=True)
 class Gathered:
     index: page_models.IndexPage
@@ -81,8 +90,9 @@ class Gathered:
     warnings: tuple[str, ...]
 
 
-def gather(studies: Sequence[LoadedStudy], dbs: Sequence[Path]) -> Gathered:
-    """Every page context, scored and charted, nothing written yet."""
+def gather(studies: Sequence[LoadedStudy], dbs: Sequence[Path], others: Sequence[LoadedStudy] = ()) -> Gathered:
+    """Every page context, scored and charted, nothing written yet. `others`: studies without a page (not yet
+    run) whose hypotheses still test claims: the claims table counts them, as `studyc claims` does."""
     ids = [s.study.study.id for s in studies]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
@@ -97,7 +107,8 @@ def gather(studies: Sequence[LoadedStudy], dbs: Sequence[Path]) -> Gathered:
                                  provenance=page.provenance + compared[sid].facts()), ctxs[sid].data)
                         for sid in sorted(ctxs))
     catalog = load_catalog(find_sources(studies[0].directory)) if studies else Catalog()
-    rows = claim_rows(catalog, list(ctxs.values()), scores)
+    extra = [build_context(o, runs.get(o.study.study.id)) for o in others if o.study.study.id not in ctxs]
+    rows = claim_rows(catalog, [*ctxs.values(), *extra], {**{c.study.study.id: score(c) for c in extra}, **scores})
     study_pages = tuple((replace(page, claims=study_claims(rows, page.study_id)), data) for page, data in study_pages)
     warnings = tuple(w for page, _ in study_pages for w in page.warnings)
     index = replace(pages.index_page(studies, used, scores), claims=claims_tables(rows, catalog, pages.study_href))
@@ -146,7 +157,8 @@ def build_site(
     paths = list(study_paths) or default_studies(dbs, studies_dir)
     if not paths:
         raise SiteError(f"no study in {studies_dir}/ has a run in {', '.join(str(d) for d in dbs)}")
-    gathered = gather(load_studies(paths), dbs)
+    claiming = [p for p in sorted(studies_dir.glob("*.toml")) if p not in paths and _names_claims(p)]
+    gathered = gather(load_studies(paths), dbs, load_studies(claiming) if not study_paths else ())
     if strict and gathered.warnings:
         raise SiteError("--strict: the site has warnings:\n  " + "\n  ".join(gathered.warnings))
     from report.ledger_page import write_page

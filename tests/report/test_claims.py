@@ -326,3 +326,26 @@ def test_the_site_shows_every_claim_and_each_study_its_differences(tmp_path: Pat
     assert 'id="claim-roofline-09-three-h100s-1pct"' in part and "needs three physical H100s" in part
     page = (tmp_path / "site/studies/toy/index.html").read_text()
     assert 'id="claims"' in page and "model: tiny-qwen3 (claim: qwen3-8b)" in page
+
+
+def test_the_site_counts_the_claims_of_studies_not_yet_run(tmp_path: Path) -> None:
+    """The index's claims table reads every study file of the studies folder, as `studyc claims` does: a
+    study not yet run still tests its claims (by its plan, "run: not run")."""
+    from report.site import build_site
+    from tests.report.helpers import make_db, write_study
+    from tests.report.test_scoring import HYPOTHESES, _points
+
+    shutil.copytree(REPO / "sources", tmp_path / "sources")
+    studies = tmp_path / "studies"
+    studies.mkdir()
+    write_study(studies, HYPOTHESES)
+    unrun = HYPOTHESES.replace('predict = { value = 100.0, tolerance = 0.05 }\n',
+                               'predict = { value = 100.0, tolerance = 0.05 }\nclaims = ["roofline-04-cheaper-card"]\n', 1)
+    write_study(studies, unrun, study_id="later", title="Not yet run")
+    db = make_db(tmp_path / "r.duckdb", _points())
+    build_site([db], tmp_path / "site", studies_dir=studies, ledger=False)
+    index = (tmp_path / "site/index.html").read_text()
+    row = index[index.index('id="claim-roofline-04-cheaper-card"'):]
+    row = row[:row.index("</tr>")]
+    assert "approximate" in row and "later/tight" in row and "run: not run (claim: a run)" in row
+    assert not (tmp_path / "site/studies/later").exists()  # no page: it has no run
