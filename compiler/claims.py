@@ -28,6 +28,7 @@ claim's conditions with the plan and the run that scored it. Pure: reads the sou
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -86,8 +87,8 @@ class Conditions(_Strict):
 
     def over(self, base: Conditions) -> Conditions:
         """These conditions on top of `base`: a key given here wins; `engine` tables merge."""
-        mine = self.model_dump(exclude_unset=True)
-        merged = {**base.model_dump(exclude_unset=True), **mine}
+        mine = {key: value for key, value in self.model_dump().items() if value is not None}
+        merged = {**base.model_dump(), **mine}
         if base.engine and self.engine is not None:
             merged["engine"] = {**base.engine, **self.engine}
         return Conditions.model_validate(merged)
@@ -147,8 +148,6 @@ class Catalog:
     def ids(self) -> tuple[str, ...]:
         return tuple(c.id for d in self.documents for c in d.claims)
 
-    def document(self, doc_id: str) -> Document | None:
-        return next((d for d in self.documents if d.id == doc_id), None)
 
 
 def find_sources(start: Path) -> Path | None:
@@ -191,12 +190,9 @@ def _load_document(path: Path) -> tuple[Document | None, list[str]]:
     except (OSError, UnicodeDecodeError) as exc:
         return None, [f"{path}:1: cannot read: {exc}"]
     except tomllib.TOMLDecodeError as exc:
-        message = str(exc)
-        line = getattr(exc, "lineno", None)
-        if line is None and "(at line " in message:
-            line = int(message.split("(at line ", 1)[1].split(",", 1)[0].rstrip(")"))
-            message = message.split(" (at line ", 1)[0]
-        return None, [f"{path}:{line or 1}: TOML syntax: {getattr(exc, 'msg', message)}"]
+        found = re.match(r"(.*) \(at line (\d+), column \d+\)$", str(exc))
+        message, line = (found.group(1), found.group(2)) if found else (str(exc), "1")
+        return None, [f"{path}:{line}: TOML syntax: {message}"]
     lines = key_lines(text)
     try:
         source = SourceFile.model_validate(data)
@@ -217,16 +213,24 @@ def _load_document(path: Path) -> tuple[Document | None, list[str]]:
                     tuple(s.lower() for s in meta.sections), meta.url, path, claims, lines), []
 
 
+_TYPE_TAGS = frozenset({"int", "str", "float", "bool"})  # pydantic's names of a union's member types
+
+
 def _problem(path: Path, lines: dict[str, int], err: Any) -> str:
-    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and (p[:1].isupper() or "[" in p
-                                                                         or p in {"int", "str", "float"})))
+    """One schema error as `file:line: key: message`; the key without pydantic's union member tags
+    (`int`, `Drawn`, `literal['drawn','any']`, `list[...]`)."""
+    loc = tuple(p for p in err["loc"] if not _is_tag(p))
     key = dotted(loc)
-    message = err["msg"].removeprefix("Value error, ").replace("Input should be", "should be")
+    message = err["msg"].replace("Input should be", "should be")
     if err["type"] == "extra_forbidden":
         message = "unknown key"
     elif err["type"] == "missing":
         message = "required key is missing"
     return f"{path}:{line_of(lines, key)}: {key}: {message}"
+
+
+def _is_tag(part: object) -> bool:
+    return isinstance(part, str) and (part[:1].isupper() or "[" in part or part in _TYPE_TAGS)
 
 
 def unknown_claims(names: Sequence[str], catalog: Catalog) -> list[str]:

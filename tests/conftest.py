@@ -30,6 +30,16 @@ os.environ.setdefault("STUDYC_VLLM", str(VLLM_VENV / "bin" / "vllm"))
 os.environ["STUDYC_FIT_CACHE"] = "0"
 
 TINY_MODEL = REPO / "models" / "tiny-qwen3"
+# Fixtures that start a real vLLM server (directly, or by running the quickstart): a test using one, at any
+# depth, is marked `vllm` at collection, so the fast tier (`scripts/test.sh --fast`, `-m "not vllm and not
+# chromium"`) leaves it out without anyone having to remember the marker.
+SERVER_FIXTURES = frozenset({"vllm_server", "complete", "quickstart_db"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.vllm)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -17,7 +17,8 @@ SOURCE = '''
 id = "bench-a"
 title = "Bench A"
 aliases = ["The A Bench"]
-sections = ["01", "02"]
+sections = ["Intro", "02"]
+url = "https://example.org/bench-a"
 
 [conditions]
 gpu = "h100-sxm"
@@ -50,11 +51,13 @@ def _sources(tmp: Path, text: str = SOURCE, name: str = "bench-a.toml") -> Path:
 def test_a_claim_takes_the_document_conditions_and_overrides_them(tmp_path: Path) -> None:
     catalog = load_catalog(_sources(tmp_path))
     (doc,) = catalog.documents
-    assert (doc.id, doc.title, doc.aliases, doc.sections) == ("bench-a", "Bench A", ("the a bench",), ("01", "02"))
+    assert (doc.id, doc.title, doc.aliases, doc.sections) == ("bench-a", "Bench A", ("the a bench",), ("intro", "02"))
+    assert doc.url == "https://example.org/bench-a" and doc.path == tmp_path / "sources" / "bench-a.toml"
     first = catalog.claim("a-01-first")
     assert first is not None and first[0] is doc
     cond = first[1].conditions
     assert cond.gpu == "h100-sxm" and cond.model == ["qwen3-8b"]  # the document's
+    assert cond.cache is None and cond.concurrency == [1]  # neither says: not compared
     assert cond.output_len == Drawn(max=96) and cond.concurrency == [1]  # the claim's own wins
     assert cond.engine == {"max_model_len": 4096, "enforce_eager": True}  # engine tables merge
     second = catalog.claim("a-02-second")
@@ -95,6 +98,27 @@ def test_a_bad_sources_file_names_file_line_and_key(tmp_path: Path, old: str, ne
     with pytest.raises(SpecError) as err:
         load_catalog(folder)
     assert f"{folder / 'bench-a.toml'}:{_line(bad, line_of)}: {where}" in str(err.value)
+
+
+def test_a_union_key_is_named_without_pydantic_member_tags(tmp_path: Path) -> None:
+    """`output_len` takes a number, a table or a word: every error about it names the key alone."""
+    bad = SOURCE.replace("output_len = 1024", 'output_len = "long"', 1)
+    folder = _sources(tmp_path, bad)
+    with pytest.raises(SpecError) as err:
+        load_catalog(folder)
+    lines = str(err.value).splitlines()
+    assert lines and all(f"bench-a.toml:{_line(bad, 'output_len = ')}: conditions.output_len: " in line
+                         for line in lines), lines
+    assert any("should be" in line and "Input should be" not in line for line in lines)
+
+
+def test_every_bad_file_is_reported_at_once(tmp_path: Path) -> None:
+    _sources(tmp_path, SOURCE.replace('text = "It runs at 150 tok/s."', 'txt = "x"'), "bench-a.toml")
+    _sources(tmp_path, SOURCE.replace('id = "bench-a"', 'id = "bench-b"').replace('[document]\n', '[document\n'),
+             "bench-b.toml")
+    with pytest.raises(SpecError) as err:
+        load_catalog(tmp_path / "sources")
+    assert "bench-a.toml:" in str(err.value) and "bench-b.toml:2: TOML syntax: " in str(err.value)
 
 
 def test_a_claim_id_in_two_documents_is_refused(tmp_path: Path) -> None:

@@ -349,3 +349,47 @@ def test_the_site_counts_the_claims_of_studies_not_yet_run(tmp_path: Path) -> No
     row = row[:row.index("</tr>")]
     assert "approximate" in row and "later/tight" in row and "run: not run (claim: a run)" in row
     assert not (tmp_path / "site/studies/later").exists()  # no page: it has no run
+
+
+def test_engine_values_come_from_the_parsed_engine_then_the_argv(bench: tuple[Catalog, Path]) -> None:
+    from compiler.plan_compile import compile_study
+    from report.claims import engine_value
+
+    plan = compile_study(load_study(bench[1]))
+    by_arm = {x.arm: x for x in plan.launches}
+    graphs, eager, kept = by_arm["graphs"], by_arm["eager"], by_arm["kept"]
+    assert engine_value(eager, "enforce_eager") is True and engine_value(graphs, "enforce-eager") is False
+    assert engine_value(kept, "max_num_seqs") == 64 and engine_value(graphs, "max_num_seqs") is None
+    assert engine_value(graphs, "enable_prefix_caching") is True and engine_value(graphs, "kv_cache_dtype") == "auto"
+    assert engine_value(graphs, "max_model_len") == "2048"  # from the argv: `--max-model-len 2048`
+    assert engine_value(graphs, "attention_backend") is None  # not given
+    odd = graphs.model_copy(update={"argv": (*graphs.argv, "--flag-alone", "--attention-backend=FLASH_ATTN",
+                                             "--no-async-scheduling", "--last-flag")})
+    assert engine_value(odd, "flag_alone") is True and engine_value(odd, "last_flag") is True
+    assert engine_value(odd, "attention_backend") == "FLASH_ATTN" and engine_value(odd, "async_scheduling") is False
+
+
+def test_a_drawn_length_is_told_by_its_distribution(bench: tuple[Catalog, Path]) -> None:
+    from compiler.claims import Drawn
+    from compiler.plan_compile import compile_study
+    from report.claims import _claim_length, _length, _length_matches
+
+    plan = compile_study(load_study(bench[1]))
+    drawn = next(p for p in plan.points if p.workload == "drawn")
+    fixed = next(p for p in plan.points if p.workload == "fixed")
+    assert _length(drawn, "output_len") == "drawn (max 96)" and _length(drawn, "input_len") == "128"
+    assert _length(fixed, "output_len") == "1024"
+    assert _length_matches("drawn (max 96)", Drawn(max=96)) and not _length_matches("drawn (max 95)", Drawn(max=96))
+    assert _length_matches("drawn (max 96)", Drawn()) and _length_matches("drawn (max 96)", "drawn")
+    assert not _length_matches("1024", Drawn(max=96)) and not _length_matches("drawn (max 96)", 96)
+    assert _length_matches("1024", 1024) and not _length_matches("1023", 1024)
+    assert (_claim_length(Drawn(max=96)), _claim_length(Drawn()), _claim_length(128)) == ("drawn (max 96)", "drawn",
+                                                                                           "128")
+
+
+def test_values_are_written_as_the_tables_show_them() -> None:
+    from report.claims import Difference, _text
+
+    assert [_text(v) for v in (True, False, 0.5, 2.0, None, 64, "x")] == ["true", "false", "0.5", "2", "-", "64", "x"]
+    assert str(Difference("gpu", "h200", "h100-sxm", True)) == "gpu: h200 (claim: h100-sxm)"
+    assert str(Difference("vllm", "0.26.0", "0.27.1", False)) == "vllm: 0.26.0 (claim: 0.27.1; listed, not demoting)"
