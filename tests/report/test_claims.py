@@ -393,3 +393,74 @@ def test_values_are_written_as_the_tables_show_them() -> None:
     assert [_text(v) for v in (True, False, 0.5, 2.0, None, 64, "x")] == ["true", "false", "0.5", "2", "-", "64", "x"]
     assert str(Difference("gpu", "h200", "h100-sxm", True)) == "gpu: h200 (claim: h100-sxm)"
     assert str(Difference("vllm", "0.26.0", "0.27.1", False)) == "vllm: 0.26.0 (claim: 0.27.1; listed, not demoting)"
+
+
+EVERY_KEY = '''
+[[claim]]
+id = "b-every"
+text = "differs in every condition"
+conditions = { gpu = "h200", gpus = 4, replicas = 4, model = ["qwen3-8b"], weights = "real", input_len = 4096, output_len = { max = 96 }, dataset = "shared-prefix", cache = "keep", concurrency = [64], engine = { max_num_seqs = 256, enforce_eager = true }, vllm = "0.27.1", driver = "580.1", repeats = 3 }
+
+[[claim]]
+id = "b-rate"
+text = "an open-loop claim"
+conditions = { rate = [2.0], engine = { enforce_eager = false } }
+'''
+
+
+def test_every_condition_a_claim_states_is_compared_and_written_out(tmp_path: Path) -> None:
+    (tmp_path / "sources").mkdir()
+    (tmp_path / "sources" / "bench-doc.toml").write_text(SOURCE + EVERY_KEY)
+    study = tmp_path / "bench.toml"
+    study.write_text(STUDY.replace('claims = ["b-c1"]', 'claims = ["b-c1", "b-every", "b-rate"]'))
+    rows = _rows(load_catalog(tmp_path / "sources"), study, _run())
+    assert rows["b-every"]["status"] == "approximate"
+    assert rows["b-every"]["differs"] == [
+        "gpu: h100-sxm (claim: h200)",
+        "gpus: 1 (claim: 4)",
+        "replicas: 1 (claim: 4)",
+        "model: tiny-qwen3 (claim: qwen3-8b)",
+        "input_len: 128 (claim: 4096)",
+        "output_len: 1024 (claim: drawn (max 96))",
+        "dataset: random (claim: shared-prefix)",
+        "cache: reset (claim: keep)",
+        "concurrency: c1 (claim: c64)",
+        "engine max_num_seqs: - (claim: 256)",
+        "engine enforce_eager: false (claim: true)",
+        "weights: dummy (claim: real)",
+        "vllm: 0.26.0 (claim: 0.27.1; listed, not demoting)",
+        "driver: 580.2 (claim: 580.1; listed, not demoting)",
+        "repeats: 1 per launch x 2 launches (claim: 3; listed, not demoting)",
+    ]
+    assert [d for d in rows["b-rate"]["differs"] if "listed" not in d] == ["rate: c1 (claim: 2 req/s)"]
+    planned = _rows(load_catalog(tmp_path / "sources"), study, None, verdict="not run", measured=False)["b-every"]
+    assert planned["differs"][0] == "gpu: h100-sxm (planned) (claim: h200)"
+    assert "vllm: not run (claim: 0.27.1; listed, not demoting)" in planned["differs"]
+    assert not any(d.startswith("driver") for d in planned["differs"])  # no run: no driver to compare
+
+
+def test_the_index_tables_and_a_study_s_claims_are_built_from_the_rows(bench: tuple[Catalog, Path]) -> None:
+    from report.claims import claims_tables, study_claims
+
+    catalog, path = bench
+    ctx = build_context(load_study(path), _run())
+    rows = claim_rows(catalog, [ctx], {"bench": [_score(h.id, "confirmed") for h in ctx.study.hypothesis]})
+    (table,) = claims_tables(rows, catalog, lambda sid: f"studies/{sid}/index.html")
+    assert (table.document, table.title) == ("bench-doc", "Bench doc")
+    assert table.counts == "7 claims: 2 faithful, 3 approximate, 2 untested"
+    lines = {line.claim: line for line in table.rows}
+    assert [line.claim for line in table.rows] == ["b-c1", "b-eager", "b-drawn", "b-kept", "b-capacity", "b-untested",
+                                                   "b-forgotten"]
+    c1 = lines["b-c1"]
+    assert (c1.status, c1.section, c1.text, c1.reason) == ("faithful", "", "c1", "")
+    (cell,) = c1.tests
+    assert (cell.label, cell.href, cell.verdict, cell.gpu, cell.faithful) == (
+        "bench/c1", "studies/bench/index.html#h-c1", "confirmed", "h100-sxm", True)
+    assert lines["b-untested"].tests == () and lines["b-untested"].reason == "needs 8 GPUs"
+    assert lines["b-eager"].differs[0] == "concurrency: c4 (claim: c64)" and not lines["b-eager"].tests[0].faithful
+    mine = study_claims(rows, "bench")
+    assert [(c.claim, c.hypothesis, c.faithful) for c in mine] == [
+        ("b-c1", "c1", True), ("b-eager", "eager-ratio", False), ("b-drawn", "drawn", True), ("b-kept", "kept", False),
+        ("b-capacity", "capacity", False)]
+    assert mine[0].document == "bench-doc" and mine[0].text == "c1" and mine[1].differs[0] == "concurrency: c4 (claim: c64)"
+    assert study_claims(rows, "other") == ()
