@@ -90,6 +90,7 @@ def claim_rows(catalog: Catalog, contexts: Sequence[StudyContext], scores: Mappi
     tests: dict[str, list[Test]] = {}
     for ctx in contexts:
         verdicts = {s.hypothesis: s.verdict for s in scores.get(ctx.study.study.id, ())}
+        plan = ctx.plan or _compiled(ctx)  # not run: the study file's plan, compiled once for all its claims
         for hyp in ctx.study.hypothesis:
             for claim_id in hyp.claims:
                 found = catalog.claim(claim_id)
@@ -97,7 +98,7 @@ def claim_rows(catalog: Catalog, contexts: Sequence[StudyContext], scores: Mappi
                 if found is None or step is None:
                     continue
                 tests.setdefault(claim_id, []).append(
-                    test_of(found[1].conditions, ctx, step, verdicts.get(hyp.id, "not run"), measured))
+                    test_of(found[1].conditions, ctx, plan, step, verdicts.get(hyp.id, "not run"), measured))
     return [row_of(doc, claim, tests.get(claim.id, [])) for doc in catalog.documents for claim in doc.claims]
 
 
@@ -115,13 +116,17 @@ def row_of(doc: Document, claim: Claim, tests: Sequence[Test]) -> ClaimRow:
     )
 
 
-def test_of(cond: Conditions, ctx: StudyContext, step: HypothesisStep, verdict: str, measured: bool = True) -> Test:
-    run = ctx.run
-    plan = ctx.plan
-    if plan is None:
-        from compiler.plan_compile import compile_study
+def _compiled(ctx: StudyContext) -> Plan:
+    from compiler.plan_compile import compile_study
 
-        plan = compile_study(ctx.loaded)
+    return compile_study(ctx.loaded)
+
+
+def test_of(cond: Conditions, ctx: StudyContext, plan: Plan, step: HypothesisStep, verdict: str,
+            measured: bool = True) -> Test:
+    """One hypothesis as a test of a claim: its verdict, its run's GPU and every difference from the claim,
+    read from `plan` (the run's, or the study file's where it has not run)."""
+    run = ctx.run
     gpu = _gpu_name(run.gpu_name) if run is not None and run.gpu_name else None
     planned = ctx.study.study.hardware
     differences = differences_of(cond, plan, step, gpu=gpu, planned=planned,
@@ -144,10 +149,9 @@ def _gpu_name(name: str) -> str:
 def differences_of(cond: Conditions, plan: Plan, step: HypothesisStep, *, gpu: str | None, planned: str,
                    vllm: str | None, driver: str | None, dummy: bool) -> list[Difference]:
     """Every condition the claim states in which the hypothesis' plan (and run) differs from it."""
-    arms = [step.numerator.arm] + ([step.denominator.arm] if step.denominator else [])
-    launches = [next(x for x in plan.launches if x.arm == arm) for arm in dict.fromkeys(arms)
-                if any(x.arm == arm for x in plan.launches)]
     sides = [step.numerator] + ([step.denominator] if step.denominator else [])
+    first = {x.arm: x for x in reversed(plan.launches)}  # each arm's first launch
+    launches = [first[arm] for arm in dict.fromkeys(s.arm for s in sides) if arm in first]
     points = [p for p in plan.points if any(_on_side(p, side) for side in sides)]
     out: list[Difference] = []
 
@@ -183,7 +187,7 @@ def differences_of(cond: Conditions, plan: Plan, step: HypothesisStep, *, gpu: s
         claimed_caches = sorted({cond.cache} if isinstance(cond.cache, str) else set(cond.cache or ()))
         if caches != claimed_caches:
             differ("cache", ", ".join(caches) or "-", ", ".join(claimed_caches))
-    _load(cond, step, out)
+    _load(cond, sides, out)
     for key, value in (cond.engine or {}).items():
         have_values = sorted({_text(engine_value(x, key)) for x in launches})
         if have_values != [_text(value)]:
@@ -209,8 +213,7 @@ def _on_side(point: PointStep, side: HypothesisSide) -> bool:
         side.concurrency in (None, point.concurrency)) and side.rate_rps in (None, point.rate_rps)
 
 
-def _load(cond: Conditions, step: HypothesisStep, out: list[Difference]) -> None:
-    sides = [step.numerator] + ([step.denominator] if step.denominator else [])
+def _load(cond: Conditions, sides: Sequence[HypothesisSide], out: list[Difference]) -> None:
     if all(s.concurrency is None and s.rate_rps is None for s in sides):
         return  # a server metric: no load level
     levels = sorted({s.concurrency for s in sides if s.concurrency is not None})

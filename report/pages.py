@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from compiler.claims import Document, find_sources, load_catalog
+from compiler.claims import Document
 from compiler.hardware import Hardware
 from compiler.load import LoadedStudy
 from compiler.modelmath import ModelShape, describe
@@ -89,7 +89,9 @@ def _num(x: float | None, digits: int = 4) -> str:
 # -- index and audit ---------------------------------------------------------------------------------
 
 
-def index_page(studies: Sequence[LoadedStudy], runs: dict[str, RunData], scores: dict[str, list[Score]]) -> IndexPage:
+def index_page(studies: Sequence[LoadedStudy], runs: dict[str, RunData], scores: dict[str, list[Score]],
+               documents: Sequence[Document] = ()) -> IndexPage:
+    """The index; `documents`: the source documents (compiler.claims) its verdicts are grouped under."""
     rows = []
     for loaded in sorted(studies, key=lambda s: s.study.study.id):
         sid = loaded.study.study.id
@@ -108,12 +110,7 @@ def index_page(studies: Sequence[LoadedStudy], runs: dict[str, RunData], scores:
     every = [s for sid in sorted(scores) for s in scores[sid]]
     return IndexPage(root="", title="studyc results", built=built_text(list(runs.values())),
                      studies=tuple(rows), totals=counts_of(every), cost=site_cost_text(runs, scores),
-                     seeds=seed_groups(studies, runs, scores, study_href, _documents(studies)))
-
-
-def _documents(studies: Sequence[LoadedStudy]) -> tuple[Document, ...]:
-    """The source documents of the sources/ folder above the studies (none without one)."""
-    return load_catalog(find_sources(studies[0].directory)).documents if studies else ()
+                     seeds=seed_groups(studies, runs, scores, study_href, documents))
 
 
 def audit_page(studies: Sequence[LoadedStudy], runs: dict[str, RunData], scores: dict[str, list[Score]]) -> AuditPage:

@@ -165,16 +165,25 @@ class Score:
     point_ids: tuple[str, ...] = field(default=(), repr=False)
     interval: str = ""  # how the interval was computed (report.intervals)
     confidence: float = 0.95  # the two-sided confidence the interval was read at (a sequential look's own)
-    look: tuple[int, int] | None = None  # (blocks it used, the budget's blocks) of a sequential run; None: fixed
+    look: tuple[int, int] | None = None  # (the run's look, the budget's blocks) of a sequential run; None: fixed
+
+    @property
+    def interval_kind(self) -> str:
+        """What the interval is: "95% interval"; a capacity's interval widened to its search's levels
+        (`Why.SEARCH_RESOLUTION`) is a "resolution bound": it holds the interval at that level and more, so
+        it is never labelled with the level."""
+        return "resolution bound" if self.has(Why.SEARCH_RESOLUTION) else f"{fmt.percent_level(self.confidence)} interval"
+
+    @property
+    def look_text(self) -> str:
+        """", look 10 of 12" under a sequential budget, else ""."""
+        return f", look {self.look[0]} of {self.look[1]}" if self.look else ""
 
     @property
     def interval_label(self) -> str:
-        """The level the interval was read at: "95% interval", "99.9% interval, look 10 of 12"; a capacity's
-        interval widened to its search's levels (`Why.SEARCH_RESOLUTION`) is a "resolution bound": it holds the
-        interval at that level and more, so it is never labelled with the level."""
-        if self.has(Why.SEARCH_RESOLUTION):
-            return "resolution bound" + (f", look {self.look[0]} of {self.look[1]}" if self.look else "")
-        return interval_label(self.confidence, self.look)
+        """The level the interval was read at: "95% interval", "99.9% interval, look 10 of 12", "resolution
+        bound"."""
+        return self.interval_kind + self.look_text
 
     @property
     def verdict_label(self) -> str:

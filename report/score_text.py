@@ -53,9 +53,7 @@ def read_at(score: Score) -> str:
 def labelled(score: Score) -> str:
     """The interval with its level: "95% interval 187.5–191.0 tok/s", "99.9% interval 0.969–0.979x, look 10
     of 12"; a capacity widened to its search's levels: "resolution bound 1.43–2.09x"."""
-    label = score.interval_label
-    head, _, look = label.partition(", ")  # "95% interval" or "resolution bound", then ", look 10 of 12"
-    return f"{head} {interval(score)}" + (f", {look}" if look else "")
+    return f"{score.interval_kind} {interval(score)}{score.look_text}"
 
 
 def spread(score: Score) -> str:

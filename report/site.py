@@ -111,7 +111,8 @@ def gather(studies: Sequence[LoadedStudy], dbs: Sequence[Path], others: Sequence
     rows = claim_rows(catalog, [*ctxs.values(), *extra], {**{c.study.study.id: score(c) for c in extra}, **scores})
     study_pages = tuple((replace(page, claims=study_claims(rows, page.study_id)), data) for page, data in study_pages)
     warnings = tuple(w for page, _ in study_pages for w in page.warnings)
-    index = replace(pages.index_page(studies, used, scores), claims=claims_tables(rows, catalog, pages.study_href))
+    index = replace(pages.index_page(studies, used, scores, catalog.documents),
+                    claims=claims_tables(rows, catalog, pages.study_href))
     return Gathered(index, pages.audit_page(studies, used, scores), study_pages, warnings)
 
 
