@@ -1,4 +1,4 @@
-"""The README's H200 table is the audit of the committed results, not numbers typed by hand."""
+"""The headline table of docs/results.md is the audit of the committed results, not numbers typed by hand."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import sys
 from tests.conftest import REPO
 
 
-def test_readme_headline_is_the_audit_of_the_committed_results() -> None:
-    readme = (REPO / "README.md").read_text()
+def test_results_headline_is_the_audit_of_the_committed_results() -> None:
+    readme = (REPO / "docs/results.md").read_text()
     block = re.search(r"<!-- headline:start -->\n(.*?)\n<!-- headline:end -->", readme, re.S)
-    assert block, "README.md lost its headline markers"
+    assert block, "docs/results.md lost its headline markers"
     ids = [i for i in dict.fromkeys(re.findall(r"^\| ([a-z0-9-]+) \|", block.group(1), re.M)) if i != "study"]
     files = [str(REPO / "studies" / (i.replace("-", "_") + ".toml")) for i in ids]
     out = subprocess.run(
@@ -22,7 +22,7 @@ def test_readme_headline_is_the_audit_of_the_committed_results() -> None:
     assert out.returncode == 0, out.stderr
     assert len(ids) >= 8
     assert block.group(1).strip() == out.stdout.strip(), (
-        "README.md's headline differs from `studyc audit ... --format markdown`: regenerate it"
+        "docs/results.md's headline differs from `studyc audit ... --format markdown`: regenerate it"
     )
 
 
