@@ -137,6 +137,12 @@ def _read_elsewhere(name: str) -> bool:
                if p.suffix in (".py", ".sh") and p.is_file() and p.resolve() != Path(__file__).resolve())
 
 
+def unmapped(readme: str, pages: list[str]) -> list[str]:
+    """The docs pages the README links nowhere: its map of docs/ must name each one."""
+    linked = set(re.findall(r"\]\(docs/([^)#\s]+)", _prose(readme)))
+    return [f"docs/{name}: not in the README's map of the docs" for name in pages if name not in linked]
+
+
 # ---- the repository --------------------------------------------------------------------------------------
 
 DOCS = sorted((REPO / "docs").glob("*.md"))
@@ -153,10 +159,13 @@ def test_every_relative_link_and_anchor_resolves(page: Path) -> None:
     assert broken_links(page, page.read_text()) == []
 
 
-def test_every_command_and_flag_the_readme_shows_exists() -> None:
-    text = (REPO / "README.md").read_text()
-    assert len(_shown_commands(text)) >= 12  # the commands table and the first study are read
-    assert unknown_cli(text, cli_options()) == []
+def test_the_readmes_commands_are_read() -> None:
+    assert len(_shown_commands((REPO / "README.md").read_text())) >= 12  # the commands table, the first study
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(REPO).as_posix())
+def test_every_command_and_flag_shown_exists(page: Path) -> None:
+    assert unknown_cli(page.read_text(), cli_options()) == []
 
 
 def test_every_setting_the_readme_names_is_a_field_of_the_settings_object() -> None:
@@ -173,11 +182,9 @@ def test_every_setting_the_docs_name_is_read_by_the_product() -> None:
             assert _read_elsewhere(name), f"{page.name}: {name} is neither a setting nor read by any module"
 
 
-def test_docs_holds_the_reference() -> None:
+def test_docs_holds_the_reference_and_the_readme_maps_it() -> None:
     assert len(DOCS) >= MIN_DOC_PAGES, [p.name for p in DOCS]
-    readme = (REPO / "README.md").read_text()
-    assert all(f"(docs/{p.name})" in readme or f"(docs/{p.name}#" in readme for p in DOCS
-               if not p.name.startswith("_")), "a docs page the README's map does not link"
+    assert unmapped((REPO / "README.md").read_text(), [p.name for p in DOCS]) == []
 
 
 # ---- each check fails where it should --------------------------------------------------------------------
@@ -236,3 +243,9 @@ def test_unknown_settings_names_a_variable_the_settings_object_lacks() -> None:
 def test_read_elsewhere_tells_a_read_variable_from_an_invented_one() -> None:
     assert _read_elsewhere("STUDYC_MACHINE_ID")
     assert not _read_elsewhere("STUDYC_NO_SUCH_KNOB")
+
+
+def test_unmapped_names_a_page_the_readme_does_not_link() -> None:
+    readme = "| [docs/gpu.md](docs/gpu.md) | ... |\nsee [checks](docs/checks.md#the-checks)\n`[x](docs/site.md)`\n"
+    assert unmapped(readme, ["gpu.md", "checks.md"]) == []
+    assert unmapped(readme, ["gpu.md", "site.md"]) == ["docs/site.md: not in the README's map of the docs"]
