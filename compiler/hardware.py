@@ -87,6 +87,16 @@ def _normalize(name: str) -> str:
     return key.removeprefix("nvidia-")
 
 
+def hardware_key(name: str | None) -> str | None:
+    """The table key of a card by key, alias or nvidia-smi name ("NVIDIA H100 80GB HBM3" -> h100-sxm);
+    None for a card the table does not hold."""
+    if not name:
+        return None
+    key = _normalize(name)
+    key = _ALIASES.get(key, key)
+    return key if key in HARDWARE else None
+
+
 def get_hardware(name: str) -> Hardware:
     """Look up a card by table key, alias or nvidia-smi name, ignoring case ("NVIDIA H200" -> h200)."""
     key = _normalize(name)

@@ -8,19 +8,20 @@ Reads the results database through `runner.store.store` only; the fit and its le
 from __future__ import annotations
 
 import re
-import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from compiler.hardware import hardware_key
 from compiler.modelconfig import load_model
 from compiler.modelmath import ModelShape
 from compiler.plan import Launch, Plan, PointStep, kept_prompts
 from compiler.stepcost import Card, EngineShape
 from compiler.stepfit import ModelKey
-from compiler.stepreplay import StepLoad, cache_hit_tokens, predict
+from compiler.stepreplay import StepLoad, StepPrediction, cache_hit_tokens, predict
+from compiler.target_card import Calibration, PricedCard, target_card
 from compiler.workload_check import conversation_requests
 from report.ledger_fit import METRICS, StoredPoint, fit_keys
 
@@ -192,16 +193,16 @@ def store_points(store: Store, root: Path = REPO,
 
 
 def _latest_plans(store: Store) -> list[tuple[RunRecord, Plan]]:
-    """The latest calibrated run of each study in the store, with its plan (a study's latest run replaces its
-    earlier ones; a run whose plan is not readable is left out)."""
+    """The latest calibrated run of each study on each GPU in the store, with its plan (a study's latest run
+    on a GPU replaces its earlier ones there; a run whose plan is not readable is left out)."""
     runs = [run for run in store.runs()
             if run.calibrated and run.plan_json and (run.bandwidth_Bps or 0) > 0 and (run.flops_bf16 or 0) > 0]
     latest = {}
     for run in sorted(runs, key=lambda r: (str(r.started_at or ""), r.run_id)):
-        latest[run.study_id] = run.run_id
+        latest[(run.study_id, gpu_id(run.gpu_name))] = run.run_id
     out = []
     for run in runs:
-        plan = Plan.from_stored(run.plan_json) if run.run_id == latest[run.study_id] else None
+        plan = Plan.from_stored(run.plan_json) if run.run_id == latest[(run.study_id, gpu_id(run.gpu_name))] else None
         if plan is not None:
             out.append((run, plan))
     return out
@@ -247,13 +248,28 @@ def _burst(sends: Sequence[tuple[float, float | None]], slots: int) -> float | N
 
 
 # ---- predictions for a plan --------------------------------------------------------------------
-def _match_gpu(hardware: str, gpus: Iterable[str]) -> str | None:
-    want = re.sub(r"[^a-z0-9]", "", hardware.lower())
-    for gpu in sorted(gpus):
-        have = re.sub(r"[^a-z0-9]", "", gpu.lower())
-        if want and (want in have or have in want or want.split("sxm")[0] == have.split("sxm")[0]):
-            return gpu
-    return None
+ANY_GPU = "any GPU"  # the key of a fit over every GPU's points, each priced on its own run's card
+
+
+def gpu_id(name: str | None) -> str:
+    """A GPU's identity across names: its hardware-table key ("NVIDIA H100 80GB HBM3" -> h100-sxm), else
+    its label."""
+    return hardware_key(name) or _gpu_label(name)
+
+
+def read_calibrations(db: str | Path) -> list[Calibration]:
+    """Every calibrated run's measured ceilings, with or without points (a GPU's first run may have none)."""
+    from runner.store.store import Store
+
+    with Store(db, read_only=True) as store:
+        return store_calibrations(store)
+
+
+def store_calibrations(store: Store) -> list[Calibration]:
+    """`read_calibrations` from an open store."""
+    return [Calibration(_gpu_label(r.gpu_name), float(r.bandwidth_Bps), float(r.flops_bf16), r.run_id)
+            for r in store.runs()
+            if r.calibrated and r.bandwidth_Bps and r.flops_bf16 and r.bandwidth_Bps > 0 and r.flops_bf16 > 0]
 
 
 @dataclass(frozen=True)
@@ -269,36 +285,60 @@ class PointPrediction:
         return cls(dict.fromkeys(METRICS), note)
 
 
+def _rekey(p: StoredPoint, gpu: str) -> StoredPoint:
+    return replace(p, key=replace(p.key, gpu=gpu))
+
+
 def predict_points(
-    plan: Plan, points: Sequence[StoredPoint], hardware: str | None = None, root: Path = REPO
+    plan: Plan, points: Sequence[StoredPoint], hardware: str | None = None, root: Path = REPO,
+    calibrations: Sequence[Calibration] = (),
 ) -> dict[str, PointPrediction]:
-    """A prediction for every point of a plan (None values and why for one the replay does not model),
-    fitted from `points` on `hardware` (a GPU name; the plan's `hardware` by default) with the newest
-    vLLM version stored for it. Points no fit covers get None values and the reason."""
+    """A prediction for every point of a plan (None values and why for one the replay does not model) on
+    `hardware` (a GPU name; the plan's `hardware` by default), with the newest vLLM version stored. Each key
+    (vLLM version, model family, engine options) is fitted on the points of every GPU that measured it,
+    each point priced on its own run's card, and priced on the target's card (`compiler.target_card`: the
+    median of its calibrations, from `calibrations` and the points' runs, matched through the hardware
+    table; else its spec sheet scaled). A key the target GPU never measured says so in the note."""
     want = hardware or plan.hardware
-    gpu = _match_gpu(want, {p.key.gpu for p in points})
-    on_gpu = [p for p in points if p.key.gpu == gpu]
-    vllm = max((p.key.vllm_version for p in on_gpu), default=None, key=_version_tuple)
+    target = gpu_id(want)
     loads = plan_loads(plan, root)
-    if gpu is None or vllm is None:
-        note = f"no calibrated run on {want} in the database"
+    on_gpu = [p for p in points if gpu_id(p.key.gpu) == target]
+    vllm = max((p.key.vllm_version for p in on_gpu or points), default=None, key=_version_tuple)
+    if vllm is None:
+        note = f"no calibrated run in the database to fit the step-time model on (for {want})"
         return {p.id: PointPrediction.none(unreplayed(p) or note) for s in plan.launches for p in s.points}
-    used = [p for p in on_gpu if p.key.vllm_version == vllm]
-    fitted = fit_keys(p for p in used if any(p.key == key_of(gpu, vllm, s, e) for _, (e, s, _) in loads.items()))
-    card = Card(statistics.median(p.card.bandwidth_Bps for p in used),
-                statistics.median(p.card.flops_per_s for p in used))
     out: dict[str, PointPrediction] = {p.id: PointPrediction.none(why) for s in plan.launches for p in s.points
                                        if (why := unreplayed(p)) is not None}
+    needed = {key_of(ANY_GPU, vllm, s, e) for e, s, _ in loads.values()}
+    used = [q for p in points if p.key.vllm_version == vllm and (q := _rekey(p, ANY_GPU)).key in needed]
+    fitted = fit_keys(used)
+    gpus_of: dict[ModelKey, set[str]] = defaultdict(set)
+    for p in points:
+        gpus_of[replace(p.key, gpu=ANY_GPU)].add(p.key.gpu)
+    runs = {p.run_id: Calibration(p.key.gpu, p.card.bandwidth_Bps, p.card.flops_per_s, p.run_id) for p in points}
+    for c in calibrations:
+        runs.setdefault(c.run_id, c)
+    try:
+        priced: PricedCard | str = target_card(want, list(runs.values()))
+    except ValueError as exc:
+        priced = str(exc)
     for pid, (engine, shape, load) in loads.items():
-        key = key_of(gpu, vllm, shape, engine)
-        coef = fitted.get(key)
-        if coef is None:
-            out[pid] = PointPrediction.none(f"no stored run measured {key.label()}")
-            continue
-        pr = predict(shape, load, engine, card, coef)
-        out[pid] = PointPrediction({"output_throughput": pr.output_throughput, "tpot_s": pr.tpot_s,
-                                    "ttft_s": pr.ttft_s})
+        key = key_of(ANY_GPU, vllm, shape, engine)
+        gpus = sorted(gpus_of[key])
+        if key not in fitted:
+            out[pid] = PointPrediction.none(f"no stored run measured {key_of(want, vllm, shape, engine).label()}")
+        elif isinstance(priced, str):
+            out[pid] = PointPrediction.none(f"{key_of(want, vllm, shape, engine).label()}: measured on "
+                                            f"{', '.join(gpus)} only, and {priced}")
+        else:
+            measured = any(gpu_id(g) == target for g in gpus)
+            note = "" if measured else f"not measured on {target}: fitted on {', '.join(gpus)}'s points, {priced.note}"
+            out[pid] = _prediction(predict(shape, load, engine, priced.card, fitted[key]), note)
     return out
+
+
+def _prediction(pr: StepPrediction, note: str = "") -> PointPrediction:
+    return PointPrediction({"output_throughput": pr.output_throughput, "tpot_s": pr.tpot_s, "ttft_s": pr.ttft_s}, note)
 
 
 def key_of(gpu: str, vllm: str, shape: ModelShape, engine: EngineShape) -> ModelKey:

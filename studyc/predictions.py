@@ -7,7 +7,7 @@ the run is open, and stores each point's prediction beside its measurement.
 from __future__ import annotations
 
 from compiler.plan import Plan
-from report.ledger import PointPrediction, predict_points, store_points
+from report.ledger import PointPrediction, predict_points, store_calibrations, store_points
 from runner.execute.driver import Progress
 from runner.store.records import RunRecord
 from runner.store.store import Store
@@ -22,7 +22,7 @@ def predict_run(store: Store, plan: Plan, run: RunRecord, progress: Progress) ->
     points = [p for p in store_points(store) if p.run_id != run.run_id]
     progress.message(f"fitting the step-time model from {len({p.run_id for p in points})} run(s)")
     try:
-        return predict_points(plan, points, hardware=run.gpu_name)
+        return predict_points(plan, points, hardware=run.gpu_name, calibrations=store_calibrations(store))
     except ValueError as exc:
         note = f"the step-time model could not be fitted: {exc}"
         return {p.id: PointPrediction.none(note) for p in plan.points}
