@@ -15,6 +15,7 @@ from typing import Any
 
 from compiler.load import LoadedStudy
 from report import score_text
+from report.alpha_ledger import ONE_RUN, SHARED
 from report.context import build_context
 from report.results import RunData, all_runs, latest_runs
 from report.run_compare import StudyRuns, compare_runs
@@ -69,6 +70,13 @@ def json_row(s: Score) -> dict[str, Any]:
     out["interval_label"] = s.interval_label
     out["verdict_label"] = s.verdict_label
     out["verdict_spec_label"] = s.verdict_spec_label
+    out["alpha_ledger"] = None if s.alpha_ledger is None else out["alpha_ledger"] | {
+        "runs": list(s.alpha_ledger.runs), "other_prediction": list(s.alpha_ledger.other_prediction),
+        "unknown": list(s.alpha_ledger.unknown), "m": s.alpha_ledger.m, "share": s.alpha_ledger.share,
+        "text": s.alpha_ledger.text}
+    out["set_aside"] = None if s.set_aside is None else out["set_aside"] | {
+        "blocks": list(s.set_aside.blocks), "look": list(s.set_aside.look) if s.set_aside.look else None,
+        "published": s.verdict, "text": score_text.set_aside(s)}
     return out
 
 
@@ -120,9 +128,8 @@ def print_table(result: Audit) -> None:
         console.print(f"not calibrated (predicted against the spec sheet): {', '.join(uncalibrated)}",
                       markup=False, highlight=False)
     for s in result.scores:
-        for reason in s.reasons:
-            if reason.why is not Why.NOT_CALIBRATED:
-                console.print(f"  {s.study_id}/{s.hypothesis}: {reason.text}", markup=False, highlight=False)
+        for line in [r.text for r in s.reasons if r.why is not Why.NOT_CALIBRATED] + ledger_lines(s):
+            console.print(f"  {s.study_id}/{s.hypothesis}: {line}", markup=False, highlight=False)
     if any(r.why is Why.STRADDLES for s in result.scores for r in s.reasons):
         console.print(PLANNER_POINTER, markup=False, highlight=False)
     for study_runs in result.compared.values():
@@ -134,6 +141,15 @@ def print_table(result: Audit) -> None:
 # estimate at its own spread, where the planner sizes a design for 80% power from every stored run.
 PLANNER_POINTER = ("  (those launch counts hold this run's spread and mean; launches for 80% power, with their GPU "
                    "time: studyc plan STUDY --db DB)")
+
+
+def ledger_lines(s: Score) -> list[str]:
+    """The score's lines beyond its reasons: a block set aside after the run (both verdicts), and the alpha
+    ledger where more than one run states the hypothesis' id (shared 5%, or a new hypothesis)."""
+    out = [score_text.set_aside(s)] if s.set_aside else []
+    if s.alpha_ledger is not None and s.alpha_ledger.case != ONE_RUN:
+        out.append(s.alpha_ledger.text)
+    return out
 
 
 def spec_differs(s: Score) -> bool:
@@ -157,7 +173,21 @@ def markdown_rows(result: Audit) -> list[tuple[str, ...]]:
     source = {(loaded.study.study.id, h.id): h.source.strip()
               for loaded in result.studies for h in loaded.study.hypothesis}
     return [(s.study_id, s.claim, source.get((s.study_id, s.hypothesis)) or "-", score_text.prediction(s),
-             score_text.measured(s), str(s.n), s.verdict_label) for s in result.scores]
+             score_text.measured(s), str(s.n), verdict_cell(s)) for s in result.scores]
+
+
+def verdict_cell(s: Score) -> str:
+    """The published verdict, with the one the stopping rule saw during the run beside it where a block was set
+    aside after the run, and the run's share where runs share the hypothesis' 5%: "inconclusive (during the run,
+    with block 11: refuted at look 11)", "confirmed (5%/2: 2 runs share it)"."""
+    out = s.verdict_label
+    if s.set_aside is not None:
+        look = f" at look {s.set_aside.look[0]}" if s.set_aside.look else ""
+        blocks = ", ".join(str(b) for b in s.set_aside.blocks)
+        out += f" (during the run, with block {blocks}: {s.set_aside.verdict}{look})"
+    if s.alpha_ledger is not None and s.alpha_ledger.case == SHARED:
+        out += f" (5%/{s.alpha_ledger.m}: {s.alpha_ledger.m} runs share it)"
+    return out
 
 
 def markdown_table(result: Audit) -> str:
@@ -183,7 +213,11 @@ def markdown_table(result: Audit) -> str:
                              "most \"inconclusive (one launch)\", as is a single value. A tail percentile that sits "
                              "between two modes on any of its points is \"inconclusive (on a cliff)\": more "
                              "launches would not decide it. A ratio's interval is on the log scale, never "
-                             "negative. Runs: " + "; ".join(runs) + ".")]
+                             "negative. A block set aside after the run (split across hosts by a resume) is left "
+                             "out of the published verdict; the verdict the stopping rule saw with it is beside "
+                             "it. Runs that state the same prediction under the same id share its 5% (\"5%/2\": "
+                             "each read at 97.5%, a sequential run's looks splitting that share); a changed "
+                             "prediction is a new hypothesis. Runs: " + "; ".join(runs) + ".")]
     return "\n".join(lines)
 
 

@@ -10,7 +10,7 @@ are stable); the context says so (`plan_source`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from compiler.hardware import Hardware, HardwareError, get_hardware
@@ -23,6 +23,7 @@ from compiler.plan_resolve import hypothesis_side, hypothesis_step
 from compiler.predict_resolve import model_folder, serving_dtypes
 from compiler.select import Target, sides
 from compiler.study import Hypothesis, Study
+from report.alpha_ledger import AlphaShare, ledger
 from report.intervals import Layout, layout
 from report.results import RunData
 from runner.store.records import RunRecord
@@ -61,6 +62,7 @@ class StudyContext:
     spec_hw: Hardware | None
     calibrated: bool
     layout: Layout
+    alpha: dict[str, AlphaShare] = field(default_factory=dict)  # hypothesis id -> the run's share (alpha_ledger)
 
     @property
     def study(self) -> Study:
@@ -174,4 +176,5 @@ def build_context(loaded: LoadedStudy, data: RunData | None) -> StudyContext:
         recompiled=tuple(recompiled), hypotheses=hypotheses, unresolved=unresolved, models=arm_models(loaded),
         calibrated_hw=cal, spec_hw=spec, calibrated=calibrated,
         layout=layout(plan),
+        alpha=ledger(data.study_runs, data.run_id) if data and data.study_runs else {},
     )

@@ -390,6 +390,7 @@ class Layout:
     servers: dict[str, Place] = field(default_factory=dict)
     budget_blocks: int | None = None  # the sequential budget's blocks; None: a fixed design
     first_look: int = 1  # blocks before the first look (the required blocks)
+    during_run: bool = False  # read as the stopping rule read it during the run: no block set aside after it
 
     def point(self, point_id: str, server_id: str | None, repeat: int) -> Place:
         """The place of a point; without a plan entry its server is its launch, in an unknown block."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
@@ -44,6 +44,7 @@ class RunData:
     set_aside: tuple[PointRecord, ...] = field(default=())  # kept, not read (`PointRecord.set_aside` says why)
     segments: tuple[SegmentRecord, ...] = ()  # where its wall went (none in a run stored before they were)
     phases: tuple[PhaseRecord, ...] = ()
+    study_runs: tuple[RunRecord, ...] = ()  # every run of its study in the databases read (report.alpha_ledger)
 
     @cached_property
     def hosts(self) -> dict[str, str]:
@@ -107,15 +108,18 @@ def all_runs(dbs: Sequence[Path]) -> dict[str, list[tuple[Path, RunRecord]]]:
 def latest_runs(dbs: Sequence[Path]) -> dict[str, RunData]:
     """study_id -> its latest complete run across every database (by start time, then run id)."""
     best: dict[str, tuple[Path, RunRecord]] = {}
+    every: dict[str, list[RunRecord]] = {}
     for db in dbs:
         with Store(db, read_only=True) as store:
             for run in store.runs():
+                every.setdefault(run.study_id, []).append(run)
                 if run.status != PUBLISHED:
                     continue
                 current = best.get(run.study_id)
                 if current is None or run_order(run) > run_order(current[1]):
                     best[run.study_id] = (Path(db), run)
-    return {study_id: read_run(db, run.run_id) for study_id, (db, run) in sorted(best.items())}
+    return {study_id: replace(read_run(db, run.run_id), study_runs=tuple(sorted(every[study_id], key=run_order)))
+            for study_id, (db, run) in sorted(best.items())}
 
 
 def read_run(db: Path, run_id: str) -> RunData:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -228,10 +228,12 @@ def compare_runs(loaded: LoadedStudy, runs: Sequence[tuple[Path, RunRecord]], pu
     except (OSError, UnicodeDecodeError):
         toml_now = None
     base = {s.hypothesis: s for s in published_scores}
+    siblings = tuple(r for _, r in runs)
     out = []
     for db, run in runs:
         mine = published is not None and run.run_id == published.run_id and Path(db) == published.db
-        scores = tuple(published_scores) if mine else tuple(score(build_context(loaded, read_run(db, run.run_id))))
+        scores = tuple(published_scores) if mine else tuple(score(build_context(loaded, replace(
+            read_run(db, run.run_id), study_runs=siblings))))  # read at its share of the ledger too
         comparable = (not mine and published is not None and run.status == PUBLISHED
                       and same_version(run, published.run) and run.gpu_name == published.run.gpu_name
                       and run.vllm_version == published.run.vllm_version)

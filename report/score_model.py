@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from compiler.metrics import METRICS
+from report.alpha_ledger import AlphaShare
 from report.verdict import VERDICTS, Verdict
 from studyc import format as fmt
 
@@ -127,6 +128,28 @@ class Reason:
 
 
 @dataclass(frozen=True)
+class SetAside:
+    """A hypothesis resting on a block set aside after the run (split across hosts by a resume): the verdict as
+    the stopping rule saw it during the run, with the block, beside the published one without it."""
+
+    blocks: tuple[int, ...]  # the blocks set aside after the run
+    verdict: Verdict  # with them, as the stopping rule read it
+    measured: float | None
+    ci_low: float | None
+    ci_high: float | None
+    confidence: float
+    look: tuple[int, int] | None
+    n: int
+
+    @property
+    def label(self) -> str:
+        """"refuted (99.89% interval, look 11 of 12, with block 11)"."""
+        blocks = ", ".join(str(b) for b in self.blocks)
+        return (f"{self.verdict} ({interval_label(self.confidence, self.look)}, with block"
+                f"{'s' if len(self.blocks) > 1 else ''} {blocks})")
+
+
+@dataclass(frozen=True)
 class Score:
     study_id: str
     hypothesis: str
@@ -166,6 +189,8 @@ class Score:
     interval: str = ""  # how the interval was computed (report.intervals)
     confidence: float = 0.95  # the two-sided confidence the interval was read at (a sequential look's own)
     look: tuple[int, int] | None = None  # (the run's look, the budget's blocks) of a sequential run; None: fixed
+    alpha_ledger: AlphaShare | None = None  # the run's share of the hypothesis' 5% (report.alpha_ledger)
+    set_aside: SetAside | None = None  # the verdict with a block set aside after the run kept (report.scoring.score)
 
     @property
     def interval_kind(self) -> str:

@@ -91,3 +91,20 @@ def measured(score: Score, *, spread: bool = False, n: bool = False) -> str:
     if n:
         parts.append(f"n = {score.n}")
     return f"{mean(score)} ({'; '.join(parts)})"
+
+
+def set_aside(score: Score) -> str:
+    """The published verdict beside the one the stopping rule saw during the run, for a hypothesis resting on a
+    block set aside after the run ("" for none): "block 11 set aside after the run: published, without it:
+    inconclusive, 99.89% interval 0.992–1.041x, look 10 of 12; as the stopping rule saw it during the run,
+    with it: refuted, 99.89% interval 0.995–1.038x, look 11 of 12"."""
+    aside = score.set_aside
+    if aside is None:
+        return ""
+    blocks = ", ".join(str(b) for b in aside.blocks)
+    during = (fmt.span(aside.ci_low, aside.ci_high, score.display_unit, ref=aside.measured)
+              if aside.n >= 2 and aside.measured is not None else "-")
+    look = f", look {aside.look[0]} of {aside.look[1]}" if aside.look else ""
+    return (f"block {blocks} set aside after the run: published, without it: {score.verdict_label}, "
+            f"{labelled(score)}; as the stopping rule saw it during the run, with it: {aside.verdict}, "
+            f"{fmt.percent_level(aside.confidence)} interval {during}{look}")

@@ -14,6 +14,11 @@ with the stopping rule's repeated confidence interval at the run's look after th
 (report.intervals.run_look, report.sequential), and the score says which (`Score.interval_label`). An interval without launch-to-launch
 variation (one launch per arm, or a single value) decides nothing: at most "inconclusive (one launch)",
 with what would decide it (report.deciding).
+
+Across runs, a hypothesis stated alike by m complete runs spends 5%/m in each (report.alpha_ledger, read from
+the context): its looks are read at that share. A block set aside after the run (split across hosts by a
+resume) is left out of the published verdict; the verdict the stopping rule saw with it is kept beside it
+(`Score.set_aside`).
 """
 
 from __future__ import annotations
@@ -41,9 +46,9 @@ from report.intervals import (
 from report.prediction import Resolved, resolve_prediction
 from report.premise import premised
 from report.results import RunData
-from report.score_model import Reason, Score, Why, interval_label
+from report.score_model import Reason, Score, SetAside, Why, interval_label
 from report.sequential import look_alpha, look_critical
-from report.sides import MeasuredSide, point_side, server_side
+from report.sides import MeasuredSide, point_side, server_side, split_blocks
 from report.verdict import Verdict, judge, straddled
 from runner.checks.tails import TAILS
 from runner.store.records import CheckResult
@@ -95,7 +100,14 @@ def score(ctx: StudyContext, *, explain: bool = True) -> list[Score]:
             failed.setdefault(check.point_id, []).append(check)
     run_blocks = run_look(ctx.layout.blocks(ctx.data.points)) if ctx.data else 0
     hypotheses = ctx.study.hypothesis
-    return premised(hypotheses, [_score(ctx, hyp, failed, run_blocks, explain) for hyp in hypotheses])
+    scores = premised(hypotheses, [_score(ctx, hyp, failed, run_blocks, explain) for hyp in hypotheses])
+    aside = sorted(split_blocks(ctx.data, ctx.layout)) if ctx.data else []
+    if not aside:
+        return scores
+    during = {s.hypothesis: s for s in score(replace(ctx, layout=replace(ctx.layout, during_run=True)), explain=False)}
+    return [replace(s, set_aside=SetAside(tuple(aside), d.verdict, d.measured, d.ci_low, d.ci_high, d.confidence,
+                                          d.look, d.n)) if s.has(Why.SPLIT_HOSTS) and (d := during[s.hypothesis])
+            else s for s in scores]
 
 
 def _score(ctx: StudyContext, hyp: Hypothesis, failed: dict[str, list[CheckResult]], run_blocks: int,
@@ -132,7 +144,8 @@ def _score(ctx: StudyContext, hyp: Hypothesis, failed: dict[str, list[CheckResul
                 side_list.append(server_side(data, plan_side.servers, hyp.metric, ctx.layout))
             else:
                 side_list.append(point_side(data, plan_side.points, hyp.metric, failed, ctx.layout))
-    values, stats, method = _estimate(side_list, notes, ctx.layout, run_blocks)
+    share = ctx.alpha.get(hyp.id)
+    values, stats, method = _estimate(side_list, notes, ctx.layout, run_blocks, share.share if share else 1.0)
     checks = sorted(set().union(*(s.checks for s in side_list))) if side_list else []
     flagged: dict[str, list[str]] = {}
     for s in side_list:
@@ -190,7 +203,8 @@ def _score(ctx: StudyContext, hyp: Hypothesis, failed: dict[str, list[CheckResul
         run_id=data.run_id if data else None, calibrated=ctx.calibrated, checks=tuple(checks),
         flags=tuple(flags), reasons=tuple(notes),
         point_ids=tuple(p for s in side_list for p in s.point_ids), interval=method,
-        confidence=stats.confidence if stats else 0.95, look=stats.look if stats else None,
+        confidence=stats.confidence if stats else 1.0 - look_alpha(0, None, share=share.share if share else 1.0),
+        look=stats.look if stats else None, alpha_ledger=share,
     )
 
 
@@ -201,7 +215,7 @@ def _interval(side_list: list[MeasuredSide], critical: Critical) -> Interval:
 
 
 def _estimate(side_list: list[MeasuredSide], notes: list[Reason], design: Layout,
-              run_blocks: int) -> tuple[list[float], Stats | None, str]:
+              run_blocks: int, share: float = 1.0) -> tuple[list[float], Stats | None, str]:
     """(unit values, statistics, method): the interval at the level that varies (report.intervals), read at
     the look of the blocks it uses when the plan had a sequential budget (report.sequential): a paired
     ratio's paired blocks, else the blocks its values come from, at the run's look after the last of them
@@ -211,7 +225,7 @@ def _estimate(side_list: list[MeasuredSide], notes: list[Reason], design: Layout
         return [], None, ""
     try:
         blocks = run_look(_interval(side_list, fixed_critical).blocks)  # the run's look at its last block
-        critical = look_critical(blocks, design.budget_blocks, design.first_look)
+        critical = look_critical(blocks, design.budget_blocks, design.first_look, share)
         est = _interval(side_list, critical)
     except ZeroDivisionError:
         notes.append(Reason(Why.ZERO_DENOMINATOR, count=len(side_list[1].values)))
@@ -220,7 +234,7 @@ def _estimate(side_list: list[MeasuredSide], notes: list[Reason], design: Layout
         notes.extend(Reason(Why.NOT_EXCHANGEABLE, point=o.id, detail=o.why) for s in side_list for o in s.values
                      if not o.exchangeable)
         return [], None, ""
-    confidence = 1.0 - look_alpha(blocks, design.budget_blocks, design.first_look)
+    confidence = 1.0 - look_alpha(blocks, design.budget_blocks, design.first_look, share)
     look = (blocks, design.budget_blocks) if design.budget_blocks is not None else None
     if look is not None and blocks < run_blocks:
         notes.append(Reason(Why.EARLY_LOOK, count=blocks, detail=interval_label(confidence, look)))

@@ -48,7 +48,10 @@ class MeasuredSide:
 def split_blocks(data: RunData, design: Layout) -> dict[int, str]:
     """Block -> why it is left out of every interval: its points ran on more than one host (`RunData.hosts`),
     so its arms' ratio holds the hosts' difference too. A `--resume` since schema 6 runs such a block again
-    whole; one found in an older run is left out here."""
+    whole; one found in an older run is left out here. None are left out of a layout read as the stopping rule
+    read it during the run (`Layout.during_run`)."""
+    if design.during_run:
+        return {}
     hosts: dict[int, set[str]] = {}
     for p in data.points:
         block = design.point(p.point_id, p.server_id, p.repeat).block

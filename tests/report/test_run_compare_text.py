@@ -35,12 +35,13 @@ def test_the_other_runs_word_for_word(three_runs: tuple[StudyRuns, str]) -> None
     assert compared.lines() == [
         "toy: 3 runs; verdicts from second",
         f"  run first (same file, GPU and vLLM): complete; {setup}",
-        "    first same: 0.980x (95% interval 0.978–0.982x, n 3), confirmed; against the published run: "
+        "    first same: 0.980x (97.5% interval 0.976–0.984x, n 3), confirmed; against the published run: "
         "Welch t = -15.58, df 3.0, p < 0.001",
         f"  run cut (for reference): partial: not scored (only complete runs are); {setup}",
-        "    cut same: 1.000x (95% interval 1.000–1.000x, n 3); against the published run: Welch t = 0.00, df 2.0, p = 1",
+        "    cut same: 1.000x (98.33% interval 1.000–1.000x, n 3); against the published run: Welch t = 0.00, df 2.0, "
+        "p = 1",  # two complete runs and this one, were it to complete: 5%/3
         f"  run second (published): complete; {setup}",
-        "    second same: 1.000x (95% interval 0.995–1.005x, n 3), confirmed",
+        "    second same: 1.000x (97.5% interval 0.993–1.007x, n 3), confirmed",  # two complete runs share 5%
         "  toy/same: runs differ (p < 0.001): run first against the published second",
     ]
     assert compared.summary() == ("; other runs: first complete, same file, GPU and vLLM, cut partial, not scored; "

@@ -171,7 +171,7 @@ def base(**kw: Any) -> dict[str, Any]:
         band_low_spec=None, band_high_spec=None, values=(), n=0, measured=None, ci_low=None, ci_high=None,
         spread_low=None, spread_high=None, error=None, error_spec=None, off_band=None, off_band_spec=None,
         run_id=RUN, calibrated=False, checks=(), flags=(), reasons=(), point_ids=(), interval="", confidence=0.95,
-        look=None,
+        look=None, alpha_ledger=None, set_aside=None,
     )
     out.update(kw)
     return out
