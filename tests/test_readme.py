@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 import pytest
+from click.testing import CliRunner, Result
 
 from tests.conftest import REPO
 
@@ -259,3 +260,35 @@ def test_unmapped_names_a_page_the_readme_does_not_link() -> None:
 def test_too_few_counts_the_pages() -> None:
     assert too_few(["faults.md", "gpu.md"]) == "docs/ has 2 pages, under 5: faults.md, gpu.md"
     assert too_few(["a.md", "b.md", "c.md", "d.md", "e.md"]) is None
+
+
+def brief_study(readme: str) -> str:
+    """The README's "A study file, in brief": its first TOML block."""
+    block = re.search(r"^```toml\n(.*?)^```", readme, re.S | re.M)
+    assert block, "the README shows no study file"
+    return block.group(1)
+
+
+def validate_in_a_tree(tmp: Path, study: str) -> Result:
+    """`studyc validate` on `study` placed as studies/brief.toml beside the repository's models/ and sources/."""
+    from studyc.cli import main
+
+    (tmp / "studies").mkdir()
+    for folder in ("models", "sources"):
+        (tmp / folder).symlink_to(REPO / folder)
+    (tmp / "studies" / "brief.toml").write_text(study)
+    return CliRunner().invoke(main, ["validate", str(tmp / "studies" / "brief.toml")])
+
+
+def test_the_readmes_study_file_validates(tmp_path: Path) -> None:
+    result = validate_in_a_tree(tmp_path, brief_study((REPO / "README.md").read_text()))
+    assert result.exit_code == 0, result.output
+    assert "ok (1 hypothesis)" in result.output
+
+
+def test_a_broken_study_file_in_the_readme_would_be_caught(tmp_path: Path) -> None:
+    study = brief_study((REPO / "README.md").read_text()).replace("concurrency = [1, 8, 32, 128]",
+                                                                   "concurrency = [1, 8, 32, 0]")
+    result = validate_in_a_tree(tmp_path, study)
+    assert result.exit_code == 2
+    assert "brief.toml:" in result.output and "load.concurrency[3]" in result.output
