@@ -83,7 +83,7 @@ def _shown_commands(text: str) -> list[str]:
         going = False  # the line before ran studyc, so an indented line continues it
         for line in block.splitlines():
             line = re.sub(r"\s#.*", "", line)
-            if re.match(r"\s*(?:\S+=\S+ )*(?:\S*/)?studyc ", line):
+            if re.match(r"\s*(?:\w+=(?:\"[^\"]*\"|\S+) +)*(?:\S*/)?studyc ", line):
                 shown.append(line)
                 going = True
             elif going and line.startswith(" ") and line.strip():
@@ -223,12 +223,15 @@ def test_slug_follows_github() -> None:
 
 def test_unknown_cli_finds_a_missing_command_and_a_foreign_flag() -> None:
     options = {"run": {"--db", "--resume"}, "audit": {"--db", "--format"}}
-    good = "```bash\nstudyc run s.toml --db x  # then --resume\n  --resume\nbash scripts/test.sh --fast\n```\n" \
+    good = "```bash\nstudyc run s.toml --db x  # then --resume\n  --resume\nbash scripts/test.sh --fast\n" \
+           "STUDYC_VLLM=\"python3 -m vllm\" .venv/bin/studyc run S --resume && studyc audit S --format json\n```\n" \
            "`studyc audit S --format json` and `--fast` elsewhere"
     assert unknown_cli(good, options) == []
-    bad = "```\nstudyc run s.toml --dbb x\nstudyc frobnicate\n```\n`studyc audit S --resume`"
+    bad = "```\nstudyc run s.toml --dbb x\nstudyc frobnicate\nX=\"a b\" studyc run S && studyc audit S --resume\n```\n" \
+          "`studyc audit S --resume`"
     assert unknown_cli(bad, options) == [
         "studyc run --dbb: no such option", "studyc frobnicate: no such command", "studyc audit --resume: no such option",
+        "studyc audit --resume: no such option",
     ]
 
 
