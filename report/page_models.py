@@ -185,6 +185,10 @@ class HypothesisRow:
     checks: str
     flags: tuple[str, ...]
     notes: tuple[str, ...]
+    during_run: str = ""  # the verdict the stopping rule saw with a block set aside after the run ("" for none)
+    during_run_label: str = ""  # "with block 11, look 11 of 12"
+    set_aside: str = ""  # both verdicts side by side, in words (report.score_text.set_aside)
+    alpha_ledger: str = ""  # where runs share the hypothesis' 5%, or a changed prediction made it new
 
 
 @dataclass(frozen=True)

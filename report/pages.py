@@ -17,6 +17,7 @@ from compiler.modelmath import ModelShape, describe
 from compiler.study import Study
 from compiler.workload import length_text
 from report import charts, forest, score_text
+from report.alpha_ledger import ONE_RUN
 from report.audit import spec_differs
 from report.context import StudyContext
 from report.cost import cost_text, site_cost_text, timing
@@ -208,6 +209,10 @@ def _hypothesis_row(study: Study, s: Score) -> HypothesisRow:
         off_band=score_text.off_band(s), verdict=s.verdict, verdict_label=s.verdict_label,
         spec=_spec_cell(s), checks=", ".join(s.checks), flags=s.flags,
         notes=tuple(r.text for r in s.reasons if r.why is not Why.NOT_CALIBRATED),  # said once, above the table
+        during_run=s.set_aside.verdict if s.set_aside else "",
+        during_run_label=s.set_aside.label if s.set_aside else "",
+        set_aside=score_text.set_aside(s),
+        alpha_ledger=s.alpha_ledger.text if s.alpha_ledger and s.alpha_ledger.case != ONE_RUN else "",
     )
 
 

@@ -143,10 +143,9 @@ class SetAside:
 
     @property
     def label(self) -> str:
-        """"refuted (99.89% interval, look 11 of 12, with block 11)"."""
+        """What that verdict was read at: "99.89% interval, look 11 of 12, with block 11"."""
         blocks = ", ".join(str(b) for b in self.blocks)
-        return (f"{self.verdict} ({interval_label(self.confidence, self.look)}, with block"
-                f"{'s' if len(self.blocks) > 1 else ''} {blocks})")
+        return f"{interval_label(self.confidence, self.look)}, with block{'s' if len(self.blocks) > 1 else ''} {blocks}"
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,10 @@ from report.alpha_ledger import NEW_HYPOTHESIS, ONE_RUN, SHARED, ledger
 from report.audit import audit_studies, json_rows, markdown_table
 from report.context import build_context
 from report.intervals import t_quantile
+from report.pages import study_page
 from report.results import latest_runs
 from report.scoring import score
+from report.site import environment
 from runner.store.records import RunRecord
 from tests.conftest import REPO
 from tests.report.test_run_compare import _run, _study
@@ -95,8 +97,16 @@ def test_a_block_set_aside_after_the_run_is_shown_beside_the_published_verdict(t
     assert (row["published"], row["verdict"], row["blocks"]) == ("confirmed", "inconclusive", [2])
     assert row["text"].startswith("block 2 set aside after the run: published, without it: confirmed")
     assert "(during the run, with block 2: inconclusive)" in markdown_table(result)
+    ctx = build_context(load_study(study), latest_runs([db])["toy"])
+    html = environment().get_template("study.html").render(page=study_page(ctx, score(ctx), ""))
+    assert 'during the run:</span> <span class="verdict v-inconclusive">inconclusive</span>' in html
+    assert '<p class="set-aside">block 2 set aside after the run: published, without it: confirmed' in html
     _run(db, study, "whole", [1.0, 1.3, 1.002], day=2)  # nothing split: nothing beside it
-    assert audit_studies([load_study(study)], [db]).scores[0].set_aside is None
+    again = audit_studies([load_study(study)], [db]).scores[0]
+    assert again.set_aside is None and again.alpha_ledger is not None and again.alpha_ledger.m == 2
+    ctx = build_context(load_study(study), latest_runs([db])["toy"])
+    html = environment().get_template("study.html").render(page=study_page(ctx, score(ctx), ""))
+    assert "during the run:" not in html and '<p class="alpha-ledger">alpha ledger: 2 complete runs' in html
 
 
 @pytest.mark.skipif(not DB.exists(), reason="the committed results database is not here")
