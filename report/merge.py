@@ -1,17 +1,21 @@
-"""`studyc merge`: combine results databases from several hosts into one (a run already present is kept,
-unless the input holds it continued: every point of it and more)."""
+"""`studyc merge`: combine results databases (or folders) from several hosts into one (a run already present
+is kept, unless the input holds it continued: every point of it and more)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
 
+from report.exporting import merge_into_folder
 from runner.store.store import Store, compact
 from studyc.errors import StoreError
 
 
 def merge_databases(out: Path, inputs: Sequence[Path]) -> list[str]:
-    """Copy every run of each input into `out` (created if missing); one line of report per input."""
+    """Copy every run of each input into `out` (created if missing; a results folder gets each new run's
+    folder: report.exporting); one line of report per input (a database or a results folder)."""
+    if Path(out).is_dir():
+        return merge_into_folder(out, inputs)
     lines = []
     replaced = False
     with Store(out) as store:
@@ -20,7 +24,7 @@ def merge_databases(out: Path, inputs: Sequence[Path]) -> list[str]:
                 raise StoreError(f"{source}: no such results database")
             if Path(source).resolve() == Path(out).resolve():
                 raise StoreError(f"{source}: cannot merge a database into itself")
-            copied = store.merge_from(Path(source))
+            copied = store.merge_from(Store.database_file(Path(source), read_only=True))
             line = f"{source}: {copied.get('runs_new', 0)} new run(s)"
             if copied.get("runs_continued"):
                 line += f", {copied['runs_continued']} continued (more points than the copy in {out})"

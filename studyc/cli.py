@@ -12,6 +12,8 @@ from typing import Any
 
 import click
 
+from studyc.results_command import export, import_
+
 DEFAULT_DB = "results/studyc.duckdb"
 
 
@@ -330,11 +332,17 @@ def new(name: str, source: Path | None, out: Path | None) -> None:
 @click.argument("out", type=click.Path(path_type=Path))
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
 def merge(out: Path, inputs: tuple[Path, ...]) -> None:
-    """Combine results databases from several hosts into OUT (runs already there are kept)."""
+    """Combine results databases from several hosts into OUT (runs already there are kept).
+
+    OUT may be a results folder (studyc export): each new run is written as its own folder."""
     from report.merge import merge_databases
 
     for line in merge_databases(out, inputs):
         click.echo(line)
+
+
+main.add_command(export)
+main.add_command(import_)
 
 
 @main.command()

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import duckdb
 
+from runner.store.folder import Folders
 from runner.store.merging import Merging
 from runner.store.records import (
     CheckResult,
@@ -72,7 +73,7 @@ R = TypeVar("R")
 
 
 # ------------------------------------------------------------------------------------ the store
-class Store(Merging):
+class Store(Merging, Folders):
     """A results database. Use as a context manager; `transaction()` wraps one point's writes."""
 
     schema_version = str(SCHEMA_VERSION)
@@ -81,10 +82,9 @@ class Store(Merging):
         self.path = Path(path)
         if read_only and not self.path.exists():
             raise StoreError(f"{self.path}: no such results database (run `studyc run` first, or pass --db)")
-        if not read_only:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+        file = self.database_file(self.path, read_only)  # a results folder: the database built from it
         try:
-            self.con = duckdb.connect(str(self.path), read_only=read_only)
+            self.con = duckdb.connect(str(file), read_only=read_only)
         except duckdb.Error as exc:
             raise StoreError(f"{self.path}: cannot open results database: {exc}") from None
         found = self._version()

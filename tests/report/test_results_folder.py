@@ -1,0 +1,199 @@
+"""Results as a folder of files (report.exporting, runner.store.folder): `studyc export`, `import`, `merge` into a
+folder and `--db FOLDER`, on real DuckDB files holding runs copied out of the published results."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner, Result
+
+from runner.store.store import SCHEMA_VERSION, Store
+from runner.store.tables import TABLES
+from runner.store.timefmt import decode_times, encode_times
+from studyc.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+PUBLISHED = next((p for p in (REPO / "results" / "h200", REPO / "results" / "h200.duckdb") if p.exists()), None)
+MLA = ("20261201T042312-aaa653", "20261203T173415-385529", "20261205T121852-fcf0dd")  # mla-kv: 84 requests
+ROOF = ("20261203T075449-6a1a6d",)  # decode-roofline: 72 requests
+STUDIES = [str(REPO / "studies" / "mla_kv.toml"), str(REPO / "studies" / "decode_roofline.toml")]
+pytestmark = pytest.mark.skipif(PUBLISHED is None, reason="no published results in results/")
+
+
+def copy_runs(dest: Path, run_ids: tuple[str, ...]) -> Path:
+    """A results database holding these runs of the published results, every column as stored."""
+    assert PUBLISHED is not None
+    source = str(Store.database_file(PUBLISHED, read_only=True)).replace("'", "''")
+    with Store(dest) as store:
+        store.con.execute(f"ATTACH '{source}' AS src (READ_ONLY)")
+        marks = ", ".join("?" for _ in run_ids)
+        for table in TABLES:
+            have = store._columns(table.name, catalog="src")
+            names = ", ".join(c for c in table.column_names if c in have)
+            store.con.execute(f"INSERT INTO {table.name} ({names}) SELECT {names} FROM src.{table.name} "
+                              f"WHERE run_id IN ({marks})", list(run_ids))
+        store.con.execute("DETACH src")
+    return dest
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setenv("STUDYC_CACHE_DIR", str(tmp_path / "cache"))
+    yield tmp_path / "cache"
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return copy_runs(tmp_path / "small.duckdb", MLA + ROOF)
+
+
+def studyc(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args))
+
+
+def audit(db: Path) -> str:
+    result = studyc("audit", *STUDIES, "--db", str(db), "--format", "json")
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def everything(db: Path) -> list[object]:
+    """Every record of every table, read through the store."""
+    with Store(db, read_only=True) as store:
+        out: list[object] = []
+        for run in store.runs():
+            requests = store.run_request_records(run.run_id)
+            out += [run, store.servers(run.run_id), store.points(run.run_id), requests, store.checks(run.run_id),
+                    store.telemetry(run.run_id), store.timing(run.run_id)]
+        return out
+
+
+def one_line_error(result: Result, *fragments: str) -> None:
+    """A refusal: exit 1, one line naming what is wrong, no traceback."""
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
+    assert "Traceback" not in result.output
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+def test_round_trip_changes_nothing(db: Path, tmp_path: Path, fmt: str) -> None:
+    out, back = tmp_path / "out", tmp_path / "back.duckdb"
+    assert studyc("export", "--db", str(db), str(out), "--format", fmt).exit_code == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted([*MLA, *ROOF, "manifest.json"])
+    assert sorted(p.name for p in (out / ROOF[0]).iterdir()) == sorted(
+        ["manifest.json", *(f"{t.name}.{fmt}" for t in TABLES)])
+    assert studyc("import", str(out), "--db", str(back)).exit_code == 0
+    assert everything(back) == everything(db) == everything(out)
+    assert audit(db) == audit(back) == audit(out)
+
+
+def test_token_times_are_whole_nanoseconds_in_the_file(db: Path, tmp_path: Path) -> None:
+    studyc("export", "--db", str(db), str(tmp_path / "out"))
+    data = pq.read_table(tmp_path / "out" / ROOF[0] / "requests.parquet")
+    assert "token_times_s" not in data.column_names
+    assert str(data.schema.field("token_times_ns").type) == "list<element: int64>"
+    with Store(db, read_only=True) as store:
+        first = store.run_request_records(ROOF[0])
+    times = [t for records in first.values() for r in records for t in r.token_times_s]
+    ns = [t for row in data.column("token_times_ns").to_pylist() for t in row]
+    assert sorted(ns) == sorted(round(t * 1e9) for t in times) and len(ns) == len(times) > 1000
+
+
+def test_times_that_are_not_whole_nanoseconds_stay_doubles() -> None:
+    import pyarrow as pa
+
+    exact = pa.table({"token_times_s": pa.array([[1.000000001, 2.5], []], pa.list_(pa.float64()))})
+    assert encode_times(exact).column_names == ["token_times_ns"]
+    assert decode_times(encode_times(exact)).equals(exact)
+    finer = pa.table({"token_times_s": pa.array([[0.1 + 1e-12]], pa.list_(pa.float64()))})
+    assert encode_times(finer).equals(finer)
+
+
+@pytest.fixture
+def folder(db: Path, tmp_path: Path) -> Path:
+    assert studyc("export", "--db", str(db), str(tmp_path / "out")).exit_code == 0
+    return tmp_path / "out"
+
+
+def test_a_changed_file_is_named(folder: Path) -> None:
+    path = folder / ROOF[0] / "requests.parquet"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    one_line_error(studyc("audit", *STUDIES, "--db", str(folder)), str(path), "sha256")
+
+
+def test_a_file_that_is_not_parquet_is_named(folder: Path) -> None:
+    path = folder / ROOF[0] / "points.parquet"
+    path.write_bytes(b"not parquet at all")
+    manifest = folder / ROOF[0] / "manifest.json"
+    found = json.loads(manifest.read_text())
+    found["tables"]["points"]["sha256"] = __import__("hashlib").sha256(b"not parquet at all").hexdigest()
+    manifest.write_text(json.dumps(found))
+    one_line_error(studyc("import", str(folder), "--db", str(folder.parent / "x.duckdb")), str(path),
+                   "cannot read it as parquet")
+    assert not (folder.parent / "x.duckdb").exists()
+
+
+def test_a_missing_file_is_named(folder: Path) -> None:
+    path = folder / MLA[0] / "checks.parquet"
+    path.unlink()
+    one_line_error(studyc("audit", *STUDIES, "--db", str(folder)), str(path), "missing")
+
+
+def test_a_newer_schema_is_refused(folder: Path) -> None:
+    top = folder / "manifest.json"
+    found = json.loads(top.read_text())
+    found["schema_version"] = SCHEMA_VERSION + 1
+    top.write_text(json.dumps(found))
+    one_line_error(studyc("audit", *STUDIES, "--db", str(folder)), str(top), "newer than this studyc reads")
+    found["schema_version"] = SCHEMA_VERSION
+    top.write_text(json.dumps(found))
+    assert studyc("audit", *STUDIES, "--db", str(folder)).exit_code == 0
+
+
+def test_a_folder_is_read_only(folder: Path) -> None:
+    one_line_error(studyc("recheck", "--db", str(folder)), str(folder), "read-only", "studyc import")
+
+
+def test_export_and_import_refuse_to_overwrite(db: Path, folder: Path) -> None:
+    one_line_error(studyc("export", "--db", str(db), str(folder)), str(folder), "not an empty folder")
+    one_line_error(studyc("import", str(folder), "--db", str(db)), str(db), "exists")
+
+
+def test_the_cache_is_built_once_and_again_when_the_folder_changes(folder: Path, cache: Path, tmp_path: Path) -> None:
+    audit(folder)
+    built = list((cache / "results").glob("*.duckdb"))
+    assert len(built) == 1
+    stamp = built[0].stat().st_mtime_ns
+    audit(folder)
+    assert built[0].stat().st_mtime_ns == stamp  # read, not built again
+    more = copy_runs(tmp_path / "more.duckdb", ("20261129T232436-d4a41c",))
+    assert studyc("merge", str(folder), str(more)).exit_code == 0
+    again = list((cache / "results").glob("*.duckdb"))
+    audit(folder)
+    again = list((cache / "results").glob("*.duckdb"))
+    assert len(again) == 1 and again != built  # a new digest; the old file removed
+
+
+def test_merge_into_a_folder_writes_only_the_new_run(tmp_path: Path, db: Path) -> None:
+    first = copy_runs(tmp_path / "mla.duckdb", MLA)
+    out = tmp_path / "merged"
+    assert studyc("export", "--db", str(first), str(out)).exit_code == 0
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    second = copy_runs(tmp_path / "roof.duckdb", ROOF)
+    result = studyc("merge", str(out), str(second), str(first))
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [f"{second}: 1 new run(s) -> {out}",
+                                          f"{first}: 0 new run(s), 3 already there (kept) -> {out}"]
+    after = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    assert {p: t for p, t in after.items() if p in before} == before
+    assert sorted({p.parent.name for p in set(after) - set(before)}) == [ROOF[0]]
+    assert audit(out) == audit(db)
