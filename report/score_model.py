@@ -38,7 +38,7 @@ class Why(StrEnum):
     SEARCH_RESOLUTION = "search resolution"  # a capacity's interval widened to the levels that failed
     PREMISE_REFUTED = "premise refuted"  # a hypothesis it requires is refuted: not measurable here (report.premise)
     PREMISE_UNSETTLED = "premise unsettled"  # a hypothesis it requires is not confirmed: at most inconclusive
-    ON_A_CLIFF = "on a cliff"  # a tail percentile between two modes on some of its points (runner.checks.tails)
+    ON_A_CLIFF = "on a cliff"  # a tail percentile between two modes on some of its points: named, not a lock
 
 
 SPLIT = "split across hosts: block"  # how a split block's observations say why they are left out (report.sides)
@@ -105,9 +105,10 @@ class Reason:
             return (f"its premise {self.point} is {self.detail}, not confirmed: at most inconclusive until the "
                     "premise is")
         if w is Why.ON_A_CLIFF:
-            return (f"inconclusive (on a cliff): its {self.label} sits between two modes on {self.count} point(s) "
-                    f"({self.detail}): it reads whether the share of slow ones is over or under the tail's "
-                    f"share, not how slow they are; what would decide it: not more launches, {self.decide}")
+            return (f"on a cliff: its {self.label} sits between two modes on {self.count} point(s) ({self.detail}): "
+                    f"there a launch's {self.label} reads whether its share of slow ones is over or under the tail's "
+                    f"share, so launches differ by a mode; the verdict reads the launches' mean {self.label} and its "
+                    f"between-launch interval, which holds that spread")
         if w is Why.SPLIT_HOSTS:
             return f"{self.point}: left out of the pairing, {self.detail}"
         if w is Why.NOT_EXCHANGEABLE:
@@ -212,14 +213,12 @@ class Score:
     @property
     def verdict_label(self) -> str:
         """The verdict as shown: "inconclusive (one launch)" where no launch variation could decide it."""
-        return label_of(self.verdict, self.has(Why.ONE_LAUNCH), self.has(Why.PREMISE_REFUTED),
-                        self.has(Why.ON_A_CLIFF))
+        return label_of(self.verdict, self.has(Why.ONE_LAUNCH), self.has(Why.PREMISE_REFUTED))
 
     @property
     def verdict_spec_label(self) -> str:
         """The spec-sheet verdict as shown (`verdict_label`)."""
-        return label_of(self.verdict_spec, self.has(Why.ONE_LAUNCH), self.has(Why.PREMISE_REFUTED),
-                        self.has(Why.ON_A_CLIFF))
+        return label_of(self.verdict_spec, self.has(Why.ONE_LAUNCH), self.has(Why.PREMISE_REFUTED))
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -245,15 +244,15 @@ def interval_label(confidence: float, look: tuple[int, int] | None) -> str:
 NOT_MEASURABLE = "not measurable here"
 
 
-def label_of(verdict: Verdict, one_launch: bool, premise_refuted: bool = False, cliff: bool = False) -> str:
-    """A verdict as shown: an inconclusive one on a percentile on a cliff says so (more launches would not
-    decide it), else one resting on one launch says so; an invalid one whose premise was refuted is "not
-    measurable here" (report.premise)."""
+def label_of(verdict: Verdict, one_launch: bool, premise_refuted: bool = False) -> str:
+    """A verdict as shown: an inconclusive one resting on one launch says so; an invalid one whose premise was
+    refuted is "not measurable here" (report.premise). A percentile on a cliff is named in a reason, not in the
+    label: its verdict is the between-launch interval's (docs/verdicts.md, "Tail percentiles")."""
     if premise_refuted and verdict == "invalid":
         return NOT_MEASURABLE
     if verdict != "inconclusive":
         return verdict
-    return "inconclusive (on a cliff)" if cliff else "inconclusive (one launch)" if one_launch else verdict
+    return "inconclusive (one launch)" if one_launch else verdict
 
 
 def verdict_counts(scores: Sequence[Score]) -> dict[str, int]:

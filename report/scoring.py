@@ -171,12 +171,9 @@ def _score(ctx: StudyContext, hyp: Hypothesis, failed: dict[str, list[CheckResul
         verdict = _verdict(hyp, cal, stats, notes if explain else None, unit)
         verdict_spec = _verdict(hyp, spec, stats, None, unit)
         cliffs = [p for s in side_list for p in s.cliffs]
-        if cliffs and "invalid" not in (verdict, verdict_spec):
-            verdict = verdict_spec = "inconclusive"
-            notes[:] = [replace(r, decide=NOT_LAUNCHES) if r.why is Why.ONE_LAUNCH else r for r in notes
-                        if r.why is not Why.STRADDLES]  # launches would not decide it
+        if cliffs and "invalid" not in (verdict, verdict_spec):  # named, not a lock: docs/verdicts.md
             notes.append(Reason(Why.ON_A_CLIFF, count=len(cliffs), detail=", ".join(cliffs),
-                                label=f"p{TAILS[hyp.metric][1]:g}", decide=OFF_THE_CLIFF))
+                                label=f"p{TAILS[hyp.metric][1]:g}"))
 
     def rel_error(r: Resolved | None) -> float | None:
         if stats is None or r is None or r.predicted is None or r.predicted == 0 or hyp.predict.kind != "value":
@@ -270,8 +267,6 @@ def _bracketed(side_list: list[MeasuredSide], critical: Critical, est: Interval,
     return low_ci, high_ci
 
 
-NOT_LAUNCHES = "not more launches: its percentile is on a cliff (below)"
-OFF_THE_CLIFF = "a new run of the hypothesis stated on a percentile off the cliff, or on a mean"
 UNEVALUABLE = "could not be evaluated: invalid, and left out of the blocks a sequential budget adds"
 
 
@@ -322,5 +317,4 @@ def undecided(loaded: LoadedStudy, data: RunData) -> tuple[str, ...]:
         return ()
     if len(design.blocks(data.points)) >= design.budget_blocks:
         return ()
-    return tuple(s.hypothesis for s in score(ctx, explain=False)
-                 if s.verdict == "inconclusive" and not s.has(Why.ON_A_CLIFF))
+    return tuple(s.hypothesis for s in score(ctx, explain=False) if s.verdict == "inconclusive")

@@ -31,7 +31,6 @@ HELD: dict[str, str] = {
     "refuted": "did not hold",
     "inconclusive": "could not tell (inconclusive)",
     "inconclusive (one launch)": "could not tell (inconclusive: one launch per arm)",
-    "inconclusive (on a cliff)": "could not tell (inconclusive: its percentile sits between two modes)",
     "invalid": "not trustworthy (invalid)",
     "not measurable here": "not measurable here (a premise it requires did not hold)",
     "not run": "not run",

@@ -98,11 +98,10 @@ def test_each_verdict_in_plain_words(tmp_path: Path) -> None:
     one = "could not tell (inconclusive: one launch per arm)"
     want = {"tight": one, "far": one, "noisy": one, "broken": "not trustworthy (invalid)", "power": "not run"}
     assert {h: line.held for h, line in by_id.items()} == want
-    assert set(HELD) >= {label_of(v, one, refuted, cliff) for v in VERDICTS for one in (False, True)
-                          for refuted in (False, True) for cliff in (False, True)}  # every label a score can show
+    assert set(HELD) >= {label_of(v, one, refuted) for v in VERDICTS for one in (False, True)
+                          for refuted in (False, True)}  # every label a score can show
     assert HELD == {"confirmed": "held", "refuted": "did not hold", "inconclusive": "could not tell (inconclusive)",
                     "inconclusive (one launch)": one,
-                    "inconclusive (on a cliff)": "could not tell (inconclusive: its percentile sits between two modes)",
                     "invalid": "not trustworthy (invalid)",
                     "not measurable here": "not measurable here (a premise it requires did not hold)",
                     "not run": "not run"}
