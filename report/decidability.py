@@ -88,15 +88,15 @@ def family(metric: str) -> Family:
 # no point summary) take the throughput family's: docs/decidability.md.
 DEFAULTS_UNTIL = datetime(2026, 12, 6, 9, 58, 25)
 DEFAULT_SPREADS: dict[Family, tuple[float, float, float, float, float]] = {
-    "throughput": (0.033, 0.025, 1984, 0.060, 688),
+    "throughput": (0.033, 0.025, 1982, 0.053, 680),
     "token latency": (0.055, 0.042, 2456, 0.093, 826),
-    "first token": (0.16, 0.19, 2093, 0.21, 676),
-    "tail latency": (0.12, 0.080, 3717, 0.16, 1240),
+    "first token": (0.16, 0.19, 2091, 0.22, 668),
+    "tail latency": (0.12, 0.080, 3699, 0.16, 1236),
     "error": (0.64, 0.15, 419, 0.27, 136),
-    "load": (0.00094, 0.000042, 419, 0.000056, 136),
-    "machine": (0.033, 0.018, 1235, 0.025, 404),
+    "load": (0.00030, 0.000042, 417, 0.000056, 136),
+    "machine": (0.033, 0.018, 1235, 0.025, 402),
     "server": (0.0092, 0.0, 210, 0.011, 67),
-    "startup": (0.41, 0.0, 186, 0.26, 63),
+    "startup": (0.42, 0.0, 184, 0.26, 63),
 }
 DEFAULT_SPREADS |= {"share": DEFAULT_SPREADS["throughput"], "capacity": DEFAULT_SPREADS["throughput"]}
 

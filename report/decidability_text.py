@@ -9,6 +9,11 @@ from compiler.load import LoadedStudy
 from report.decidability import NO, ONE_LAUNCH, REFUSE_BELOW, YES, Decidability, percent
 
 
+def power(p: float) -> str:
+    """A power as shown: three significant digits, so that 49.96% never reads 50%."""
+    return f"{100 * p:.3g}%"
+
+
 def _why(d: Decidability) -> str:
     """Why a hypothesis is not simply decidable, in words."""
     if d.detectable is None:
@@ -28,7 +33,7 @@ def row_text(d: Decidability) -> str:
     band = f"band ±{percent(d.band)}" if d.band is not None else "a relation"
     head = (f"  {d.hypothesis}: decidable: {d.decidable}; {band}; at {d.blocks} blocks, block SD {percent(d.block_sd)} "
             f"({d.source}): detects {percent(d.detectable)} from an edge, confirms a band of ±{percent(d.narrowest)} "
-            f"or wider, best-case power {100 * d.best_power:.0f}%")
+            f"or wider, best-case power {power(d.best_power)}")
     if d.decidable != YES:
         head += f"\n    {_why(d)}"
     if d.refused:
@@ -59,7 +64,7 @@ def warnings(loaded: LoadedStudy, rows: Sequence[Decidability]) -> list[str]:
     for d in rows:
         if d.refused:
             out.append(f"{_where(loaded, d.hypothesis)}: warning: hypothesis {d.hypothesis} is not decidable: "
-                       f"best-case power {100 * d.best_power:.0f}% ({_why(d)}); studyc run refuses it without "
+                       f"best-case power {power(d.best_power)} ({_why(d)}); studyc run refuses it without "
                        f"--underpowered")
     return out
 
@@ -67,6 +72,6 @@ def warnings(loaded: LoadedStudy, rows: Sequence[Decidability]) -> list[str]:
 def refusals(loaded: LoadedStudy, rows: Sequence[Decidability]) -> list[str]:
     """`studyc run`'s refusals: one line per hypothesis whose best-case power is under 50%."""
     return [f"{_where(loaded, d.hypothesis)}: hypothesis {d.hypothesis}: best-case power "
-            f"{100 * d.best_power:.0f}% is under {100 * REFUSE_BELOW:.0f}% ({_why(d)}, block SD "
+            f"{power(d.best_power)} is under {100 * REFUSE_BELOW:.0f}% ({_why(d)}, block SD "
             f"{percent(d.block_sd)} from {d.source}); widen the band, add blocks, or pass --underpowered"
             for d in rows if d.refused]

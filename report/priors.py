@@ -115,7 +115,7 @@ def outliers(sds: Sequence[float]) -> set[int]:
     logs = {i: math.log(sd) for i, sd in enumerate(sds) if sd > 0}
     if len(logs) < 4:
         return set()
-    q1, _, q3 = statistics.quantiles(logs.values(), n=4)
+    q1, _, q3 = statistics.quantiles(logs.values(), n=4, method="inclusive")
     low, high = q1 - FENCE * (q3 - q1), q3 + FENCE * (q3 - q1)
     return {i for i, v in logs.items() if not low <= v <= high}
 

@@ -28,9 +28,12 @@ def main() -> None:
 def validate(studies: tuple[Path, ...]) -> None:
     """Check study files; list every problem as file:line: key: message (exit 2)."""
     from compiler.load import load_studies
+    from studyc.decide import validate_warnings
 
     for loaded in load_studies(list(studies)):
         _warn(loaded)
+        for line in validate_warnings(loaded):
+            click.echo(line, err=True)
         n = len(loaded.study.hypothesis)
         click.echo(f"{loaded.path}: ok ({n} {'hypothesis' if n == 1 else 'hypotheses'})")
 
@@ -195,9 +198,12 @@ def _stop_on_term(signum: int, frame: Any) -> None:
 @click.option("--prime/--no-prime", default=None,
               help="Start each configuration's server once, unmeasured, before the first launch, so that no "
                    "measured launch compiles its graphs (default: on a GPU host; remembered per compile cache).")
+@click.option("--underpowered", is_flag=True,
+              help="Run hypotheses whose best-case power is under 50% at the priors (the database's stored runs, "
+                   "else the defaults): refused without it (docs/decidability.md).")
 def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry_run: bool, no_calibrate: bool,
         allow_hardware_mismatch: bool, gpus: str | None, ray_address: str | None, cold_starts: bool,
-        prime: bool | None) -> None:
+        prime: bool | None, underpowered: bool) -> None:
     """Carry out studies against real vLLM servers and store every measurement in DuckDB.
 
     Every study file is validated and compiled, and the engine and the hardware are checked,
@@ -220,6 +226,10 @@ def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry
     if dry_run:
         click.echo("\n".join(format_plan(plan) for plan in plans), nl=False)
         return
+    if not underpowered:
+        from studyc.decide import refuse_underpowered
+
+        refuse_underpowered(list(zip(loaded_studies, plans, strict=True)), db)
     from studyc.errors import EngineError
     from studyc.run_command import failed, prepare_run, run_study, run_summary
 

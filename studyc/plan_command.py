@@ -17,8 +17,10 @@ from compiler.plan import Plan
 from compiler.plan_compile import compile_study
 from compiler.plan_table import format_plan, markdown_plan
 from report.block_planner import PowerRow
+from report.decidability import Decidability
 from report.design_costs import GpuPlan, format_gpu_plan
 from report.ledger import PointPrediction
+from studyc.decide import decidability
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class PlanSummary:
     predicted: dict[str, PointPrediction] | None = None  # point id -> the step-time model's prediction
     advice: Advice | None = None
     bench: dict[str, str] | None = None  # point id -> its `vllm bench serve` command
+    decidability: tuple[Decidability, ...] = ()  # per hypothesis, at the priors of `db`, else the defaults
 
 
 def plan_study(loaded: LoadedStudy, *, db: Path | None = None, bench: bool = False, advise: bool = True,
@@ -53,6 +56,7 @@ def plan_study(loaded: LoadedStudy, *, db: Path | None = None, bench: bool = Fal
 
         predicted = predict_points(plan, stored_points(db, say))
     commands = bench_commands(plan) if bench else None
+    decided = tuple(decidability(plan, db))
     if db is not None and advise:
         from report.audit import audit_studies
         from report.block_planner import edge_distance, power_plan
@@ -64,7 +68,7 @@ def plan_study(loaded: LoadedStudy, *, db: Path | None = None, bench: bool = Fal
                      if not s.has(Why.ON_A_CLIFF) and (d := edge_distance(s)) is not None}
         gpu = gpu_plan(plan, db, distances)
         advice = Advice(*power_plan(plan, db, last, block_costs(gpu, plan.design.repeats)), db, gpu)
-    return PlanSummary(plan, predicted, advice, commands)
+    return PlanSummary(plan, predicted, advice, commands, decided)
 
 
 def bench_commands(plan: Plan) -> dict[str, str]:
@@ -78,10 +82,12 @@ def bench_commands(plan: Plan) -> dict[str, str]:
 
 
 def plan_json(summary: PlanSummary) -> str:
-    """The plan as JSON; each point also with `predicted` and `bench_equivalent` when they were asked for."""
-    if summary.predicted is None and summary.bench is None:
-        return summary.plan.to_json()
+    """The plan as JSON; each hypothesis with its `decidability`; each point also with `predicted` and
+    `bench_equivalent` when they were asked for."""
     data = json.loads(summary.plan.to_json())  # the plan's own JSON, with its fields left out where it leaves them
+    decided = {d.hypothesis: d.to_json() for d in summary.decidability}
+    for hyp in data.get("hypotheses", []):
+        hyp["decidability"] = decided.get(hyp["id"])
     for launch in data["launches"]:
         for point in launch["points"]:
             if summary.predicted is not None:
@@ -104,6 +110,10 @@ def plan_text(summary: PlanSummary, markdown: bool = False) -> str:
         text = format_plan(summary.plan)
         if summary.predicted is not None:
             text += "\nstep-time model predictions:\n" + prediction_table(summary.predicted)
+    if summary.decidability:
+        from report.decidability_text import section
+
+        text += "\n" + section(summary.decidability)
     if summary.advice is not None:
         from report.power_text import format_power
 

@@ -78,7 +78,7 @@ predict = { ratio = ["b", "a"], value = 1.0, tolerance = 0.5 }
 
 def _resume(study: Path, db: Path, host: str, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv(MACHINE_ID_ENV, host)
-    proc = studyc("run", str(study), "--db", str(db), "--resume", "--no-calibrate")
+    proc = studyc("run", str(study), "--db", str(db), "--resume", "--no-calibrate", "--underpowered")
     out, _ = proc.communicate(timeout=400)
     assert proc.returncode == 0, out
     return out
@@ -93,7 +93,7 @@ def test_resume_on_another_host_runs_the_block_again_whole(tmp_path: Path, monke
     first, last = order[2], order[3]  # block 2's arms, in the order they run
     db = tmp_path / "a.duckdb"
     monkeypatch.setenv(MACHINE_ID_ENV, "host-A")
-    proc = studyc("run", str(study), "--db", str(db), "--no-calibrate", start_new_session=True)
+    proc = studyc("run", str(study), "--db", str(db), "--no-calibrate", "--underpowered", start_new_session=True)
     wait_for_line(proc, f"server {last.id}: starting", timeout_s=400)  # block 2's first arm is committed
     os.killpg(proc.pid, signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
