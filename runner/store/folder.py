@@ -86,12 +86,19 @@ def run_folders(folder: Path) -> list[Path]:
     return sorted(p for p in Path(folder).iterdir() if p.is_dir() and (p / MANIFEST).exists())
 
 
+_DIGESTS: dict[tuple[object, ...], str] = {}  # a command opens its --db many times: each file is read once
+
+
 def folder_digest(folder: Path) -> str:
     """The digest of every file in the folder (names and contents): what names its cached database."""
-    h = hashlib.sha256()
-    for path in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
-        h.update(path.relative_to(folder).as_posix().encode() + b"\0" + _sha256(path).encode())
-    return h.hexdigest()
+    files = sorted(p for p in Path(folder).rglob("*") if p.is_file())
+    seen = tuple((str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+    if seen not in _DIGESTS:
+        h = hashlib.sha256()
+        for path in files:
+            h.update(path.relative_to(folder).as_posix().encode() + b"\0" + _sha256(path).encode())
+        _DIGESTS[seen] = h.hexdigest()
+    return _DIGESTS[seen]
 
 
 def cache_file(folder: Path, cache_dir: Path) -> Path:
