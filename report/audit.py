@@ -69,6 +69,7 @@ def json_row(s: Score) -> dict[str, Any]:
     out["look"] = list(s.look) if s.look else None
     out["interval_label"] = s.interval_label
     out["verdict_label"] = s.verdict_label
+    out["inconclusive_reason"] = s.inconclusive_reason
     out["verdict_spec_label"] = s.verdict_spec_label
     out["alpha_ledger"] = None if s.alpha_ledger is None else out["alpha_ledger"] | {
         "runs": list(s.alpha_ledger.runs), "other_prediction": list(s.alpha_ledger.other_prediction),
@@ -120,7 +121,7 @@ def print_table(result: Audit) -> None:
             cells += [score_text.mean(s), score_text.interval(s), score_text.read_at(s), str(s.n),
                       score_text.off_band(s)]
             # Text cells: study text is never read as rich markup.
-            table.add_row(*(Text(c) for c in cells), Text(s.verdict_label, style=VERDICT_STYLE[s.verdict]),
+            table.add_row(*(Text(c) for c in cells), Text(s.shown_verdict, style=VERDICT_STYLE[s.verdict]),
                           Text(", ".join(s.checks)))
         console.print(table, highlight=False)
     uncalibrated = sorted({s.study_id for s in result.scores if s.has(Why.NOT_CALIBRATED)})
@@ -179,8 +180,9 @@ def markdown_rows(result: Audit) -> list[tuple[str, ...]]:
 def verdict_cell(s: Score) -> str:
     """The published verdict, with the one the stopping rule saw during the run beside it where a block was set
     aside after the run, and the run's share where runs share the hypothesis' 5%: "inconclusive (during the run,
-    with block 11: refuted at look 11)", "confirmed (5%/2: 2 runs share it)"."""
-    out = s.verdict_label
+    with block 11: refuted at look 11)", "confirmed (5%/2: 2 runs share it)"; an inconclusive one says why:
+    "inconclusive (near an edge)"."""
+    out = s.shown_verdict
     if s.set_aside is not None:
         look = f" at look {s.set_aside.look[0]}" if s.set_aside.look else ""
         blocks = ", ".join(str(b) for b in s.set_aside.blocks)

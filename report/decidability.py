@@ -196,8 +196,9 @@ def _round(x: float | None) -> float | None:
 
 
 def percent(x: float) -> str:
-    """A relative distance as shown: 1.3%."""
-    return f"{100 * x:.2g}%"
+    """A relative distance as shown: 1.3%, 113% (two significant digits, never in exponent form)."""
+    value = 100 * x
+    return f"{value:.2g}%" if value < 99.5 else f"{value:.0f}%"
 
 
 def band_width(kind: str, tolerance: float | None, low: float | None, high: float | None) -> float | None:

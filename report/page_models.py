@@ -189,6 +189,7 @@ class HypothesisRow:
     during_run_label: str = ""  # "with block 11, look 11 of 12"
     set_aside: str = ""  # both verdicts side by side, in words (report.score_text.set_aside)
     alpha_ledger: str = ""  # where runs share the hypothesis' 5%, or a changed prediction made it new
+    inconclusive_reason: str = ""  # why an interval straddling an edge is: "underpowered" or "near an edge"
 
 
 @dataclass(frozen=True)

@@ -213,6 +213,7 @@ def _hypothesis_row(study: Study, s: Score) -> HypothesisRow:
         during_run_label=s.set_aside.label if s.set_aside else "",
         set_aside=score_text.set_aside(s),
         alpha_ledger=s.alpha_ledger.text if s.alpha_ledger and s.alpha_ledger.case != ONE_RUN else "",
+        inconclusive_reason=s.inconclusive_reason or "",
     )
 
 

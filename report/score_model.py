@@ -10,6 +10,7 @@ from enum import StrEnum
 
 from compiler.metrics import METRICS
 from report.alpha_ledger import AlphaShare
+from report.decidability import Inconclusive, inconclusive_reason
 from report.verdict import VERDICTS, Verdict
 from studyc import format as fmt
 
@@ -214,6 +215,21 @@ class Score:
     def verdict_label(self) -> str:
         """The verdict as shown: "inconclusive (one launch)" where no launch variation could decide it."""
         return label_of(self.verdict, self.has(Why.ONE_LAUNCH), self.has(Why.PREMISE_REFUTED))
+
+    @property
+    def inconclusive_reason(self) -> Inconclusive | None:
+        """Why an inconclusive interval straddles an edge (report.decidability): "underpowered" (wider than the
+        band: at this many blocks it cannot lie inside) or "near an edge" (the estimate sits near or on one); None where
+        it straddles none (decided, one launch, a premise)."""
+        if self.verdict != "inconclusive" or not self.has(Why.STRADDLES) or self.ci_low is None or self.ci_high is None:
+            return None
+        return inconclusive_reason(self.kind, self.band_low, self.band_high, self.ci_low, self.ci_high)
+
+    @property
+    def shown_verdict(self) -> str:
+        """The verdict as shown with why it is inconclusive: "inconclusive (underpowered)"."""
+        reason = self.inconclusive_reason
+        return f"{self.verdict_label} ({reason})" if reason else self.verdict_label
 
     @property
     def verdict_spec_label(self) -> str:

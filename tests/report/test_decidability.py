@@ -168,6 +168,8 @@ def test_json_of_a_row() -> None:
 
 def test_percent() -> None:
     assert percent(0.0132) == "1.3%" and percent(0.5) == "50%" and percent(0.000456) == "0.046%"
+    assert percent(0.999) == "100%" and percent(0.994) == "99%"
+    assert percent(1.0) == "100%" and percent(1.134) == "113%" and percent(0.99) == "99%"
 
 
 @pytest.mark.parametrize(("kind", "low", "high", "ci", "expected"), [
