@@ -23,7 +23,7 @@ from compiler.stepfit import ModelKey
 from compiler.stepreplay import StepLoad, StepPrediction, cache_hit_tokens, predict
 from compiler.target_card import Calibration, PricedCard, target_card
 from compiler.workload_check import conversation_requests
-from report.ledger_fit import METRICS, StoredPoint, fit_keys
+from report.ledger_fit import ANY_GPU, METRICS, StoredPoint, fit_keys
 
 if TYPE_CHECKING:
     from runner.store.records import PointSummary, RunRecord
@@ -248,7 +248,6 @@ def _burst(sends: Sequence[tuple[float, float | None]], slots: int) -> float | N
 
 
 # ---- predictions for a plan --------------------------------------------------------------------
-ANY_GPU = "any GPU"  # the key of a fit over every GPU's points, each priced on its own run's card
 
 
 def gpu_id(name: str | None) -> str:

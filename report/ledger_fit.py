@@ -7,7 +7,7 @@ import os
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from compiler.modelmath import ModelShape
@@ -19,6 +19,14 @@ from runner.lifeline import die_with_parent
 from studyc.settings import load_settings
 
 METRICS = ("output_throughput", "tpot_s", "ttft_s")
+# The GPU of a fit key: coefficients are fitted on every GPU's points, each point priced on its own run's
+# card (bandwidth and FLOP/s), so they carry to a GPU by its card.
+ANY_GPU = "any GPU"
+
+
+def fit_key(key: ModelKey) -> ModelKey:
+    """The key a point's coefficients are fitted under: its own without the GPU."""
+    return replace(key, gpu=ANY_GPU)
 
 
 @dataclass(frozen=True)
@@ -173,16 +181,17 @@ def _folds(points: Sequence[StoredPoint]) -> list[tuple[list[StoredPoint], list[
         held = [q for q in points if q.study == study]
         by_key: dict[ModelKey, list[StoredPoint]] = defaultdict(list)
         for p in train:
-            by_key[p.key].append(p)
-        needed = {q.key for q in held}
+            by_key[fit_key(p.key)].append(p)
+        needed = {fit_key(q.key) for q in held}
         folds.append((train, held, {k: v for k, v in by_key.items() if k in needed}))
     return folds
 
 
 def leave_one_study_out(points: Sequence[StoredPoint], workers: int | None = None) -> list[Scored]:
-    """For each study: fit on every other study, predict the held-out one. A point whose key (GPU,
-    vLLM version, family, eager, KV dtype) or model shape no other study measured, or whose key's fit
-    on the other studies does not converge, is not validated. Each fold fits only the keys its held-out
+    """For each study: fit on every other study, predict the held-out one. Keys are fitted across GPUs
+    (`fit_key`), each point priced on its own run's card. A point whose key (vLLM version, family, eager,
+    KV dtype) or model shape no other study measured on any GPU, or whose key's fit on the other studies
+    does not converge, is not validated. Each fold fits only the keys its held-out
     study needs, and a fit on the same training points is done once (see `_fit_key`); the folds' fits
     run in `workers` processes (default `fit_workers()`)."""
     folds = _folds(points)
@@ -191,17 +200,17 @@ def leave_one_study_out(points: Sequence[StoredPoint], workers: int | None = Non
     scored: list[Scored] = []
     for train, held, by_key in folds:
         coefs = {key: next(fitted) for key in by_key}
-        shapes = {(p.key, p.model) for p in train}
+        shapes = {(fit_key(p.key), p.model) for p in train}
         for p in held:
-            coef = coefs.get(p.key)
+            coef = coefs.get(fit_key(p.key))
             if coef is None:
-                scored.append(Scored(p, None, False, f"no other study runs {p.key.label()}"))
+                scored.append(Scored(p, None, False, f"no other study runs {fit_key(p.key).label()}"))
                 continue
             if isinstance(coef, str):
                 scored.append(Scored(p, None, False, coef))
                 continue
             prediction = _predict(p, coef)
-            if (p.key, p.model) not in shapes:
+            if (fit_key(p.key), p.model) not in shapes:
                 reason = (f"{p.model} appears in no other study: fixed cost and weight streaming were "
                           f"fitted on other model sizes only")
                 scored.append(Scored(p, prediction, False, reason))

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from report.ledger import PointPrediction
-from report.ledger_fit import StoredPoint, fit_keys
+from report.ledger_fit import StoredPoint, fit_key, fit_keys
 from studyc import format as fmt
 
 
@@ -40,9 +41,10 @@ def model_rows(points: Sequence[StoredPoint]) -> list[dict[str, Any]]:
     from compiler.stepcost import coefficients_dict
 
     rows = []
-    for key, coef in fit_keys(points).items():
-        used = [p for p in points if p.key == key]
-        rows.append({"gpu": key.gpu, "vllm_version": key.vllm_version, "family": key.family,
+    for key, coef in fit_keys(replace(p, key=fit_key(p.key)) for p in points).items():
+        used = [p for p in points if fit_key(p.key) == key]
+        gpus = ", ".join(sorted({p.key.gpu for p in used}))  # fitted on all of them, each on its own card
+        rows.append({"gpu": gpus, "vllm_version": key.vllm_version, "family": key.family,
                      "enforce_eager": key.enforce_eager, "kv_cache_dtype": key.kv_cache_dtype,
                      "points": len(used), "runs": len({p.run_id for p in used}),
                      "coefficients": {k: float(f"{v:.4g}") for k, v in coefficients_dict(coef).items()}})
