@@ -178,6 +178,17 @@ class Decidability:
         return f"only if the truth is at least {percent(self.detectable)} from an edge"
 
     @property
+    def inconclusive_kind(self) -> str:
+        """Which inconclusive the design risks: "underpowered" where its band is narrower than the narrowest it
+        could confirm (its interval will be wider than the band), "one launch" where no interval between
+        launches is read, else "near an edge" (only a truth near one leaves it undecided)."""
+        if self.detectable is None:
+            return "one launch"
+        if self.band is not None and (self.narrowest is None or self.band < self.narrowest):
+            return "underpowered"
+        return "near an edge"
+
+    @property
     def refused(self) -> bool:
         """`studyc run` refuses it without --underpowered: best-case power under 50%. A fixed design of one
         launch per arm is exempt: it states that it decides nothing, and every verdict says so."""
@@ -188,6 +199,7 @@ class Decidability:
                 "block_sd": _round(self.block_sd), "band": _round(self.band),
                 "min_detectable_distance": _round(self.detectable), "narrowest_band": _round(self.narrowest),
                 "best_case_power": round(self.best_power, 3), "decidable": self.decidable,
+                "inconclusive_would_be": self.inconclusive_kind,
                 "refused_by_run": self.refused, "prior": self.source}
 
 

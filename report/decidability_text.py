@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from compiler.load import LoadedStudy
@@ -10,8 +11,9 @@ from report.decidability import NO, ONE_LAUNCH, REFUSE_BELOW, YES, Decidability,
 
 
 def power(p: float) -> str:
-    """A power as shown: three significant digits, so that 49.96% never reads 50%."""
-    return f"{100 * p:.3g}%"
+    """A power as shown, cut (not rounded) to a tenth of a percent: never more than it is, so 49.96% reads
+    49.9%, not 50%."""
+    return f"{math.floor(1000 * p) / 10:g}%"
 
 
 def _why(d: Decidability) -> str:
@@ -33,7 +35,8 @@ def row_text(d: Decidability) -> str:
     band = f"band ±{percent(d.band)}" if d.band is not None else "a relation"
     head = (f"  {d.hypothesis}: decidable: {d.decidable}; {band}; at {d.blocks} blocks, block SD {percent(d.block_sd)} "
             f"({d.source}): detects {percent(d.detectable)} from an edge, confirms a band of ±{percent(d.narrowest)} "
-            f"or wider, best-case power {power(d.best_power)}")
+            f"or wider, best-case power {power(d.best_power)}; an inconclusive verdict would be "
+            f"{d.inconclusive_kind}")
     if d.decidable != YES:
         head += f"\n    {_why(d)}"
     if d.refused:

@@ -156,13 +156,19 @@ def test_decidable_and_refused_at_their_boundaries() -> None:
     assert not _row(best_power=0.5).refused
     assert _row(best_power=0.4999).refused
     assert not _row(best_power=0.1, one_launch=True).refused
+    assert _row().inconclusive_kind == "near an edge"
+    assert _row(narrowest=0.0201).inconclusive_kind == "underpowered"
+    assert _row(narrowest=None).inconclusive_kind == "underpowered"
+    assert _row(band=None).inconclusive_kind == "near an edge"  # a relation
+    assert _row(detectable=None).inconclusive_kind == "one launch"
 
 
 def test_json_of_a_row() -> None:
     out = _row(block_sd=0.0123456, band=None, best_power=0.81234).to_json()
     assert out == {"hypothesis": "h", "metric": "m", "blocks": 5, "block_sd": 0.0123, "band": None,
                    "min_detectable_distance": 0.015, "narrowest_band": 0.02, "best_case_power": 0.812,
-                   "decidable": "only if the truth is at least 1.5% from an edge", "refused_by_run": False,
+                   "decidable": "only if the truth is at least 1.5% from an edge",
+                   "inconclusive_would_be": "near an edge", "refused_by_run": False,
                    "prior": "s"}
 
 
