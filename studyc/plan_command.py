@@ -51,10 +51,10 @@ def plan_study(loaded: LoadedStudy, *, db: Path | None = None, bench: bool = Fal
     plan = compile_study(loaded)
     predicted = advice = None
     if db is not None:
-        from report.ledger import predict_points
+        from report.ledger import predict_points, read_calibrations
         from studyc.model_command import stored_points
 
-        predicted = predict_points(plan, stored_points(db, say))
+        predicted = predict_points(plan, stored_points(db, say), calibrations=read_calibrations(db))
     commands = bench_commands(plan) if bench else None
     decided = tuple(decidability(plan, db))
     if db is not None and advise:

@@ -11,7 +11,7 @@ from compiler.plan import Plan
 from compiler.target_card import Calibration
 from report.ledger import gpu_id, predict_points, read_calibrations, read_points
 from runner.store.store import Store
-from tests.report.test_ledger import COMMITTED
+from tests.report.test_ledger import COMMITTED, REPO
 
 ROOFLINE_H100 = "20261206T095824-45d4b3"  # roofline-h100 on "NVIDIA H100 80GB HBM3", its plan's hardware h100-sxm
 PREFIX_NULL_H100 = "20261205T102715-83d28e"  # prefix-cache-null's qwen3-8b graphs points on the same H100 host
@@ -91,3 +91,16 @@ def test_a_card_the_table_does_not_hold_and_nobody_calibrated_gets_no_prediction
     assert "not in the hardware table and no run calibrated it" in none.note
     own = predict_points(plan, points, hardware="NVIDIA GeForce RTX 4090", calibrations=[odd])[C1]
     assert "priced on GeForce RTX 4090's calibration" in own.note and own.values["tpot_s"] is not None
+
+
+def test_studyc_plan_prices_a_gpu_on_calibrations_of_runs_without_points(dbs):
+    """`studyc plan --db`: the H100's calibrations come from its runs, though none of its points are left."""
+    from compiler.load import load_study
+    from studyc.plan_command import plan_study
+
+    _, h200 = dbs
+    summary = plan_study(load_study(REPO / "studies" / "roofline_h100.toml"), db=h200, advise=False)
+    assert summary.predicted is not None and summary.plan.hardware == "h100-sxm"
+    notes = {pp.note for pid, pp in summary.predicted.items() if "/graphs/" in pid}
+    assert notes == {"not measured on h100-sxm: fitted on H200's points, priced on h100-sxm's calibration "
+                     "(median of 1 run(s): 3.04 TB/s, 711 TFLOP/s)"}
