@@ -61,6 +61,8 @@ MODULES=(
   "tables|runner/store/tables.py|tests/runner/test_store_rows.py tests/runner/test_store.py"
   "claims|compiler/claims.py|tests/compiler/test_claims.py"
   "claims_report|report/claims.py|tests/report/test_claims.py"
+  "decidability|report/decidability.py|tests/report/test_decidability.py tests/report/test_inconclusive_reason.py"
+  "decidability_text|report/decidability_text.py|tests/report/test_decidability_text.py"
 )
 
 [ -x "$MUTMUT" ] || { echo "mutmut missing: .venv/bin/pip install -e '.[mutation]'" >&2; exit 2; }

@@ -12,6 +12,11 @@
 #                                                # travels in a call of its own (copy it to an ignored path such as
 #                                                # .vb/STUDY.duckdb, carry that, cp it to /tmp/results/h200-STUDY.duckdb),
 #                                                # and results/h200-running/ stays out of the piece's call.
+#                                                # FLAGS: more `studyc run` options for run, start and levers,
+#                                                # e.g. FLAGS=--underpowered to run a hypothesis whose best-case
+#                                                # power is under 50% (refused without it; a fresh machine's
+#                                                # database has no runs, so the default priors judge it:
+#                                                # docs/decidability.md). `studyc plan` says which beforehand.
 #   bash scripts/gpu/device.sh start STUDY...    # the same in the background (outlives this call)
 #   bash scripts/gpu/device.sh levers STUDY [THEN...] # STUDY run with --cold-starts, then held, one database;
 #                                                # then `studyc phases` side by side, then THEN (background: `wait`)
@@ -105,7 +110,7 @@ print(gpu_info(0)); print(calibrate(['python3']))" 2>&1 | tail -2
     # Studies named after STUDY run next, once each, in the same background job (one chain of calls).
     s=${1:?levers STUDY [THEN...]}; shift
     copy_tree
-    setsid nohup bash -c "FLAGS=--cold-starts bash /tmp/repo-bg/scripts/gpu/device.sh run $s; \
+    setsid nohup bash -c "FLAGS='--cold-starts ${FLAGS:-}' bash /tmp/repo-bg/scripts/gpu/device.sh run $s; \
       bash /tmp/repo-bg/scripts/gpu/device.sh run $s; cd /tmp/repo-bg && \
       python3 -m studyc phases ${s//_/-} --db /tmp/results/h200-$s.duckdb; \
       ${*:+bash /tmp/repo-bg/scripts/gpu/device.sh run $*}" >/tmp/results/background.log 2>&1 </dev/null &
