@@ -3,9 +3,11 @@ folder and `--db FOLDER`, on real DuckDB files holding runs copied out of the pu
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -72,6 +74,10 @@ def everything(db: Path) -> list[object]:
         return out
 
 
+def files(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
 def one_line_error(result: Result, *fragments: str) -> None:
     """A refusal: exit 1, one line naming what is wrong, no traceback."""
     assert result.exit_code == 1, result.output
@@ -91,6 +97,8 @@ def test_round_trip_changes_nothing(db: Path, tmp_path: Path, fmt: str) -> None:
         ["manifest.json", *(f"{t.name}.{fmt}" for t in TABLES)])
     assert studyc("import", str(out), "--db", str(back)).exit_code == 0
     assert everything(back) == everything(db) == everything(out)
+    assert studyc("export", "--db", str(back), str(tmp_path / "again"), "--format", fmt).exit_code == 0
+    assert files(tmp_path / "again") == files(out)  # the same rows give the same bytes
     assert audit(db) == audit(back) == audit(out)
 
 
@@ -135,7 +143,7 @@ def test_a_file_that_is_not_parquet_is_named(folder: Path) -> None:
     path.write_bytes(b"not parquet at all")
     manifest = folder / ROOF[0] / "manifest.json"
     found = json.loads(manifest.read_text())
-    found["tables"]["points"]["sha256"] = __import__("hashlib").sha256(b"not parquet at all").hexdigest()
+    found["tables"]["points"]["sha256"] = hashlib.sha256(b"not parquet at all").hexdigest()
     manifest.write_text(json.dumps(found))
     one_line_error(studyc("import", str(folder), "--db", str(folder.parent / "x.duckdb")), str(path),
                    "cannot read it as parquet")
@@ -197,3 +205,45 @@ def test_merge_into_a_folder_writes_only_the_new_run(tmp_path: Path, db: Path) -
     assert {p: t for p, t in after.items() if p in before} == before
     assert sorted({p.parent.name for p in set(after) - set(before)}) == [ROOF[0]]
     assert audit(out) == audit(db)
+
+
+def _edit(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    found = json.loads(path.read_text())
+    change(found)
+    path.write_text(json.dumps(found))
+
+
+def _rename_a_column(folder: Path) -> None:
+    path = folder / ROOF[0] / "phases.parquet"
+    data = pq.read_table(path)
+    pq.write_table(data.rename_columns(["bad name", *data.column_names[1:]]), path)
+    _edit(folder / ROOF[0] / "manifest.json",
+          lambda m: m["tables"]["phases"].update(sha256=hashlib.sha256(path.read_bytes()).hexdigest()))
+
+
+BROKEN: dict[str, tuple[Callable[[Path], object], str, str]] = {  # how a folder is broken, the file named, the words
+    "rows": (lambda f: _edit(f / ROOF[0] / "manifest.json", lambda m: m["tables"]["points"].update(rows=1)),
+             f"{ROOF[0]}/points.parquet", "rows"),
+    "unknown table": (lambda f: _edit(f / ROOF[0] / "manifest.json", lambda m: m["tables"].update(x={})),
+                      f"{ROOF[0]}/manifest.json", "unknown table 'x'"),
+    "no tables": (lambda f: _edit(f / ROOF[0] / "manifest.json", lambda m: m.pop("tables")),
+                  f"{ROOF[0]}/manifest.json", "no `tables`"),
+    "not json": (lambda f: (f / "manifest.json").write_text("{"), "manifest.json", "not a readable manifest"),
+    "not ours": (lambda f: _edit(f / "manifest.json", lambda m: m.update(format="other")), "manifest.json",
+                 "not a studyc results folder"),
+    "old schema": (lambda f: _edit(f / "manifest.json", lambda m: m.update(schema_version=2)), "manifest.json",
+                   "migrate"),
+    "column name": (_rename_a_column, f"{ROOF[0]}/phases.parquet", "'bad name' is not a column name"),
+}
+
+
+@pytest.mark.parametrize("broken", sorted(BROKEN))
+def test_a_broken_folder_is_refused_naming_the_file(folder: Path, broken: str) -> None:
+    breaking, named, words = BROKEN[broken]
+    breaking(folder)
+    one_line_error(studyc("audit", *STUDIES, "--db", str(folder)), str(folder / named), words)
+
+
+def test_import_needs_a_results_folder(tmp_path: Path) -> None:
+    one_line_error(studyc("import", str(tmp_path), "--db", str(tmp_path / "x.duckdb")), str(tmp_path),
+                   "not a results folder")
