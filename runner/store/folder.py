@@ -118,7 +118,10 @@ def run_tables(run_dir: Path, top: dict[str, Any]) -> Iterator[tuple[Table, Any]
         table = TABLE_BY_NAME.get(name)
         if table is None:
             raise StoreError(f"{run_dir / MANIFEST}: unknown table {name!r}")
-        path = run_dir / str(entry.get("file", ""))
+        file = str(entry.get("file", "")) if isinstance(entry, dict) else ""
+        if not file or Path(file).name != file:
+            raise StoreError(f"{run_dir / MANIFEST}: table {name}: no file name (a file in the run's folder)")
+        path = run_dir / file
         if not path.is_file():
             raise StoreError(f"{path}: missing (listed in {run_dir / MANIFEST})")
         if _sha256(path) != entry.get("sha256"):
@@ -129,6 +132,11 @@ def run_tables(run_dir: Path, top: dict[str, Any]) -> Iterator[tuple[Table, Any]
         odd = [n for n in data.column_names if not _COLUMN.fullmatch(n)]
         if odd:
             raise StoreError(f"{path}: {odd[0]!r} is not a column name")
+        if "run_id" not in data.column_names:
+            raise StoreError(f"{path}: no run_id column")
+        others = set(data.column("run_id").to_pylist()) - {run_dir.name}
+        if others:
+            raise StoreError(f"{path}: rows of run {sorted(map(str, others))[0]} in the folder of run {run_dir.name}")
         yield table, decode_times(data)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -234,6 +235,11 @@ BROKEN: dict[str, tuple[Callable[[Path], object], str, str]] = {  # how a folder
     "old schema": (lambda f: _edit(f / "manifest.json", lambda m: m.update(schema_version=2)), "manifest.json",
                    "migrate"),
     "column name": (_rename_a_column, f"{ROOF[0]}/phases.parquet", "'bad name' is not a column name"),
+    "a run's copy": (lambda f: shutil.copytree(f / ROOF[0], f / "copy"), "copy/checks.parquet",
+                     f"rows of run {ROOF[0]} in the folder of run copy"),
+    "a path for a file": (lambda f: _edit(f / MLA[1] / "manifest.json",
+                                          lambda m: m["tables"]["runs"].update(file="../manifest.json")),
+                          f"{MLA[1]}/manifest.json", "table runs: no file name"),
 }
 
 
