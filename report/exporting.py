@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from runner.store.folder import MANIFEST, folder_manifest, run_folders
+from runner.store.folder import MANIFEST, folder_manifest, run_folders, stored_points
 from runner.store.store import SCHEMA_VERSION, Store
 from studyc.errors import StoreError
 
@@ -46,14 +46,15 @@ def merge_into_folder(out: Path, inputs: Sequence[Path]) -> list[str]:
     for source in inputs:
         if not Path(source).exists():
             raise StoreError(f"{source}: no such results database")
-        with Store(out, read_only=True) as have:
-            points = {run_id: set(_point_ids(have, run_id)) for run_id in have.run_ids()}
+        if Path(source).resolve() == Path(out).resolve():
+            raise StoreError(f"{source}: cannot merge a folder into itself")
+        points = stored_points(out, SCHEMA_VERSION)
         with Store(source, read_only=True) as store:
             new, continued, kept = [], [], 0
             for run_id in store.run_ids():
                 if run_id not in points:
                     new.append(run_id)
-                elif points[run_id] < set(_point_ids(store, run_id)):
+                elif points[run_id] < {p.point_id for p in store.points(run_id)}:
                     continued.append(run_id)
                 else:
                     kept += 1
@@ -65,7 +66,3 @@ def merge_into_folder(out: Path, inputs: Sequence[Path]) -> list[str]:
             line += f", {kept} already there (kept)"
         lines.append(f"{line} -> {out}")
     return lines
-
-
-def _point_ids(store: Store, run_id: str) -> list[str]:
-    return [p.point_id for p in store.points(run_id)]

@@ -107,14 +107,26 @@ def cache_file(folder: Path, cache_dir: Path) -> Path:
     return Path(cache_dir) / "results" / f"{where}-{folder_digest(folder)[:32]}.duckdb"
 
 
-def run_tables(run_dir: Path, top: dict[str, Any]) -> Iterator[tuple[Table, Any]]:
-    """Each table of one run folder as an arrow table with the stored columns (token times as seconds),
-    every file checked against its run's manifest first."""
+def stored_points(folder: Path, code_version: int) -> dict[str, set[str]]:
+    """run_id -> its point ids, for each run of a results folder (reading only the points files)."""
+    top = folder_manifest(folder, code_version)
+    out: dict[str, set[str]] = {}
+    for run_dir in run_folders(folder):
+        for _, data in run_tables(run_dir, top, only="points"):
+            out[run_dir.name] = {str(p) for p in data.column("point_id").to_pylist()}
+    return out
+
+
+def run_tables(run_dir: Path, top: dict[str, Any], only: str | None = None) -> Iterator[tuple[Table, Any]]:
+    """Each table of one run folder (or the one named `only`) as an arrow table with the stored columns
+    (token times as seconds), every file checked against its run's manifest first."""
     manifest = _load_json(run_dir / MANIFEST)
     listed = manifest.get("tables")
     if not isinstance(listed, dict):
         raise StoreError(f"{run_dir / MANIFEST}: no `tables` (table -> file, rows, sha256)")
     for name, entry in listed.items():
+        if only is not None and name != only:
+            continue
         table = TABLE_BY_NAME.get(name)
         if table is None:
             raise StoreError(f"{run_dir / MANIFEST}: unknown table {name!r}")

@@ -253,3 +253,22 @@ def test_a_broken_folder_is_refused_naming_the_file(folder: Path, broken: str) -
 def test_import_needs_a_results_folder(tmp_path: Path) -> None:
     one_line_error(studyc("import", str(tmp_path), "--db", str(tmp_path / "x.duckdb")), str(tmp_path),
                    "not a results folder")
+
+
+def test_merge_replaces_a_run_continued_elsewhere_and_nothing_else(tmp_path: Path, db: Path) -> None:
+    partial = copy_runs(tmp_path / "partial.duckdb", MLA + ROOF)
+    with Store(partial) as store:
+        last = store.points(ROOF[0])[-1].point_id
+        for table in ("points", "requests", "checks", "telemetry"):
+            store.con.execute(f"DELETE FROM {table} WHERE run_id = ? AND point_id = ?", [ROOF[0], last])
+    out = tmp_path / "out"
+    assert studyc("export", "--db", str(partial), str(out)).exit_code == 0
+    assert audit(out) != audit(db)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    result = studyc("merge", str(out), str(db))
+    assert result.output.splitlines() == [f"{db}: 0 new run(s), 1 continued (more points than the copy in {out}), "
+                                          f"3 already there (kept) -> {out}"]
+    after = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert {p.parent.name for p in after if after[p] != before.get(p)} == {ROOF[0]}
+    assert audit(out) == audit(db)
+    one_line_error(studyc("merge", str(out), str(out)), "cannot merge a folder into itself")
