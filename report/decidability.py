@@ -229,9 +229,9 @@ def decide(hypothesis: str, kind: str, band: float | None, prior: Prior, *, bloc
     arm), the first `first` required, each of `repeats` repeats; the block SD is the prior's at its upper
     confidence bound."""
     sd = sd_upper(*prior.block_sd(repeats, ratio))
-    if blocks < 2:
+    if blocks < 2:  # one launch per arm (a budget has two blocks at least)
         return Decidability(hypothesis, prior.metric, kind, blocks, sd, band, None, None, 0.0, prior.source,
-                            one_launch=first < 2)
+                            one_launch=True)
     c = end_critical(blocks, first)
     detectable = smallest(lambda d: power_to_clear(d, sd, blocks, c))
     narrowest = smallest(lambda t: power_inside(t, sd, blocks, c))
@@ -264,14 +264,14 @@ def plan_decidability(plan: Plan, priors: Priors) -> list[Decidability]:
     out = []
     for hyp in plan.hypotheses:
         sides = [s for s in (hyp.numerator, hyp.denominator) if s is not None]
-        first = min(plan.design.launches.get(s.arm, required) for s in sides)
-        blocks = plan.design.budget.blocks if plan.design.budget is not None else first
+        fixed = min(plan.design.launches[s.arm] for s in sides)
+        blocks = plan.design.budget.blocks if plan.design.budget is not None else fixed
         point = next(iter(hyp.numerator.points), None)  # none: a server metric; not a step: a search's id
         shape = shape_of(None) if point is None else shape_of(steps[point]) if point in steps else None
         pred = hyp.prediction
         low, high = pred.range if pred.range is not None else (None, None)
         band = band_width(pred.kind, pred.band if pred.kind == "value" else None,
                           low if isinstance(low, int | float) else None, high if isinstance(high, int | float) else None)
-        out.append(decide(hyp.id, pred.kind, band, priors.prior(hyp.metric, shape), blocks=blocks, first=first,
+        out.append(decide(hyp.id, pred.kind, band, priors.prior(hyp.metric, shape), blocks=blocks, first=required,
                           repeats=plan.design.repeats, ratio=hyp.denominator is not None))
     return out

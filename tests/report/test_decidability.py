@@ -100,6 +100,8 @@ def test_smallest_finds_the_threshold_or_none() -> None:
     assert smallest(lambda x: 1.0 if x >= 0.37 else 0.0) >= 0.37
     assert smallest(lambda x: x, target=0.5) == pytest.approx(0.5, rel=2e-4)
     assert smallest(lambda x: 1.0) == pytest.approx(0.0, abs=1e-3)  # already there at the first step
+    assert smallest(lambda x: 1.0 if x >= 0.0004 else 0.0) == pytest.approx(0.0004, rel=2e-4)  # below the first
+    assert smallest(lambda x: 0.8 if x >= 0.5 else 0.0) == pytest.approx(0.5, rel=2e-4)  # reaching it is enough
     assert smallest(lambda x: 0.0) == math.inf
     assert smallest(lambda x: 1.0 if x > 900 else 0.0) == pytest.approx(900, rel=2e-4)
 
@@ -108,6 +110,7 @@ def test_band_width_of_each_kind() -> None:
     assert band_width("value", 0.05, None, None) == pytest.approx(math.log1p(0.05))
     assert band_width("value", None, None, None) is None
     assert band_width("range", None, 1.04, 1.06) == pytest.approx(math.log(1.06 / 1.04) / 2)
+    assert band_width("range", None, 0.5, 2.0) == pytest.approx(math.log(2.0))
     for low, high in ((0.0, 1.0), (-1.0, 1.0), (1.0, 1.0), (2.0, 1.0), (None, 1.0), (1.0, None)):
         assert band_width("range", None, low, high) is None
     assert band_width("relation", 0.05, 1.0, 2.0) is None
@@ -119,6 +122,7 @@ def test_decide_a_wide_band_a_narrow_one_and_a_relation() -> None:
     c = end_critical(blocks, first)
     wide = decide("w", "value", 0.05, FLAT, blocks=blocks, first=first, repeats=1, ratio=True)
     assert wide.block_sd == pytest.approx(sd) and wide.blocks == 12 and wide.metric == "output_throughput"
+    assert (wide.hypothesis, wide.kind, wide.band, wide.source, wide.one_launch) == ("w", "value", 0.05, "test", False)
     assert wide.detectable is not None and wide.narrowest is not None
     # the distances are report.power's at 80%: just there, and not a little before
     assert power_to_clear(wide.detectable, sd, blocks, c) >= POWER > power_to_clear(wide.detectable * 0.99, sd, blocks, c)
@@ -138,8 +142,10 @@ def test_one_launch_decides_nothing_and_is_not_refused() -> None:
     one = decide("o", "value", 0.5, FLAT, blocks=1, first=1, repeats=3, ratio=False)
     assert (one.detectable, one.narrowest, one.best_power, one.one_launch) == (None, None, 0.0, True)
     assert one.decidable == NO and not one.refused
-    odd = decide("o", "value", 0.5, FLAT, blocks=1, first=2, repeats=3, ratio=False)  # not a declared pilot
-    assert not odd.one_launch and odd.refused
+    assert (one.hypothesis, one.kind, one.band, one.blocks, one.source) == ("o", "value", 0.5, 1, "test")
+    assert one.block_sd == pytest.approx(math.sqrt(0.02 ** 2 + 0.01 ** 2 / 3))
+    two = decide("t", "value", 0.5, FLAT, blocks=2, first=2, repeats=3, ratio=False)  # the fewest that decide
+    assert two.detectable is not None and not two.one_launch and two.decidable == YES
 
 
 def _row(**changes: object) -> Decidability:
@@ -164,6 +170,7 @@ def test_decidable_and_refused_at_their_boundaries() -> None:
 
 
 def test_json_of_a_row() -> None:
+    assert _row().to_json()["band"] == 0.02
     out = _row(block_sd=0.0123456, band=None, best_power=0.81234).to_json()
     assert out == {"hypothesis": "h", "metric": "m", "blocks": 5, "block_sd": 0.0123, "band": None,
                    "min_detectable_distance": 0.015, "narrowest_band": 0.02, "best_case_power": 0.812,
@@ -180,6 +187,9 @@ def test_percent() -> None:
 
 @pytest.mark.parametrize(("kind", "low", "high", "ci", "expected"), [
     ("relation", 1.0, None, (0.5, 5.0), "near an edge"),
+    ("relation", 1.0, 1.01, (0.5, 5.0), "near an edge"),  # both edges known: still a threshold
+    ("value", 0.0, 1.0, (0.5, 2.0), "underpowered"),  # an edge at 0: linear (1.5 > 1)
+    ("value", -1.0, 1.0, (0.0, 2.0), "near an edge"),  # as wide as the band, linear
     ("value", None, 1.02, (0.9, 1.1), "near an edge"),
     ("value", 0.98, None, (0.9, 1.1), "near an edge"),
     ("value", 0.98, 1.02, (0.97, 1.03), "underpowered"),
@@ -204,7 +214,9 @@ def test_fp8_kv_without_a_database() -> None:
                           "capacity-doubles"]
     assert all(d.blocks == 12 for d in rows.values())  # the budget's blocks
     decode = rows["faster-at-c128-decode"]
-    assert decode.band == pytest.approx(math.log(1.06 / 1.04) / 2) and decode.refused
+    assert decode.band == pytest.approx(math.log(1.06 / 1.04) / 2) and decode.refused and decode.kind == "range"
+    throughput = default_prior("output_throughput")
+    assert decode.block_sd == pytest.approx(sd_upper(throughput.pair_sd, throughput.pair_df))  # a paired ratio
     assert decode.source == "default for throughput metrics"
     capacity = rows["capacity-doubles"]
     assert capacity.source == "default for server metrics" and capacity.decidable == YES
@@ -220,6 +232,23 @@ def test_a_similar_configuration_prior_reaches_its_hypothesis() -> None:
     rows = {d.hypothesis: d for d in plan_decidability(plan, Priors(by_shape={("output_throughput", shape): tight}))}
     assert rows["neutral-at-c8"].source == "stored" and rows["neutral-at-c8"].decidable == YES
     assert rows["neutral-at-c1"].source == "default for throughput metrics"
+    server = Prior("kv_capacity_tokens", 0.5, 0.0, None, "stored starts", 0.5, None)
+    rows = {d.hypothesis: d for d in plan_decidability(plan, Priors(by_shape={("kv_capacity_tokens", ()): server}))}
+    assert rows["capacity-doubles"].source == "stored starts"  # a server metric's shape: its start
+
+
+def test_a_one_side_hypothesis_and_an_arm_of_its_own_launches(tmp_path: Path) -> None:
+    text = (ROOT / "studies/quickstart.toml").read_text().replace('path = "../models/tiny-qwen3"',
+                                                                   f'path = "{ROOT / "models/tiny-qwen3"}"')
+    text = text.replace("launches = 1 ", "launches = 4 ").replace('cache = "keep"', 'cache = "keep"\nlaunches = 2')
+    path = tmp_path / "arms.toml"
+    path.write_text(text)
+    rows = {d.hypothesis: d for d in plan_decidability(compile_study(load_study(path)), Priors())}
+    assert rows["kept-cache-hits"].blocks == 2 and rows["batching-helps"].blocks == 4  # warm has two launches
+    share = default_prior("prefix_hit_rate")
+    side = math.sqrt(share.launch_sd ** 2 + share.within_sd ** 2 / 3)  # one side, three repeats, not a ratio
+    assert rows["kept-cache-hits"].block_sd == pytest.approx(sd_upper(side, share.df))
+    assert rows["kept-cache-hits"].decidable != NO
 
 
 def test_quickstart_is_one_launch_and_runs() -> None:
