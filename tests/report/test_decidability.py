@@ -216,6 +216,7 @@ def test_fp8_kv_without_a_database() -> None:
     decode = rows["faster-at-c128-decode"]
     assert decode.band == pytest.approx(math.log(1.06 / 1.04) / 2) and decode.refused and decode.kind == "range"
     throughput = default_prior("output_throughput")
+    assert throughput.pair_sd is not None
     assert decode.block_sd == pytest.approx(sd_upper(throughput.pair_sd, throughput.pair_df))  # a paired ratio
     assert decode.source == "default for throughput metrics"
     capacity = rows["capacity-doubles"]
