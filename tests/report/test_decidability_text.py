@@ -38,8 +38,10 @@ def test_rows_of_each_kind() -> None:
 
 
 def test_section_heads_its_rows() -> None:
-    text = section([YES_ROW, ONE])
-    assert text.startswith("decidability (80% power") and text.endswith("\n") and text.count("\n") == 3
+    assert section([YES_ROW, ONE]) == (
+        "decidability (80% power at the interval the run reads at its end, at the most blocks the design allows; "
+        "block SD at its 80% upper confidence bound; docs/decidability.md):\n"
+        f"{row_text(YES_ROW)}\n{row_text(ONE)}\n")
 
 
 def test_warnings_and_refusals_name_file_line_and_hypothesis() -> None:
