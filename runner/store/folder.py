@@ -91,14 +91,21 @@ _DIGESTS: dict[tuple[object, ...], str] = {}  # a command opens its --db many ti
 
 def folder_digest(folder: Path) -> str:
     """The digest of every file in the folder (names and contents): what names its cached database."""
-    files = sorted(p for p in Path(folder).rglob("*") if p.is_file())
-    seen = tuple((str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
-    if seen not in _DIGESTS:
+    files: list[Path] = []
+    seen: list[object] = [str(Path(folder).resolve())]
+    for top, _, names in sorted(os.walk(folder)):
+        for name in sorted(names):
+            path = Path(top) / name
+            stat = path.stat()
+            files.append(path)
+            seen.append((str(path), stat.st_size, stat.st_mtime_ns))
+    key = tuple(seen)
+    if key not in _DIGESTS:
         h = hashlib.sha256()
         for path in files:
             h.update(path.relative_to(folder).as_posix().encode() + b"\0" + _sha256(path).encode())
-        _DIGESTS[seen] = h.hexdigest()
-    return _DIGESTS[seen]
+        _DIGESTS[key] = h.hexdigest()
+    return _DIGESTS[key]
 
 
 def cache_file(folder: Path, cache_dir: Path) -> Path:
