@@ -8,12 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from compiler.load import LoadedStudy
-from report.audit import json_row, verdict_cell
+from compiler.load import LoadedStudy, load_study
+from report.audit import Audit, json_row, print_table, verdict_cell
+from report.context import build_context
 from report.page_models import HypothesisRow
-from report.pages import _hypothesis_row
+from report.pages import _hypothesis_row, study_page
+from report.results import latest_runs
 from report.score_model import Score, Why
+from report.scoring import score
+from report.site import environment
 from tests.report.test_cliff_scoring import two_launches
+from tests.report.test_run_compare import _run, _study
 from tests.report.test_scoring_branches import hyp, point, run, scores, study
 
 TPUT = "output_throughput"
@@ -64,8 +69,16 @@ def test_one_launch_keeps_its_own_label_without_a_reason(tmp_path: Path) -> None
 
 
 def test_the_text_audit_shows_the_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from report.audit import Audit, print_table
-
     loaded, s = _scored(tmp_path, '{ value = 101.0, tolerance = 0.01 }', (100.0, 102.0))
     print_table(Audit((loaded,), {}, (s,), {}))
     assert "inconclusive (underpowered)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("ratios", "shown"), [([1.0, 1.3, 1.002], True), ([1.0, 1.001, 1.002], False)])
+def test_the_study_page_shows_the_kind_under_the_verdict(tmp_path: Path, ratios: list[float], shown: bool) -> None:
+    study, db = _study(tmp_path), tmp_path / "r.duckdb"
+    _run(db, study, "run-1", ratios)  # three blocks, a ratio b / a against 1 ± 5%
+    ctx = build_context(load_study(study), latest_runs([db])["toy"])
+    html = environment().get_template("study.html").render(page=study_page(ctx, score(ctx), ""))
+    assert ('<span class="note inconclusive-reason">underpowered</span>' in html) is shown
+    assert ('class="note inconclusive-reason"' in html) is shown
