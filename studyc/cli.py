@@ -147,7 +147,8 @@ def model(path: Path | None, db: Path | None, ledger: bool, batch: int, context:
     """Model math from a config.json (PATH): parameters, weight and KV bytes, decode roofline.
 
     With --db instead: the calibrated step-time model fitted from the database's runs, one row of
-    coefficients per GPU, vLLM version, model family and engine options; with --ledger too, its
+    coefficients per vLLM version, model family and engine options (fitted on every GPU's points, each
+    priced on its own run's calibrated card, so they carry to a GPU by its card); with --ledger too, its
     leave-one-study-out error by study, GPU, vLLM version and metric."""
     from studyc.model_command import facts_text, model_facts, step_model, step_model_text
 

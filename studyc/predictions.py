@@ -14,10 +14,12 @@ from runner.store.store import Store
 
 
 def predict_run(store: Store, plan: Plan, run: RunRecord, progress: Progress) -> dict[str, PointPrediction]:
-    """The step-time model's prediction for every point, fitted from the other runs in this database on
-    the host's GPU (this run's own points never fit it). Where it cannot predict, each point says why."""
+    """The step-time model's prediction for every point, fitted from the other runs in this database (every
+    GPU's points; this run's own points never fit it) and priced on the host's GPU: its calibrations stored
+    by earlier runs, else its spec sheet scaled (this run's GPU is calibrated later, at each launch). Where
+    it cannot predict, each point says why."""
     if not run.gpu_name:
-        note = "no GPU on this host (NVML found none): the step-time model is fitted per GPU"
+        note = "no GPU on this host (NVML found none): the step-time model prices a GPU's card"
         return {p.id: PointPrediction.none(note) for p in plan.points}
     points = [p for p in store_points(store) if p.run_id != run.run_id]
     progress.message(f"fitting the step-time model from {len({p.run_id for p in points})} run(s)")
