@@ -29,12 +29,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from base.settings import load_settings
 from runner.checks.cache import reset
 from runner.checks.stats import percentile
 from runner.load.loadgen import RequestSpec, make_prompts, run_load
 from runner.server.engine import VllmServer
 from runner.server.tokenizer import ensure_tokenizer
-from studyc.settings import load_settings
 
 METRICS = ("output_tok_s", "tpot_mean_ms", "itl_p50_ms", "itl_p99_ms")
 

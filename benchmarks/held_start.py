@@ -26,9 +26,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from base.settings import load_settings  # noqa: E402
 from runner.server.engine import VllmServer, engine_python  # noqa: E402
 from runner.server.tokenizer import ensure_tokenizer  # noqa: E402
-from studyc.settings import load_settings  # noqa: E402
 
 CPU_SERVE = ("--load-format dummy --max-model-len 2048 --max-num-seqs 16 --kv-cache-memory-bytes 256M "
              "--block-size 32 --enforce-eager --distributed-executor-backend uni")

@@ -33,12 +33,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from base.settings import load_settings  # noqa: E402
 from runner.checks.cache import reset_prefix_cache  # noqa: E402
 from runner.load.loadgen import RequestSpec, make_prompts, run_load  # noqa: E402
 from runner.server.engine import VllmServer  # noqa: E402
 from runner.server.http import http_call  # noqa: E402
 from runner.server.tokenizer import ensure_tokenizer  # noqa: E402
-from studyc.settings import load_settings  # noqa: E402
 
 GPU_SERVE = "--load-format dummy --max-model-len 4096 --enable-prefix-caching --enable-sleep-mode"
 

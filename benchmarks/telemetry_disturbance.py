@@ -36,10 +36,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from base.settings import load_settings  # noqa: E402
 from runner.load.loadgen import RequestSpec, make_prompts, run_load  # noqa: E402
 from runner.measure import prometheus  # noqa: E402
 from runner.measure.nvml import NvmlSampler  # noqa: E402
-from studyc.settings import load_settings  # noqa: E402
 
 CONDITIONS = ("none", "poller", "nvml", "both")
 CPU_SERVE = ("--load-format dummy --max-model-len 2048 --max-num-seqs 16 --kv-cache-memory-bytes 256M "

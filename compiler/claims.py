@@ -37,8 +37,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from base.errors import SpecError
 from compiler.toml_lines import dotted, key_lines, line_of
-from studyc.errors import SpecError
 
 SOURCES_DIR = "sources"
 CLAIM_ID = r"^[a-z0-9][a-z0-9_.-]*$"

@@ -18,10 +18,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from base.errors import SpecError
 from compiler.study import Study
 from compiler.toml_lines import dotted, key_lines, line_of
 from compiler.validate import claims_warnings, cross_check, study_warnings
-from studyc.errors import SpecError
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from base import format as fmt
 from compiler.configurations import primed_configurations
 from compiler.plan import HypothesisSide, HypothesisStep, Launch, Plan
-from studyc import format as fmt
 
 
 def summary(plan: Plan) -> list[str]:

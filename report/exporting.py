@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from base.errors import StoreError
 from runner.store.folder import MANIFEST, folder_manifest, run_folders, stored_points
 from runner.store.store import SCHEMA_VERSION, Store
-from studyc.errors import StoreError
 
 
 def export_database(db: Path, out: Path, fmt: str = "parquet") -> dict[str, int]:

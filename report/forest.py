@@ -16,10 +16,10 @@ from typing import Any
 
 import altair as alt
 
+from base import format as fmt
 from report import score_text
 from report.charts import VERDICT_COLORS, WIDTH, _data
 from report.score_model import Score
-from studyc import format as fmt
 
 ROW_HEIGHT = 26
 PAD = 0.12  # of the row's span (log span for a log axis), left and right of what it shows

@@ -10,13 +10,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from base.settings import load_settings
 from compiler.modelmath import ModelShape
 from compiler.stepcost import Card, Coefficients, EngineShape
 from compiler.stepfit import ModelKey, Observation, fit
 from compiler.stepreplay import StepLoad, StepPrediction, predict
 from report.fit_cache import FitCache, fit_digest
 from runner.lifeline import die_with_parent
-from studyc.settings import load_settings
 
 METRICS = ("output_throughput", "tpot_s", "ttft_s")
 # The GPU of a fit key: coefficients are fitted on every GPU's points, each point priced on its own run's

@@ -10,8 +10,8 @@ from typing import Any
 
 from jinja2 import Environment
 
+from base import format as fmt
 from report import ledger, ledger_fit
-from studyc import format as fmt
 
 METRIC_LABELS = {"output_throughput": "output throughput", "tpot_s": "TPOT", "ttft_s": "TTFT"}
 

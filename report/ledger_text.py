@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from base import format as fmt
 from report.ledger import PointPrediction
 from report.ledger_fit import StoredPoint, fit_key, fit_keys
-from studyc import format as fmt
 
 
 def _predicted(value: float | None, unit: str) -> str:

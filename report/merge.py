@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from base.errors import StoreError
 from report.exporting import merge_into_folder
 from runner.store.store import Store, compact
-from studyc.errors import StoreError
 
 
 def merge_databases(out: Path, inputs: Sequence[Path]) -> list[str]:

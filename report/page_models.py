@@ -1,5 +1,5 @@
 """Page models: plain frozen dataclasses of what each page shows, every number already text (formatted
-by studyc.format). Built by report.pages, rendered by report.site through the Jinja templates.
+by base.format). Built by report.pages, rendered by report.site through the Jinja templates.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Page builders: studies, runs and scores in, page contexts (report.page_models) out, gathered before
-anything is written. Numbers are formatted here, through studyc.format and report.score_text; templates only
+anything is written. Numbers are formatted here, through base.format and report.score_text; templates only
 place strings. Charts come from report.study_charts; rendering is report.site's.
 """
 
@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from base import format as fmt
 from compiler.claims import Document
 from compiler.hardware import Hardware
 from compiler.load import LoadedStudy
@@ -45,7 +46,6 @@ from report.score_model import Score, Why, verdict_counts
 from report.seed import seed_note
 from report.seed_index import seed_groups
 from report.study_charts import study_charts
-from studyc import format as fmt
 
 if TYPE_CHECKING:
     from runner.store.records import ServerRecord

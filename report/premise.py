@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from base import format as fmt
 from compiler.study import Hypothesis
 from report.score_model import Reason, Score, Why
 from report.verdict import Verdict
-from studyc import format as fmt
 
 DECIDED: tuple[Verdict, ...] = ("confirmed", "refuted")
 

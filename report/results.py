@@ -16,6 +16,7 @@ from datetime import datetime
 from functools import cached_property
 from pathlib import Path
 
+from base.errors import StoreError
 from compiler.hardware import HardwareError, get_hardware
 from compiler.plan import Plan
 from runner.store.records import (
@@ -28,7 +29,6 @@ from runner.store.records import (
     TelemetrySample,
 )
 from runner.store.store import Store
-from studyc.errors import StoreError
 
 
 @dataclass(frozen=True)

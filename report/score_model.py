@@ -8,11 +8,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from base import format as fmt
 from compiler.metrics import METRICS
 from report.alpha_ledger import AlphaShare
 from report.decidability import Inconclusive, inconclusive_reason
 from report.verdict import VERDICTS, Verdict
-from studyc import format as fmt
 
 
 class Why(StrEnum):
@@ -246,7 +246,7 @@ class Score:
 
     @property
     def display_unit(self) -> str:
-        """The unit its numbers are shown in: x, %, ms or the metric's own (studyc.format)."""
+        """The unit its numbers are shown in: x, %, ms or the metric's own (base.format)."""
         metric = METRICS.get(self.metric)
         return fmt.display_unit(metric.unit if metric else self.unit, ratio=self.ratio)
 

@@ -1,12 +1,12 @@
-"""A score's numbers as text, through the one formatter (studyc.format): its prediction, its measured
+"""A score's numbers as text, through the one formatter (base.format): its prediction, its measured
 mean with interval and spread, its distance from the band. Shared by the site, the seed note and
 `studyc audit`. Pure.
 """
 
 from __future__ import annotations
 
+from base import format as fmt
 from report.score_model import Score
-from studyc import format as fmt
 
 
 def ratio_sides(targets: tuple[str, ...]) -> str:

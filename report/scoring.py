@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from base import format as fmt
 from compiler.expr import ExprError
 from compiler.hardware import HardwareError
 from compiler.load import LoadedStudy
@@ -52,7 +53,6 @@ from report.sides import MeasuredSide, point_side, server_side, split_blocks
 from report.verdict import Verdict, judge, straddled
 from runner.checks.tails import TAILS
 from runner.store.records import CheckResult
-from studyc import format as fmt
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from base import format as fmt
 from compiler.hardware import Hardware
 from compiler.predict_env import build_env
 from compiler.study import Hypothesis
@@ -23,7 +24,6 @@ from report.context import StudyContext
 from report.score_model import Score, Why
 from report.verdict import Verdict
 from runner.store.records import RunRecord
-from studyc import format as fmt
 
 # What a verdict means for the seed's claim, in plain words.
 HELD: dict[str, str] = {

@@ -18,6 +18,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
+from base.errors import StudycError
 from compiler.claims import Catalog, find_sources, load_catalog
 from compiler.load import LoadedStudy, load_studies
 from report import page_models, pages
@@ -28,7 +29,6 @@ from report.run_compare import compare_runs
 from report.score_model import Score
 from report.scoring import score
 from runner.store.store import Store
-from studyc.errors import StudycError
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "site_templates"
 

@@ -9,6 +9,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from base import format as fmt
 from compiler.capacity import replay
 from compiler.load import LoadedStudy
 from compiler.modelmath import ModelShape, decode_placement, roofline_flops_per_s
@@ -19,7 +20,6 @@ from report.page_models import Chart
 from report.results import RunData
 from runner.store.records import PointRecord, TelemetrySample
 from runner.store.store import Store
-from studyc import format as fmt
 
 
 def _rung(p: PointRecord) -> dict[str, Any]:

@@ -48,7 +48,7 @@ MODULES=(
   "machine|runner/execute/machine.py|tests/runner/test_machine_calibration.py"
   "reaper|runner/execute/reaper.py|tests/runner/test_reaper.py"
   "plan_estimate|compiler/plan_estimate.py|tests/compiler/test_capacity.py"
-  "format|studyc/format.py|tests/report/test_format.py tests/report/test_format_edges.py"
+  "format|base/format.py|tests/report/test_format.py tests/report/test_format_edges.py"
   "capacity_report|report/capacity.py|tests/report/test_capacity.py"
   "phase_compare|report/phase_compare.py|tests/report/test_phase_compare.py"
   "block_planner|report/block_planner.py|tests/report/test_block_planner.py tests/report/test_block_planner_edges.py tests/report/test_one_launch.py"
@@ -78,7 +78,7 @@ run_one() {
   {
     echo "[mutmut]"
     echo "source_paths ="
-    printf '    %s\n' compiler runner report studyc site_templates
+    printf '    %s\n' base compiler runner report studyc site_templates
     echo "only_mutate = $module"
     echo "also_copy ="
     printf '    %s\n' studies sources models results benchmarks

@@ -14,6 +14,6 @@ else
   bash scripts/setup.sh --with-chromium
 fi
 export STUDYC_VLLM="${STUDYC_VLLM:-$PWD/.venv-vllm/bin/vllm}"
-.venv/bin/ruff check compiler runner report studyc tests benchmarks scripts
-.venv/bin/mypy compiler runner studyc report
+.venv/bin/ruff check base compiler runner report studyc tests benchmarks scripts
+.venv/bin/mypy base compiler runner studyc report
 .venv/bin/pytest -q "${fast[@]}" "$@"

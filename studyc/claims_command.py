@@ -8,10 +8,10 @@ from pathlib import Path
 
 import click
 
+from base.errors import StudycError
 from compiler.claims import find_sources, load_catalog
 from compiler.load import load_studies
 from report.claims import ClaimRow, claim_rows, counts
-from studyc.errors import StudycError
 
 
 def study_files(studies_dir: Path) -> list[Path]:

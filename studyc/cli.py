@@ -231,7 +231,7 @@ def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry
         from studyc.decide import refuse_underpowered
 
         refuse_underpowered(list(zip(loaded_studies, plans, strict=True)), db)
-    from studyc.errors import EngineError
+    from base.errors import EngineError
     from studyc.run_command import failed, prepare_run, run_study, run_summary
 
     setup = prepare_run(plans, db, resume=resume, keep_going=keep_going, calibrate=not no_calibrate, gpus=gpus,
@@ -302,12 +302,12 @@ def site(studies: tuple[Path, ...], dbs: tuple[Path, ...], out: Path, strict: bo
               help="File to write (default: studies/NAME.toml, dashes as underscores).")
 def new(name: str, source: Path | None, out: Path | None) -> None:
     """Write a commented starter study that validates and runs on this machine (refuses to overwrite)."""
+    from base.errors import StudycError
+    from base.settings import load_settings
     from compiler.hardware import HardwareError, get_hardware
     from compiler.load import load_study
     from runner.measure.nvml import gpu_info
-    from studyc.errors import StudycError
     from studyc.new import check_name, default_path, from_study, template
-    from studyc.settings import load_settings
 
     check_name(name)
     out = out or default_path(name)
@@ -365,9 +365,9 @@ def phases(runs: tuple[str, ...], dbs: tuple[Path, ...]) -> None:
     With two runs (say the same study with --cold-starts, then without) a last column gives the second
     minus the first, phase by phase.
     """
+    from base.errors import StudycError
     from report.phase_compare import compare_text, run_cost
     from report.results import all_runs, read_run
-    from studyc.errors import StudycError
 
     known = all_runs(list(dbs))
     by_id = {run.run_id: db for found in known.values() for db, run in found}

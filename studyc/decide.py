@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from base.errors import SpecError
 from compiler.load import LoadedStudy
 from compiler.plan import Plan
 from report.decidability import Decidability, Priors, plan_decidability
 from report.decidability_text import refusals, warnings
-from studyc.errors import SpecError
 
 
 def priors_for(db: Path | None) -> Priors:

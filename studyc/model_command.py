@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from base.errors import SpecError
 from report import ledger_fit, ledger_text
 from report.ledger import read_ledger
 from report.ledger_fit import StoredPoint
-from studyc.errors import SpecError
 
 
 def model_facts(path: Path, *, batch: int, context: int | None, kv_dtype: str, hardware: str) -> dict[str, Any]:

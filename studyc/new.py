@@ -11,8 +11,8 @@ import os
 import re
 from pathlib import Path
 
+from base.errors import StudycError
 from compiler.study import SLUG
-from studyc.errors import StudycError
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
 

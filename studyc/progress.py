@@ -13,9 +13,9 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from base import format as fmt
 from compiler.plan import Plan
 from runner.execute import driver
-from studyc import format as fmt
 
 
 def console_for(stream: Any) -> Console:

@@ -31,11 +31,11 @@ def prepare_run(plans: Sequence[Plan], db: Path, *, resume: bool, keep_going: bo
                 say: Callable[[str], None], held_start: bool = True, prime: bool | None = None) -> RunSetup:
     """Settings -> the host's GPU checked against each study's hardware -> the engine checked -> RunOptions.
     `say` gets the warnings and the engine line as they come."""
+    from base.settings import load_settings
     from runner.measure.nvml import gpu_info
     from runner.server.engine_check import check_engine
     from runner.server.preflight import check_hardware
     from studyc.predictions import predict_run
-    from studyc.settings import load_settings
 
     settings = load_settings()
     gpu = gpu_info(settings.gpu_index)

@@ -50,7 +50,7 @@ def fresh_caches_under_mutation() -> None:
     if os.environ.get("MUTANT_UNDER_TEST", "") in ("", "fail", "stats"):
         return
     for name, module in list(sys.modules.items()):
-        if name.split(".")[0] in ("compiler", "runner", "report", "studyc"):
+        if name.split(".")[0] in ("base", "compiler", "runner", "report", "studyc"):
             for value in list(vars(module).values()):
                 clear = getattr(value, "cache_clear", None)
                 if callable(clear):
@@ -104,8 +104,8 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) 
     why = vllm_missing()
     if why:
         pytest.skip(why)
+    from base.settings import load_settings
     from runner.server.engine import VllmServer, _group_alive
-    from studyc.settings import load_settings
 
     log = tmp_path_factory.mktemp("vllm") / "server.log"
     settings = load_settings()

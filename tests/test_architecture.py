@@ -1,9 +1,9 @@
 """The floor plan: no import cycle, no arrow up the stages, small modules that each say their job.
 
-Stages, lowest first: the shared base (`studyc.errors`, `studyc.format`, `studyc.settings`, the
-`studyc` package itself for its version) < `compiler` < `runner` < `report` < the CLI (the rest of
-`studyc`). A module may import its own stage or lower ones. Function-level imports count: a cycle
-hidden inside a function is still a cycle.
+Stages, lowest first: the shared base (`base`: errors, the formatter, settings, the version) <
+`compiler` < `runner` < `report` < the CLI (`studyc`). A module may import its own stage or lower ones,
+so nothing below the CLI imports `studyc`, not even for its version. Function-level imports count: a
+cycle hidden inside a function is still a cycle. Every package ships in the wheel (pyproject's list).
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("compiler", "runner", "report", "studyc")
-BASE = {"studyc", "studyc.errors", "studyc.format", "studyc.settings"}
-STAGE = {"compiler": 1, "runner": 2, "report": 3, "studyc": 4}
+STAGE = {"base": 0, "compiler": 1, "runner": 2, "report": 3, "studyc": 4}
+PACKAGES = tuple(STAGE)
 MAX_LINES = 450
 
 
@@ -63,7 +63,7 @@ def import_graph(known: dict[str, Path]) -> dict[str, set[str]]:
 
 
 def stage(module: str) -> int:
-    return 0 if module in BASE else STAGE[module.split(".")[0]]
+    return STAGE[module.split(".")[0]]
 
 
 def upward_arrows(graph: dict[str, set[str]]) -> list[str]:
@@ -114,10 +114,12 @@ def test_no_import_cycle() -> None:
 
 
 def test_the_checks_catch_a_cycle_and_an_upward_arrow() -> None:
-    graph = {"compiler.a": {"runner.b"}, "runner.b": {"compiler.a"}, "studyc.errors": set()}
+    graph = {"compiler.a": {"runner.b"}, "runner.b": {"compiler.a"}, "base.errors": set()}
     assert upward_arrows(graph) == ["compiler.a -> runner.b"]
     assert cycles(graph) == [["compiler.a", "runner.b"]]
-    assert upward_arrows({"studyc.errors": {"compiler.a"}, "compiler.a": set()}) == ["studyc.errors -> compiler.a"]
+    assert upward_arrows({"base.errors": {"compiler.a"}, "compiler.a": set()}) == ["base.errors -> compiler.a"]
+    # the CLI package is the top stage, its __init__ too: importing it for its version is an arrow up
+    assert upward_arrows({"runner.c": {"studyc", "base"}, "studyc": set(), "base": set()}) == ["runner.c -> studyc"]
     assert cycles({"a.x": {"a.y"}, "a.y": set()}) == []
 
 
@@ -162,3 +164,19 @@ def test_every_module_is_small_and_names_its_job() -> None:
             silent.append(name)
     assert too_long == []
     assert silent == []
+
+
+def undeclared_packages(root: Path) -> list[str]:
+    """Packages (folders with an __init__.py) under the stages that pyproject.toml's list leaves out of the wheel."""
+    declared = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(root).parts) for s in STAGE for p in (root / s).rglob("__init__.py")}
+    return sorted(found - declared)
+
+
+def test_every_package_ships_in_the_wheel(tmp_path: Path) -> None:
+    assert undeclared_packages(ROOT) == []
+    for package in ("base", "report", "report/rooms"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text('"""x"""\n')
+    (tmp_path / "pyproject.toml").write_text('[tool.setuptools]\npackages = ["base", "report"]\n')
+    assert undeclared_packages(tmp_path) == ["report.rooms"]

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from base.errors import EngineError, StudycError
 from runner.server.engine_check import check_engine
 from runner.server.preflight import check_hardware, hardware_mismatch
 from studyc.cli import main
-from studyc.errors import EngineError, StudycError
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "studies/quickstart.toml"
@@ -225,7 +225,7 @@ def test_plan_shows_each_prediction_through_the_one_formatter() -> None:
 
 
 def test_eta_and_plan_durations_are_the_formatters() -> None:
-    from studyc import format as fmt
+    from base import format as fmt
     from studyc.progress import eta_text
 
     assert eta_text(3723.4) == "eta " + fmt.duration(3723.4) == "eta 1h02m03s"

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from base.errors import SpecError
 from compiler.load import load_study
 from compiler.plan_compile import compile_study
 from studyc.cli import main
 from studyc.decide import refuse_underpowered
-from studyc.errors import SpecError
 from tests.variants import study_variant
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -111,10 +111,10 @@ def unknown_cli(text: str, options: dict[str, set[str]]) -> list[str]:
 
 
 def setting_names() -> set[str]:
-    """The STUDYC_* variables the settings object reads (studyc/settings.py, or base/settings.py once moved)."""
+    """The STUDYC_* variables the settings object reads (base/settings.py, or base/settings.py once moved)."""
     import importlib
 
-    for module in ("base.settings", "studyc.settings"):
+    for module in ("base.settings", "base.settings"):
         try:
             settings = importlib.import_module(module)
         except ModuleNotFoundError:
@@ -122,7 +122,7 @@ def setting_names() -> set[str]:
         cls = settings.Settings
         prefix = cls.model_config.get("env_prefix", "")
         return {(prefix + name).upper() for name in cls.model_fields}
-    raise AssertionError("no settings module: neither base/settings.py nor studyc/settings.py")
+    raise AssertionError("no settings module: neither base/settings.py nor base/settings.py")
 
 
 def unknown_settings(text: str, known: set[str]) -> list[str]:

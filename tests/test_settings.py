@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from studyc.errors import StudycError
-from studyc.settings import derive_python, load_settings, parse_cpus
+from base.errors import StudycError
+from base.settings import derive_python, load_settings, parse_cpus
 
 
 def test_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,6 +15,8 @@ import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from base import __version__
+from base.errors import EngineError
 from compiler.capacity import probe_of
 from compiler.plan import Plan, PointStep
 from runner.checks.checks import Expectation
@@ -25,8 +27,6 @@ from runner.execute.prestart import CHECK as HELD_CHECK
 from runner.load.trace_file import trace_rows
 from runner.store.records import CheckResult
 from runner.store.store import Store
-from studyc import __version__
-from studyc.errors import EngineError
 
 
 @dataclass

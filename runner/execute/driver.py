@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from base.errors import EngineError, StudycError
 from compiler.plan import Launch, Plan, PointStep, budget_points
 from runner.execute.launch import (
     Event,
@@ -27,10 +28,9 @@ from runner.execute.point import PointOutcome
 from runner.execute.segments import PhaseTable, Timeline, point_phases
 from runner.store.records import PointRecord, PointSummary, RunRecord
 from runner.store.store import Store, as_json
-from studyc.errors import EngineError, StudycError
 
 if TYPE_CHECKING:
-    from studyc.settings import Settings
+    from base.settings import Settings
 
 
 class PredictedPoint(Protocol):

@@ -19,6 +19,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from base.errors import EngineError
 from compiler.plan import Launch, PointStep, SearchStep
 from runner.execute.machine import PHASE as CALIBRATION_PHASE
 from runner.execute.machine import Calibrator, calibrate_servers, calibration_note
@@ -42,7 +43,6 @@ from runner.server.startlog import UNSPLIT, start_phases
 from runner.server.tokenizer import ensure_tokenizer
 from runner.store.records import ServerRecord, redact_argv
 from runner.store.store import as_json
-from studyc.errors import EngineError
 
 COMPILE_CACHE_ENV = ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR")
 

@@ -22,11 +22,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from base import format as fmt
+from base.errors import EngineError
 from runner.execute.driver import Driver, RunOptions, drain
 from runner.execute.launch import Cancel, LaunchSpec, StartedEvent, run_launch_retried
 from runner.execute.point import PointOutcome
-from studyc import format as fmt
-from studyc.errors import EngineError
 
 NOISE_FACTOR = 2.0
 NOISE_FLOOR = 0.01

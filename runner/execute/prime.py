@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from base.errors import EngineError
 from compiler.configurations import compile_cache_off
 from compiler.configurations import configuration as launch_configuration
 from compiler.plan_compile import fingerprint
 from runner.execute.launch import LaunchSpec, compile_cache_state, expect_logged, new_server
 from runner.execute.point import log_size
 from runner.server.tokenizer import ensure_tokenizer
-from studyc.errors import EngineError
 
 RECORD = "primed.json"
 DID = {"cold": "it compiled its graphs", "warm": "it loaded compiled graphs", None: "no torch.compile in its log"}

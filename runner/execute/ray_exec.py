@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from base.errors import EngineError, StudycError
 from runner.execute.driver import Driver, RunOptions, drain, fresh_server_ids, run_phases
 from runner.execute.launch import (
     LaunchSpec,
@@ -44,7 +45,6 @@ from runner.execute.parallel import interference_result, interference_state, rec
 from runner.execute.point import PointOutcome
 from runner.execute.ray_gate import Gate
 from runner.execute.ray_worker import Alone, Beside, End, LaunchWorker, Node
-from studyc.errors import EngineError, StudycError
 
 LOCAL = "local"  # --ray without an address: start a Ray cluster on this host
 MISSING = "studyc run --ray needs Ray, which is not installed: pip install 'studyc[ray]'"

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+from base.errors import EngineError
 from runner.execute import reaper
 from runner.execute.launch import (
     Cancel,
@@ -22,7 +23,6 @@ from runner.execute.parallel import throughput
 from runner.execute.point import PointOutcome
 from runner.measure.nvml import gpu_info
 from runner.server.placement import Placement
-from studyc.errors import EngineError
 
 
 @dataclass(frozen=True)

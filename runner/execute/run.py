@@ -19,6 +19,9 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from base import __version__
+from base.errors import EngineError, StudycError
+from base.settings import parse_cpus
 from compiler.load import Problem, study_version
 from compiler.plan import BlockDesign, Launch, Plan, PointStep
 from compiler.toml_lines import key_lines, line_of
@@ -48,9 +51,6 @@ from runner.server.placement import Placement, idle_gpus, parse_gpus, place
 from runner.server.startlog import HELD_FIRST_IMPORTS
 from runner.store.records import RunRecord
 from runner.store.store import Store, as_json
-from studyc import __version__
-from studyc.errors import EngineError, StudycError
-from studyc.settings import parse_cpus
 
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding runner/, studyc/, compiler/
 COMMIT_FILE = ".studyc-commit"  # the commit, written into a copy of the tree made without .git (device.sh stamp)

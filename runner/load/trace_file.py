@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from base.errors import EngineError
 from compiler.plan import PointStep
 from compiler.trace import TraceRow
 from compiler.workload_check import FileProblem, read_trace
-from studyc.errors import EngineError
 
 
 def trace_rows(point: PointStep) -> list[TraceRow] | None:

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Self
 
+from base.errors import EngineError
 from runner.server.http import http_call
 from runner.server.introspect import (
     LOG_TAIL_LINES,
@@ -31,7 +32,6 @@ from runner.server.introspect import (
     startup_failure,
 )
 from runner.server.procs import group_members
-from studyc.errors import EngineError
 
 __all__ = [
     "BASE_ENV",

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from base.errors import EngineError
 from runner.server.engine import _SET_STUDYC_VLLM, BASE_ENV
 from runner.server.introspect import startup_failure
-from studyc.errors import EngineError
 
 ENGINE_CHECK_TIMEOUT_S = 180.0  # `vllm --version` imports torch: ~15 s on two busy cores
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from base.settings import derive_python, is_python_executable
 from runner.measure import nvml, prometheus
 from runner.server.http import http_call
-from studyc.settings import derive_python, is_python_executable
 
 __all__ = [
     "ServerInfo",

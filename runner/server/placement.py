@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from base.errors import StudycError
 from compiler.plan import Launch, Plan
-from studyc.errors import StudycError
 
 IDLE_MEMORY_BYTES = 1 << 30  # a GPU with more memory in use than this is taken to be busy
 

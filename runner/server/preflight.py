@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from base.errors import StudycError
 from compiler.hardware import HardwareError, get_hardware
-from studyc.errors import StudycError
 
 
 def hardware_mismatch(study_hardware: str, gpu_name: str | None) -> str | None:

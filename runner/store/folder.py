@@ -18,10 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from base.errors import StoreError
+from base.settings import load_settings
 from runner.store.tables import TABLE_BY_NAME, TABLES, Table
 from runner.store.timefmt import decode_times, encode_times, read_table, write_table
-from studyc.errors import StoreError
-from studyc.settings import load_settings
 
 MANIFEST = "manifest.json"
 FORMAT = "studyc-results"

@@ -10,8 +10,8 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+from base.errors import StoreError
 from runner.store.tables import TABLES
-from studyc.errors import StoreError
 
 
 class Merging:

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import duckdb
 
+from base.errors import StoreError
 from runner.store.folder import Folders
 from runner.store.merging import Merging
 from runner.store.records import (
@@ -51,7 +52,6 @@ from runner.store.tables import (
     schema_sql,
     to_row,
 )
-from studyc.errors import StoreError
 
 _REFUSED = ("Could not write", "No space left", "File too large", "Disk quota exceeded")
 

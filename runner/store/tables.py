@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Union, get_args, get_origin
 
+from base.errors import StoreError
 from runner.store.records import (
     CheckResult,
     PhaseRecord,
@@ -41,7 +42,6 @@ from runner.store.records import (
     ServerRecord,
     TelemetrySample,
 )
-from studyc.errors import StoreError
 
 
 # --------------------------------------------------------------------------------- declaration

@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from base.errors import StoreError
 from runner.store.tables import Table, arrow_type
-from studyc.errors import StoreError
 
 TIMES_S = "token_times_s"
 TIMES_NS = "token_times_ns"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from base.errors import SpecError
 from compiler.claims import Drawn, find_sources, load_catalog, unknown_claims
 from compiler.load import load_study
-from studyc.errors import SpecError
 from tests.report.helpers import REPO, write_study
 
 SOURCE = '''

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from studyc import format as fmt
+from base import format as fmt
 
 
 @pytest.mark.parametrize(("x", "want"), [(1.0, "1"), (0.5, "0.5"), (1.9405, "1.94"), (220.66, "220.7"),

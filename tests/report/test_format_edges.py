@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from studyc import format as fmt
+from base import format as fmt
 
 
 @pytest.mark.parametrize(("x", "digits", "want"), [

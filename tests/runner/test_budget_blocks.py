@@ -164,9 +164,9 @@ def test_a_run_that_measured_refuses_to_resume_under_another_stopping_rule(tmp_p
     or only other minutes, resumes."""
     import pytest
 
+    from base.errors import StudycError
     from runner.measure.host import machine_id
     from runner.store.records import PointRecord, ServerRecord
-    from studyc.errors import StudycError
 
     first = _plan(tmp_path)
     options = RunOptions(db=tmp_path / "r.duckdb", engine_command=[], python_argv=[], runs_dir=tmp_path, resume=True)

@@ -19,7 +19,7 @@ WRITER = """
 import resource, sys
 from runner.store.records import RunRecord
 from runner.store.store import Store
-from studyc.errors import StoreError
+from base.errors import StoreError
 db, limit = sys.argv[1], int(sys.argv[2])
 with Store(db) as store:
     store.save_run(RunRecord(run_id="kept", study_id="s", notes="x"))  # committed before the limit

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from base.settings import Settings, derive_python, load_settings
 from runner.checks.cache import reset_prefix_cache
 from runner.server import engine
 from runner.server.engine import (
@@ -21,7 +22,6 @@ from runner.server.engine import (
 )
 from runner.server.engine_check import check_engine
 from runner.server.introspect import parse_kv_capacity_log
-from studyc.settings import Settings, derive_python, load_settings
 from tests.conftest import (
     TINY_KV_TOKENS,
     TINY_MODEL,
@@ -371,8 +371,8 @@ def test_settings_python_beside_the_vllm_script() -> None:
 
 
 def test_settings_refuse_a_non_loopback_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    from studyc.errors import StudycError
-    from studyc.settings import load_settings
+    from base.errors import StudycError
+    from base.settings import load_settings
 
     monkeypatch.setenv("STUDYC_HOST", "0.0.0.0")
     with pytest.raises(StudycError, match="STUDYC_HOST"):

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from base.errors import EngineError
 from compiler.load import check_file, load_study
 from compiler.plan_compile import compile_study
 from runner.execute.launch import expect_logged, missing_from_log
 from runner.store.store import Store
-from studyc.errors import EngineError
 from tests.conftest import vllm_missing
 from tests.runner.test_launch import audit, study, studyc
 

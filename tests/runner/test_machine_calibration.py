@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from base.errors import EngineError
 from compiler.load import load_study
 from compiler.plan import Launch
 from compiler.plan_compile import compile_study
@@ -24,7 +25,6 @@ from runner.execute.run import _spec
 from runner.measure.calibrate import Calibration
 from runner.server.placement import Placement
 from runner.store.records import ServerRecord
-from studyc.errors import EngineError
 
 ROOT = Path(__file__).resolve().parents[2]
 GOOD = Calibration(True, 4.2e12, 6.5e14, "NVIDIA H200", {}, None)

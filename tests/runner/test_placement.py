@@ -7,10 +7,10 @@ from collections import defaultdict
 
 import pytest
 
+from base.errors import StudycError
 from compiler.load import load_studies
 from compiler.plan_compile import compile_study
 from runner.server.placement import parse_gpus, place, rotated_slot, slots, split_cpus
-from studyc.errors import StudycError
 from tests.conftest import REPO
 
 

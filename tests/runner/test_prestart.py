@@ -209,7 +209,7 @@ def test_a_held_start_that_fails_says_it_exited_before_ready(tmp_path: Path) -> 
     the usual startup failure with its exit code, for the executor to start the launch again, cold, under a
     new id (`runner.execute.launch.run_launch_retried`; tests/runner/test_start_retry.py); the server itself
     is not spawned again."""
-    from studyc.errors import EngineError
+    from base.errors import EngineError
 
     prestart = Prestart()
     server = _held_server(tmp_path)

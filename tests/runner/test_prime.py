@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from base.errors import EngineError
 from compiler.configurations import compile_cache_off, option_groups
 from compiler.plan_compile import fingerprint
 from runner.execute.prime import (
@@ -32,7 +33,6 @@ from runner.execute.prime import (
 )
 from runner.execute.segments import PHASES, PRIME
 from runner.store.store import Store
-from studyc.errors import EngineError
 from tests.conftest import REPO, vllm_missing
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from base.settings import load_settings
 from runner.server.engine import server_api_key
 from runner.store.store import Store
-from studyc.settings import load_settings
 from tests.conftest import REPO, vllm_missing
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(vllm_missing() is not None, reason=str(vllm_missing()))]

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
+from base.errors import EngineError
 from compiler.trace import TraceRow
 from compiler.workload import Histogram, LogNormal, Normal, Shape, TraceRef, Uniform
 from runner.load.shapes import draw_length, expected_hit_rate, point_requests, trace_offsets
 from runner.load.trace_file import trace_rows
 from runner.load.workload import RequestSpec, make_prompts
-from studyc.errors import EngineError
 from tests.runner.steps import step
 
 

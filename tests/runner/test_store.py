@@ -11,6 +11,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from base.errors import StoreError
 from runner.store import tables
 from runner.store.records import (
     CheckResult,
@@ -26,7 +27,6 @@ from runner.store.records import (
 )
 from runner.store.store import SCHEMA_VERSION, Store
 from runner.store.tables import sql_type
-from studyc.errors import StoreError
 
 T0 = datetime(2025, 1, 2, 3, 4, 5)
 RUN = RunRecord("run-1", "toy", study_path="toy.toml", study_sha256="0" * 64, plan_json="{}", studyc_version="0.1",

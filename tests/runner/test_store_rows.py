@@ -9,6 +9,7 @@ from typing import Literal, Optional
 
 import pytest
 
+from base.errors import StoreError
 from runner.store.records import RequestRecord
 from runner.store.tables import (
     REQUESTS,
@@ -20,7 +21,6 @@ from runner.store.tables import (
     sql_type,
     to_row,
 )
-from studyc.errors import StoreError
 
 
 @dataclass(frozen=True)

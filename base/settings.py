@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from studyc.errors import StudycError
+from base.errors import StudycError
 
 # `python`, `python3`, `python3.12`, `/x/bin/python3.11`: an interpreter, not a launcher script.
 _PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
