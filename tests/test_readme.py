@@ -111,18 +111,11 @@ def unknown_cli(text: str, options: dict[str, set[str]]) -> list[str]:
 
 
 def setting_names() -> set[str]:
-    """The STUDYC_* variables the settings object reads (base/settings.py, or base/settings.py once moved)."""
-    import importlib
+    """The STUDYC_* variables the settings object reads (base/settings.py)."""
+    from base.settings import Settings
 
-    for module in ("base.settings", "base.settings"):
-        try:
-            settings = importlib.import_module(module)
-        except ModuleNotFoundError:
-            continue
-        cls = settings.Settings
-        prefix = cls.model_config.get("env_prefix", "")
-        return {(prefix + name).upper() for name in cls.model_fields}
-    raise AssertionError("no settings module: neither base/settings.py nor base/settings.py")
+    prefix = Settings.model_config.get("env_prefix", "")
+    return {(prefix + name).upper() for name in Settings.model_fields}
 
 
 def unknown_settings(text: str, known: set[str]) -> list[str]:
