@@ -50,10 +50,10 @@ def test_plan_bench_gives_each_point_the_same_load_from_vllm_bench_serve() -> No
 
 def test_plan_markdown_and_table() -> None:
     markdown = CliRunner().invoke(main, ["plan", str(QUICKSTART), "--format", "markdown"])
-    assert markdown.exit_code == 0 and "| quickstart/cold | quickstart/cold/short/c1/r1 | reset |" in markdown.stdout
-    assert "| batching-helps | output_throughput | ratio of 3 point(s) over 3 point(s) |" in markdown.stdout
+    assert markdown.exit_code == 0 and "| quickstart/cold/L1 | quickstart/cold/L1/short/c1/r1 | reset |" in markdown.stdout
+    assert ("| batching-helps | output_throughput | ratio of 3 point(s) on 3 launches over 3 point(s) on 3 launches |") in markdown.stdout
     table = CliRunner().invoke(main, ["plan", str(QUICKSTART), "--format", "table"])
-    assert "hypothesis kept-cache-hits: prefix_hit_rate on 3 point(s)" in table.stdout
+    assert "hypothesis kept-cache-hits: prefix_hit_rate on 3 point(s) on 3 launches" in table.stdout
 
 
 def test_two_formats_at_once_is_a_usage_error() -> None:
@@ -210,18 +210,20 @@ def test_eta_counts_server_starts_still_ahead() -> None:
     assert remaining_s(plan, set(), set(), 1.0) == pytest.approx(points + starts)
     first = plan.launches[0]
     left = remaining_s(plan, {p.id for p in first.points}, {first.id}, 1.0)
-    assert left == pytest.approx(sum(p.estimated_s for p in plan.launches[1].points) + plan.launches[1].estimated_start_s)
+    ahead = plan.launches[1:]
+    assert left == pytest.approx(sum(p.estimated_s for s in ahead for p in s.points) + sum(s.estimated_start_s for s in ahead))
     assert remaining_s(plan, set(), {first.id}, 2.0) == pytest.approx(2 * (points + starts - first.estimated_start_s))
 
 
 def test_plan_shows_each_prediction_through_the_one_formatter() -> None:
     table = CliRunner().invoke(main, ["plan", str(QUICKSTART)])
-    assert "hypothesis batching-helps: output_throughput ratio of 3 point(s) over 3 point(s), predicted > 2x" \
+    assert "hypothesis batching-helps: output_throughput ratio of 3 point(s) on 3 launches over 3 point(s) on 3 " \
+        "launches, predicted > 2x" in table.stdout
+    assert "hypothesis kept-cache-hits: prefix_hit_rate on 3 point(s) on 3 launches, predicted 75% ± 20% (relative)" \
         in table.stdout
-    assert "hypothesis kept-cache-hits: prefix_hit_rate on 3 point(s), predicted 75% ± 5% (relative)" in table.stdout
-    assert "hypothesis fast-first-token: ttft_p50_s on 3 point(s), predicted < 100 ms" in table.stdout
+    assert "hypothesis fast-first-token: ttft_p50_s on 3 point(s) on 3 launches, predicted < 100 ms" in table.stdout
     markdown = CliRunner().invoke(main, ["plan", str(QUICKSTART), "--format", "markdown"])
-    assert "| cold-means-cold | prefix_hit_rate | on 3 point(s) | < 1% |" in markdown.stdout
+    assert "| cold-means-cold | prefix_hit_rate | on 3 point(s) on 3 launches | < 1% |" in markdown.stdout
 
 
 def test_eta_and_plan_durations_are_the_formatters() -> None:

@@ -8,6 +8,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "studies/quickstart.toml"
+# The quickstart's design before it decided: one launch per arm, three repeats on it (v1 ids, no interval
+# between launches). Tests of what one launch does start from it: `study_variant(tmp, *ONE_LAUNCH, ...)`.
+ONE_LAUNCH = (("launches = 3 ", "launches = 1 "), ("repeats = 1 ", "repeats = 3 "))
 
 
 def study_variant(tmp_path: Path, *edits: tuple[str, str], source: Path = QUICKSTART,

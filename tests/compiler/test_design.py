@@ -12,13 +12,14 @@ import pytest
 from compiler.load import check_file, load_study
 from compiler.plan import Plan
 from compiler.plan_compile import block_orders, compile_study, design_seed
-from tests.variants import study_variant
+from tests.variants import ONE_LAUNCH, study_variant
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _variant(tmp_path: Path, *edits: tuple[str, str], name: str = "variant.toml") -> Path:
-    return study_variant(tmp_path, *edits, name=name)
+    """The quickstart on one launch per arm (its first design), with `edits`."""
+    return study_variant(tmp_path, *ONE_LAUNCH, *edits, name=name)
 
 
 def _fp8_kv_as_first_run(tmp_path: Path) -> Path:

@@ -51,18 +51,18 @@ def test_an_arm_with_its_own_model_serves_it_under_its_own_name() -> None:
     assert small.argv[small.argv.index("--served-model-name") + 1] == "qwen3-0.6b"
 
 
-def test_hypotheses_resolve_to_point_ids_of_every_repeat() -> None:
+def test_hypotheses_resolve_to_point_ids_of_every_launch() -> None:
     plan = compile_study(load_study("studies/quickstart.toml"))
     hyps = {h.id: h for h in plan.hypotheses}
     assert list(hyps) == ["batching-helps", "cold-means-cold", "kept-cache-hits", "fast-first-token"]
     ratio = hyps["batching-helps"]
-    assert ratio.numerator.points == tuple(f"quickstart/cold/short/c4/r{r}" for r in (1, 2, 3))
+    assert ratio.numerator.points == tuple(f"quickstart/cold/L{n}/short/c4/r1" for n in (1, 2, 3))
     assert ratio.denominator is not None
-    assert ratio.denominator.points == tuple(f"quickstart/cold/short/c1/r{r}" for r in (1, 2, 3))
+    assert ratio.denominator.points == tuple(f"quickstart/cold/L{n}/short/c1/r1" for n in (1, 2, 3))
     assert ratio.points == ratio.numerator.points + ratio.denominator.points
     warm = hyps["kept-cache-hits"]
     assert warm.denominator is None and warm.numerator.concurrency == 4
-    assert warm.points == tuple(f"quickstart/warm/short/c4/r{r}" for r in (1, 2, 3))
+    assert warm.points == tuple(f"quickstart/warm/L{n}/short/c4/r1" for n in (1, 2, 3))
     ids = {p.id for p in plan.points}
     assert all(set(h.points) <= ids for h in plan.hypotheses)
 
@@ -149,7 +149,7 @@ def test_server_per_point_starts_a_fresh_server_for_every_point(tmp_path: Path) 
     plan = compile_study(load_study(_variant(tmp_path, 'cache = "reset"', 'cache = "reset"\nserver = "per-point"')))
     assert len(plan.launches) == len(plan.points) == 12
     assert all(len(s.points) == 1 for s in plan.launches)
-    assert plan.launches[0].id == "quickstart/cold/short/c1/r1"
+    assert plan.launches[0].id == "quickstart/cold/L1/short/c1/r1"
 
 
 def test_rate_ladder_compiles_open_loop_points(tmp_path: Path) -> None:
@@ -157,7 +157,7 @@ def test_rate_ladder_compiles_open_loop_points(tmp_path: Path) -> None:
     path.write_text(path.read_text().replace("concurrency = 4", "rate = 10").replace("concurrency = 1", "rate = 2.5"))
     plan = compile_study(load_study(path))
     point = plan.launches[0].points[1]
-    assert point.id == "quickstart/cold/short/rate10/r1"
+    assert point.id == "quickstart/cold/L1/short/rate10/r1"
     assert point.concurrency is None and point.rate_rps == 10.0 and point.arrival == "gamma"
 
 

@@ -153,7 +153,7 @@ def test_a_prediction_on_a_model_served_by_name_cannot_be_evaluated(tmp_path: Pa
 def test_unknown_hardware_reports_the_card_once_and_still_checks_numbers(tmp_path: Path) -> None:
     path = _variant(tmp_path, ('hardware = "cpu"', 'hardware = "cpuu"'),
                     (HIT_RATE, 'predict = { relation = "<", value = "hw.bandwidth" }'),
-                    ("predict = { value = 0.75, tolerance = 0.05 }", "predict = { value = inf, tolerance = 0.05 }"))
+                    ("predict = { value = 0.75, tolerance = 0.2 }", "predict = { value = inf, tolerance = 0.2 }"))
     messages = _messages(path)
     assert sum("cannot be evaluated" in m for m in messages) == 1, messages
     assert any(m.endswith("cannot be evaluated on the spec sheet (cpuu): inf is not a finite number") for m in messages)

@@ -33,6 +33,7 @@ from report.decidability import (
 from report.intervals import fixed_critical
 from report.power import power_inside, power_to_clear, sd_upper
 from report.sequential import look_critical
+from tests.variants import ONE_LAUNCH, study_variant
 
 ROOT = Path(__file__).resolve().parents[2]
 FLAT = Prior("output_throughput", 0.02, 0.01, None, "test")  # SD taken as known: sd_upper leaves it
@@ -241,19 +242,27 @@ def test_a_similar_configuration_prior_reaches_its_hypothesis() -> None:
 def test_a_one_side_hypothesis_and_an_arm_of_its_own_launches(tmp_path: Path) -> None:
     text = (ROOT / "studies/quickstart.toml").read_text().replace('path = "../models/tiny-qwen3"',
                                                                    f'path = "{ROOT / "models/tiny-qwen3"}"')
-    text = text.replace("launches = 1 ", "launches = 4 ").replace('cache = "keep"', 'cache = "keep"\nlaunches = 2')
+    text = text.replace("launches = 3 ", "launches = 4 ").replace('cache = "keep"', 'cache = "keep"\nlaunches = 2')
     path = tmp_path / "arms.toml"
     path.write_text(text)
     rows = {d.hypothesis: d for d in plan_decidability(compile_study(load_study(path)), Priors())}
     assert rows["kept-cache-hits"].blocks == 2 and rows["batching-helps"].blocks == 4  # warm has two launches
     share = default_prior("prefix_hit_rate")
-    side = math.sqrt(share.launch_sd ** 2 + share.within_sd ** 2 / 3)  # one side, three repeats, not a ratio
+    side = math.sqrt(share.launch_sd ** 2 + share.within_sd ** 2 / 1)  # one side, one repeat, not a ratio
     assert rows["kept-cache-hits"].block_sd == pytest.approx(sd_upper(side, share.df))
     assert rows["kept-cache-hits"].decidable != NO
 
 
-def test_quickstart_is_one_launch_and_runs() -> None:
+def test_quickstart_decides_on_three_launches_and_runs() -> None:
     rows = plan_decidability(compile_study(load_study(ROOT / "studies/quickstart.toml")), Priors())
+    assert [d.decidable for d in rows] == [
+        "only if the truth is at least 18% from an edge", "only if the truth is at least 14% from an edge", YES,
+        "only if the truth is at least 82% from an edge"]
+    assert all(d.blocks == 3 and not d.one_launch and not d.refused for d in rows)
+
+
+def test_one_launch_decides_nothing_and_runs(tmp_path: Path) -> None:
+    rows = plan_decidability(compile_study(load_study(study_variant(tmp_path, *ONE_LAUNCH))), Priors())
     assert [d.decidable for d in rows] == [NO] * 4 and not any(d.refused for d in rows)
     assert all(d.blocks == 1 and d.one_launch for d in rows)
 

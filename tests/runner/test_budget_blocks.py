@@ -19,7 +19,8 @@ BUDGET = "[design]\nbudget = { blocks = 4, minutes = 30 }\n\n[load]"
 def _plan(tmp_path: Path, design: str = BUDGET, launches: int = 2, extra: str = ""):
     text = (REPO / "studies/quickstart.toml").read_text()
     text = text.replace('path = "../models/tiny-qwen3"', f'path = "{REPO / "models/tiny-qwen3"}"')
-    text = text.replace("launches = 1 ", f"launches = {launches} ").replace("[load]", design, 1)
+    text = text.replace("launches = 3 ", f"launches = {launches} ").replace("repeats = 1 ", "repeats = 3 ")
+    text = text.replace("[load]", design, 1)
     path = tmp_path / "budget.toml"
     path.write_text(text + extra)
     return compile_study(load_study(path))

@@ -13,16 +13,15 @@ from pathlib import Path
 import pytest
 
 from runner.store.store import Store
-from tests.conftest import REPO, vllm_missing
+from tests.conftest import vllm_missing
 from tests.runner.test_run import alive, children, studyc
+from tests.variants import ONE_LAUNCH, study_variant
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(vllm_missing() is not None, reason=str(vllm_missing()))]
 
 
 def test_ctrl_c_mid_point_then_resume_completes_every_point_valid(tmp_path: Path) -> None:
-    study = tmp_path / "quickstart.toml"
-    study.write_text((REPO / "studies/quickstart.toml").read_text().replace(
-        'path = "../models/tiny-qwen3"', f'path = "{REPO / "models/tiny-qwen3"}"'))
+    study = study_variant(tmp_path, *ONE_LAUNCH, name="quickstart.toml")  # two servers, six points each
     db = tmp_path / "q.duckdb"
     proc = studyc("run", str(study), "--db", str(db), "--no-calibrate", start_new_session=True)
     assert proc.stdout is not None

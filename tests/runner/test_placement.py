@@ -16,7 +16,7 @@ from tests.conftest import REPO
 
 @pytest.fixture
 def two_arms_four_blocks(tmp_path):
-    study = (REPO / "studies/quickstart.toml").read_text().replace("launches = 1 ", "launches = 4 ")
+    study = (REPO / "studies/quickstart.toml").read_text().replace("launches = 3 ", "launches = 4 ")
     path = tmp_path / "two_arms.toml"
     path.write_text(study.replace('"../models/tiny-qwen3"', f'"{REPO / "models/tiny-qwen3"}"'))
     return compile_study(load_studies([path])[0])

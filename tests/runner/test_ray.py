@@ -35,12 +35,14 @@ def studyc(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[st
 
 
 def quickstart(tmp: Path) -> Path:
-    """studies/quickstart.toml at a lighter load (8 requests, one repeat), its model path absolute."""
+    """studies/quickstart.toml at a lighter load (one launch per arm, 8 requests, one repeat), its model path
+    absolute."""
     text = (REPO / "studies/quickstart.toml").read_text()
     text = text.replace('path = "../models/tiny-qwen3"', f'path = "{REPO / "models/tiny-qwen3"}"')
     text = re.sub(r"(?m)^requests = \d+.*$", "requests = 8", text)
     text = re.sub(r"(?m)^warmup = 4.*$", "warmup = 2", text)
-    text = re.sub(r"(?m)^repeats = 3.*$", "repeats = 1", text)
+    text = re.sub(r"(?m)^launches = \d+.*$", "launches = 1", text)
+    text = re.sub(r"(?m)^repeats = \d+.*$", "repeats = 1", text)
     path = tmp / "quickstart.toml"
     path.write_text(text)
     return path

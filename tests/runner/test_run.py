@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from base.settings import load_settings
+from compiler.load import load_study
+from compiler.plan_compile import compile_study
 from runner.server.engine import server_api_key
 from runner.store.store import Store
 from tests.conftest import REPO, vllm_missing
@@ -24,6 +26,7 @@ from tests.conftest import REPO, vllm_missing
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(vllm_missing() is not None, reason=str(vllm_missing()))]
 
 FAULTS = REPO / "tests/runner/studies/faults.toml"
+QUICKSTART = REPO / "studies/quickstart.toml"
 
 
 def studyc(*args: str, **kw) -> subprocess.Popen[str]:
@@ -90,7 +93,7 @@ def test_quickstart_fills_every_table(quickstart_db: Path) -> None:
         assert run is not None and run.status == "complete"
         assert run.git_sha is None or re.fullmatch(r"[0-9a-f]{40}", run.git_sha)
         counts = store.counts(run.run_id)
-        assert counts["runs"] == 1 and counts["servers"] == 2 and counts["points"] == 12
+        assert counts["runs"] == 1 and counts["servers"] == 2 * 3 and counts["points"] == 12  # 3 launches per arm
         assert counts["requests"] == 2 * 6 * (16 + 4)  # both arms, 6 points each, measured + warmup
         assert counts["checks"] >= 12 * 6
         assert (counts["telemetry"] > 0) == bool(run.nvml_available)  # NVML alone samples inside the window
@@ -132,11 +135,13 @@ def test_quickstart_fills_every_table(quickstart_db: Path) -> None:
         } <= names
 
 
-def test_quickstart_second_server_was_held(quickstart_db: Path) -> None:
-    """The run's second launch (warm) was spawned held while the first ran, let go after it stopped, and
-    stayed stopped through every point of the first: each of those carries a passed `held_start_paused`.
-    The first launch (cold) was held too, with nothing to overlap: let go once imported, its imports a
-    phase of their own, so both starts count from the same point."""
+def test_quickstart_later_servers_were_held(quickstart_db: Path) -> None:
+    """Each launch after the first was spawned held while the one before ran, let go after it stopped, and
+    stayed stopped through every point of it: each point of every launch but the last carries a passed
+    `held_start_paused`. The first launch (cold/L1) was held too, with nothing to overlap: let go once
+    imported, its imports a phase of their own, so every start counts from the same point."""
+    order = [launch.id for launch in compile_study(load_study(QUICKSTART)).launches]
+    assert order[0] == "quickstart/cold/L1" and len(order) == 6
     with Store(quickstart_db, read_only=True) as store:
         run = store.latest_run("quickstart")
         assert run is not None
@@ -145,16 +150,29 @@ def test_quickstart_second_server_was_held(quickstart_db: Path) -> None:
         phases = {(p[0], p[1]): p[2] for p in store.con.execute(
             "SELECT launch_id, phase, sum(seconds) FROM phases WHERE run_id = ? GROUP BY ALL",
             [run.run_id]).fetchall()}
-    assert all("# studyc-held: go after" in logs[s] for s in ("quickstart/warm", "quickstart/cold"))
-    assert sorted(c.point_id for c in held) == sorted(f"quickstart/cold/short/c{c}/r{r}" for c in (1, 4)
-                                                        for r in (1, 2, 3))
+    assert sorted(logs) == sorted(order) and all("# studyc-held: go after" in log for log in logs.values())
+    assert sorted(c.point_id for c in held) == sorted(f"{launch}/short/c{c}/r1" for launch in order[:-1]
+                                                        for c in (1, 4))
     assert all(c.passed and c.value == 0.0 for c in held)
-    # imported while the first launch ran, or (the first) before its start: under a second each (vLLM stamps
+    # imported while the launch before ran, or (the first) before its start: under a second each (vLLM stamps
     # its lines to the second); the first launch's imports, waited for before its start, are a phase of it
-    assert phases[("quickstart/warm", "start: imports (API process)")] < 1.0
-    assert phases[("quickstart/cold", "start: imports (API process)")] < 1.0
-    assert phases[("quickstart/cold", "start: imports (first launch, held)")] > 1.0
-    assert ("quickstart/warm", "start: imports (first launch, held)") not in phases
+    assert all(phases[(launch, "start: imports (API process)")] < 1.0 for launch in order)
+    assert phases[(order[0], "start: imports (first launch, held)")] > 1.0
+    assert not [launch for launch in order[1:] if (launch, "start: imports (first launch, held)") in phases]
+
+
+def test_quickstart_decides_every_hypothesis(quickstart_db: Path) -> None:
+    """Three launches per arm: every hypothesis of the newcomer's first run is confirmed or refuted, none
+    inconclusive (its interval is taken between launches)."""
+    from report.results import read_run
+    from report.scoring import score_study
+
+    with Store(quickstart_db, read_only=True) as store:
+        run = store.latest_run("quickstart")
+        assert run is not None
+    scores = score_study(load_study(QUICKSTART), read_run(quickstart_db, run.run_id))
+    assert len(scores) == 4 and all(s.n == 3 for s in scores)
+    assert {s.hypothesis: s.verdict_label for s in scores if s.verdict not in ("confirmed", "refuted")} == {}
 
 
 def test_crash_at_start_keep_going_then_kill_and_resume(tmp_path: Path) -> None:
@@ -351,11 +369,11 @@ def test_recheck_keeps_the_held_start_check(quickstart_db: Path, tmp_path: Path)
         run = store.latest_run("quickstart")
         assert run is not None
         store.con.execute("UPDATE checks SET passed = false, status = 'fail', value = 3 WHERE run_id = ? AND "
-                          "point_id = 'quickstart/cold/short/c1/r1' AND name = 'held_start_paused'", [run.run_id])
+                          "point_id = 'quickstart/cold/L1/short/c1/r1' AND name = 'held_start_paused'", [run.run_id])
     recheck(db)
     with Store(db, read_only=True) as store:
         held = {c.point_id: c for c in store.checks(run.run_id) if c.name == "held_start_paused"}
-        point = next(p for p in store.points(run.run_id) if p.point_id == "quickstart/cold/short/c1/r1")
-    assert len(held) == 6 and not held["quickstart/cold/short/c1/r1"].passed
-    assert all(c.passed for pid, c in held.items() if pid != "quickstart/cold/short/c1/r1")
+        point = next(p for p in store.points(run.run_id) if p.point_id == "quickstart/cold/L1/short/c1/r1")
+    assert len(held) == 10 and not held["quickstart/cold/L1/short/c1/r1"].passed  # every launch's but the last
+    assert all(c.passed for pid, c in held.items() if pid != "quickstart/cold/L1/short/c1/r1")
     assert not point.valid and "held_start_paused" in (point.verdict or "")
