@@ -41,7 +41,7 @@ distributed_executor_backend = "uni"
 [env]
 VLLM_ENABLE_V1_MULTIPROCESSING = "0"   # one engine process
 
-[arms.base]                         # one server per arm; add arms that change one option
+[arms.base]                         # launches of its own server; add arms that change one option
 description = "The engine settings above"
 
 [workloads.short]                   # token-exact requests: token-id prompts, ignore_eos + max_tokens
@@ -52,8 +52,9 @@ output_len = 32
 concurrency = [1, 4]                # closed loop: requests in flight, one point per level
 requests = 16                       # more than the highest concurrency: a steady state, not one wave
 warmup = 2
-repeats = 3                         # interleaved inside each launch
-launches = 1                        # server instances per arm: one decides nothing ("inconclusive (one launch)"); 3-5 on a GPU
+repeats = 1                         # interleaved inside each launch
+launches = 3                        # server instances per arm: the interval is taken between them, so it takes
+                                    # 2 or more to decide (one reads "inconclusive (one launch)"); 3-5 on a GPU
 cache = "reset"                     # prefix cache reset (and verified) before every point
 
 [[hypothesis]]

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from compiler.load import check_file, load_study
 from compiler.plan_compile import compile_study
+from report.decidability import Priors, plan_decidability
 from studyc.cli import main
 from studyc.new import template
 
@@ -30,6 +31,10 @@ def test_new_writes_a_study_that_validates_and_plans(tmp_path: Path, monkeypatch
     plan = compile_study(loaded)
     assert plan.study_id == "my-first" and plan.points and plan.hypotheses
     assert plan.hypotheses[0].numerator.points
+    # three launches per arm: its hypothesis can decide, and `studyc run` does not refuse it
+    rows = plan_decidability(plan, Priors())
+    assert [(d.blocks, d.one_launch, d.refused) for d in rows] == [(3, False, False)]
+    assert CliRunner().invoke(main, ["validate", str(path)]).stderr == ""
 
 
 def test_cpu_template_carries_the_cpu_engine_settings(tmp_path: Path) -> None:
@@ -90,8 +95,8 @@ def test_new_study_runs_on_the_cpu_vllm(tmp_path: Path) -> None:
         pytest.skip(why)
     path = tmp_path / "first.toml"
     assert CliRunner().invoke(main, ["new", "first", "--out", str(path)]).exit_code == 0
-    # The smallest run of the same study: one repeat, 5 requests per point.
-    text = path.read_text().replace("requests = 16", "requests = 5").replace("repeats = 3", "repeats = 1")
+    # The smallest run of the same study: one launch, 5 requests per point.
+    text = path.read_text().replace("requests = 16", "requests = 5").replace("launches = 3 ", "launches = 1 ")
     path.write_text(text)
     db = tmp_path / "first.duckdb"
     result = CliRunner().invoke(main, ["run", str(path), "--db", str(db), "--no-calibrate"])
