@@ -8,7 +8,7 @@ scaled by the other GPUs' measured-to-spec ratios). Prints the median and worst 
 output throughput, TPOT and TTFT per study and overall, against the points as the ledger reads them
 (the whole measured window). The committed file is only read.
 
-    nice .venv/bin/python benchmarks/leave_one_gpu_out.py [--db results/h200.duckdb] [--gpu h100-sxm]
+    nice .venv/bin/python benchmarks/leave_one_gpu_out.py [--db results/h200] [--gpu h100-sxm]
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def table(found: dict[str, list[tuple[str, dict[str, float]]]], total: int) -> s
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", type=Path, default=Path("results/h200.duckdb"))
+    parser.add_argument("--db", type=Path, default=Path("results/h200"))
     parser.add_argument("--gpu", default="h100-sxm", help="the GPU left out (a hardware-table key or name)")
     parser.add_argument("--points", action="store_true", help="also each point's signed errors")
     args = parser.parse_args()

@@ -8,7 +8,7 @@ three ways, alternating the order over `--repeats`: fitted in one process, fitte
 checks that all give the same predictions and prints each wall time and the ratios one process /
 workers and workers / kept.
 
-    .venv/bin/python benchmarks/ledger_fits.py --db results/h200.duckdb [--workers N] [--repeats 2]
+    .venv/bin/python benchmarks/ledger_fits.py --db results/h200 [--workers N] [--repeats 2]
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def timed(points: list[ledger_fit.StoredPoint], workers: int,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", type=Path, default=Path("results/h200.duckdb"))
+    parser.add_argument("--db", type=Path, default=Path("results/h200"))
     parser.add_argument("--workers", type=int, default=ledger_fit.fit_workers())
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()

@@ -82,7 +82,7 @@ def family(metric: str) -> Family:
 
 
 # Per family: (launch SD, within SD, df of the launch part, SD of a paired block's log-ratio, its df), relative,
-# computed from results/h200.duckdb by scripts/decidability_defaults.py (report.priors.family_priors: every
+# computed from results/h200 by scripts/decidability_defaults.py (report.priors.family_priors: every
 # run, pooled across GPU, model, vLLM and engine, outlier configurations dropped), rounded up to two
 # significant digits. "share" (only prefix_hit_rate stored, without spread) and "capacity" (a search stores
 # no point summary) take the throughput family's: docs/decidability.md.

@@ -1,6 +1,6 @@
 """Every verdict that changed between two audits of the same results: study, hypothesis, before, after, why.
 
-    .venv/bin/python scripts/changed_verdicts.py BEFORE.json [--after AFTER.json] [--db results/h200.duckdb]
+    .venv/bin/python scripts/changed_verdicts.py BEFORE.json [--after AFTER.json] [--db results/h200]
 
 BEFORE.json is `studyc audit studies/*.toml --db ... --format json` as an earlier studyc wrote it; the after
 side is AFTER.json, or else this checkout's audit of studies/*.toml against --db (read only). Prints a
@@ -91,7 +91,7 @@ def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("before", type=Path)
     parser.add_argument("--after", type=Path)
-    parser.add_argument("--db", type=Path, default=REPO / "results/h200.duckdb")
+    parser.add_argument("--db", type=Path, default=REPO / "results/h200")
     args = parser.parse_args(argv)
     before = json.loads(args.before.read_text())
     after = json.loads(args.after.read_text()) if args.after else audit_now(args.db)

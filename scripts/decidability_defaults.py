@@ -1,5 +1,5 @@
 """Print the default spreads of report.decidability (DEFAULT_SPREADS) as computed from a results database:
-`.venv/bin/python scripts/decidability_defaults.py results/h200.duckdb` (docs/decidability.md)."""
+`.venv/bin/python scripts/decidability_defaults.py results/h200` (docs/decidability.md)."""
 
 from __future__ import annotations
 
@@ -18,4 +18,4 @@ def main(db: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else "results/h200.duckdb"))
+    main(Path(sys.argv[1] if len(sys.argv) > 1 else "results/h200"))

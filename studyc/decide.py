@@ -16,7 +16,7 @@ from report.decidability_text import refusals, warnings
 
 def priors_for(db: Path | None) -> Priors:
     """The priors from the runs stored in `db` (report.priors), or the defaults without one."""
-    if db is None or not db.is_file():
+    if db is None or not db.exists():
         return Priors()
     from report.priors import read_priors
 

@@ -30,6 +30,24 @@ os.environ.setdefault("STUDYC_VLLM", str(VLLM_VENV / "bin" / "vllm"))
 os.environ["STUDYC_FIT_CACHE"] = "0"
 
 TINY_MODEL = REPO / "models" / "tiny-qwen3"
+# The published results, a folder of Parquet files per run (docs/results-format.md)
+RESULTS = REPO / "results"
+_IMPORTED: dict[str, Path] = {}
+
+
+def committed_copy(name: str, dest: Path) -> Path:
+    """A writable DuckDB file `dest` holding the published results folder results/<name>, imported once a
+    session and copied for each caller (the folder itself is never written)."""
+    if name not in _IMPORTED:
+        import tempfile
+
+        from report.exporting import import_folder
+
+        built = Path(tempfile.mkdtemp(prefix="studyc-committed-")) / f"{name}.duckdb"
+        import_folder(RESULTS / name, built)
+        _IMPORTED[name] = built
+    shutil.copyfile(_IMPORTED[name], dest)
+    return dest
 # Fixtures that start a real vLLM server (directly, or by running the quickstart): a test using one, at any
 # depth, is marked `vllm` at collection, so the fast tier (`scripts/test.sh --fast`, `-m "not vllm and not
 # chromium"`) leaves it out without anyone having to remember the marker.

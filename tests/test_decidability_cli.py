@@ -19,7 +19,7 @@ from tests.variants import ONE_LAUNCH, study_variant
 
 ROOT = Path(__file__).resolve().parents[1]
 FP8 = ROOT / "studies/fp8_kv.toml"
-H200 = ROOT / "results/h200.duckdb"
+H200 = ROOT / "results/h200"
 QUICKSTART = ROOT / "studies/quickstart.toml"
 NARROW = ("value = 0.75, tolerance = 0.2", "value = 0.75, tolerance = 0.05")  # ±5%: underpowered at 3 launches
 
@@ -91,11 +91,11 @@ def test_run_with_underpowered_goes_past_the_refusal(tmp_path: Path, monkeypatch
     assert clean.exit_code != 0 and "best-case power" not in clean.output
 
 
-@pytest.mark.skipif(not H200.is_file(), reason="results/h200.duckdb is not here")
+@pytest.mark.skipif(not H200.exists(), reason="results/h200 is not here")
 def test_run_judges_by_the_databases_priors_where_it_has_them() -> None:
     loaded = load_study(FP8)
     with pytest.raises(SpecError) as refused:
         refuse_underpowered([(loaded, compile_study(loaded))], H200)
     message = refused.value.message
-    assert "hypothesis neutral-at-c1:" in message and "h200.duckdb (similar configurations)" in message
+    assert "hypothesis neutral-at-c1:" in message and "h200 (similar configurations)" in message
     assert "neutral-at-c8" not in message  # its stored pairs are tight: decidable at twelve blocks

@@ -8,7 +8,7 @@ import pytest
 from compiler.hardware import HARDWARE, hardware_key
 from compiler.target_card import Calibration, spec_ratios, target_card
 
-# Two real stored calibrations (results/h200.duckdb): roofline-h100 20261206T095824-45d4b3 on an H100,
+# Two real stored calibrations (results/h200): roofline-h100 20261206T095824-45d4b3 on an H100,
 # five-models 20261205T045355-fc2a00 on an H200.
 H100 = Calibration("H100 80GB HBM3", 3044659627205.949, 711418566153706.4, "20261206T095824-45d4b3")
 H200 = Calibration("H200", 4230727984753.3667, 672027125751420.8, "20261205T045355-fc2a00")

@@ -26,7 +26,7 @@ from runner.store.records import RunRecord
 from tests.conftest import REPO
 from tests.report.test_run_compare import _run, _study
 
-DB = REPO / "results/h200.duckdb"
+DB = REPO / "results/h200"
 
 
 def _record(run_id: str, plan_json: str | None, status: str = "complete") -> RunRecord:

@@ -13,7 +13,7 @@ from report.score_text import labelled, read_at
 from report.scoring import score
 from tests.conftest import REPO
 
-DB = REPO / "results/h200.duckdb"
+DB = REPO / "results/h200"
 
 
 @pytest.mark.skipif(not DB.exists(), reason="the committed results database is not here")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from datetime import datetime
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from runner.store.records import (
 )
 from runner.store.store import Store
 from studyc.cli import main
-from tests.conftest import REPO
+from tests.conftest import REPO, committed_copy
 from tests.report.helpers import with_searches, write_study
 
 HYP = '''
@@ -290,7 +289,7 @@ def test_the_committed_h200_runs_plan_cuda_graphs(tmp_path: Path) -> None:
     same 8B configuration (with phases); every hypothesis is far from its edge, so three or four launches per
     arm do."""
     db = tmp_path / "h200.duckdb"
-    shutil.copyfile(REPO / "results" / "h200.duckdb", db)
+    committed_copy("h200", db)
     plan = compile_study(load_study(REPO / "studies" / "cuda_graphs.toml"))
     got = gpu_plan(plan, db, {"eager-halves-c1": 0.96})
     assert len(got.runs) == 3 and got.version == "0.26.0"
@@ -307,7 +306,7 @@ def test_a_capacity_hypothesis_is_planned_from_the_stored_searches(tmp_path: Pat
     KeyError on the search's id): its stored run's three searches per arm plan it, the power plan points to
     that plan, and a block costs its starts and searches, no repeat."""
     db = tmp_path / "h200.duckdb"
-    shutil.copyfile(REPO / "results" / "h200.duckdb", db)
+    committed_copy("h200", db)
     plan = compile_study(load_study(REPO / "studies" / "kv_capacity_slo.toml"))
     assert {h.level for h in plan.hypotheses} == {"search"}
     got = gpu_plan(plan, db, {"fp8-holds-more": math.log(1.818 / 1.3)})

@@ -14,9 +14,10 @@ from report import ledger_fit
 from report.ledger import _model_dir, cached_tokens, predict_points, read_points
 from report.ledger_fit import leave_one_study_out, ledger, not_validated
 from runner.store.store import Store
+from tests.conftest import committed_copy
 
 REPO = Path(__file__).resolve().parents[2]
-COMMITTED = REPO / "results" / "h200.duckdb"
+COMMITTED = REPO / "results" / "h200"
 LEDGER_KEYS = {"study", "gpu", "vllm_version", "metric", "n", "median_abs_pct_error", "worst_point"}
 
 
@@ -32,7 +33,7 @@ def db(tmp_path_factory):
     """The committed H200 results of the pinned runs, migrated to this schema in a copy (the committed
     file is untouched)."""
     path = tmp_path_factory.mktemp("h200") / "h200.duckdb"
-    shutil.copyfile(COMMITTED, path)
+    committed_copy("h200", path)
     with Store(path) as store:
         store.con.execute(f"DELETE FROM runs WHERE run_id NOT IN {PINNED_RUNS}")
     return path

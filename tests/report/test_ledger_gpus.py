@@ -3,15 +3,14 @@ with no points priced on its calibration, or on its spec sheet scaled, from the 
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 from compiler.plan import Plan
 from compiler.target_card import Calibration
 from report.ledger import gpu_id, predict_points, read_calibrations, read_points
 from runner.store.store import Store
-from tests.report.test_ledger import COMMITTED, REPO
+from tests.conftest import committed_copy
+from tests.report.test_ledger import REPO
 
 ROOFLINE_H100 = "20261206T095824-45d4b3"  # roofline-h100 on "NVIDIA H100 80GB HBM3", its plan's hardware h100-sxm
 PREFIX_NULL_H100 = "20261205T102715-83d28e"  # prefix-cache-null's qwen3-8b graphs points on the same H100 host
@@ -26,7 +25,7 @@ def dbs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("gpus")
     h100, h200 = folder / "h100.duckdb", folder / "h200.duckdb"
     for path, keep in ((h100, (ROOFLINE_H100, PREFIX_NULL_H100)), (h200, (CUDA_GRAPHS_H200, ROOFLINE_H100))):
-        shutil.copyfile(COMMITTED, path)
+        committed_copy("h200", path)
         with Store(path) as store:
             store.con.execute(f"DELETE FROM runs WHERE run_id NOT IN {keep}")
             store.con.execute("DELETE FROM points WHERE run_id = ?", [ROOFLINE_H100 if path == h200 else ""])

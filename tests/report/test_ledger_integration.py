@@ -24,7 +24,7 @@ from studyc.cli import main
 from studyc.predictions import predict_run
 
 REPO = Path(__file__).resolve().parents[2]
-COMMITTED = REPO / "results" / "h200.duckdb"
+COMMITTED = REPO / "results" / "h200"
 LEDGER_KEYS = {"study", "gpu", "vllm_version", "metric", "n", "median_abs_pct_error", "worst_point"}
 STUDY = REPO / "studies" / "cuda_graphs.toml"
 

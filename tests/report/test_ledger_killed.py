@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import REPO
 from tests.runner.test_run import alive, children
 
-DB = REPO / "results/h200.duckdb"
+DB = REPO / "results/h200"
 
 
 @pytest.mark.skipif(not DB.exists(), reason="the committed results database is not here")

@@ -23,7 +23,7 @@ from tests.variants import study_variant
 
 REPO = Path(__file__).resolve().parents[2]
 SHAPES = REPO / "studies" / "examples" / "workload_shapes.toml"
-COMMITTED = REPO / "results" / "h200.duckdb"
+COMMITTED = REPO / "results" / "h200"
 
 
 def _plan(tmp_path: Path, *edits: tuple[str, str]) -> Plan:

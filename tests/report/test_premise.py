@@ -141,12 +141,12 @@ def test_the_moe_study_with_its_premise_is_valid_and_scored_against_its_runs() -
 
     assert _problems(REPO / "studies/moe_union.toml") == []
     loaded = load_study(REPO / "studies/moe_union.toml")
-    claim, premise = score_study(loaded, read_run(REPO / "results/h200.duckdb", "20261201T022305-b2eded"))
+    claim, premise = score_study(loaded, read_run(REPO / "results/h200", "20261201T022305-b2eded"))
     assert premise.hypothesis == "union-read" and premise.verdict == "inconclusive"
     assert premise.measured is not None and premise.band_low is not None and premise.measured < premise.band_low
     assert claim.verdict == "inconclusive" and claim.has(Why.PREMISE_UNSETTLED)
 
-    claim, premise = score_study(loaded, latest_runs([REPO / "results/h200.duckdb"])["moe-union"])
+    claim, premise = score_study(loaded, latest_runs([REPO / "results/h200"])["moe-union"])
     assert premise.verdict == "confirmed" and premise.measured is not None and premise.band_low is not None
     assert premise.measured > premise.band_low
     assert claim.verdict == "refuted" and not claim.has(Why.PREMISE_UNSETTLED)

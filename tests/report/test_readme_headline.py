@@ -16,7 +16,7 @@ def test_results_headline_is_the_audit_of_the_committed_results() -> None:
     ids = [i for i in dict.fromkeys(re.findall(r"^\| ([a-z0-9-]+) \|", block.group(1), re.M)) if i != "study"]
     files = [str(REPO / "studies" / (i.replace("-", "_") + ".toml")) for i in ids]
     out = subprocess.run(
-        [sys.executable, "-m", "studyc", "audit", *files, "--db", str(REPO / "results/h200.duckdb"),
+        [sys.executable, "-m", "studyc", "audit", *files, "--db", str(REPO / "results/h200"),
          "--format", "markdown"], cwd=REPO, capture_output=True, text=True, timeout=300,
     )
     assert out.returncode == 0, out.stderr
@@ -32,7 +32,7 @@ def test_each_run_says_the_launches_and_repeats_it_rests_on() -> None:
     from report.audit import design_note
     from report.results import latest_runs
 
-    runs = latest_runs([REPO / "results/h200.duckdb"])
+    runs = latest_runs([REPO / "results/h200"])
     assert design_note(runs["cuda-graphs"]) == "3 launches per arm x 1 repeat"
     assert design_note(runs["prefix-cache-ladder"]) == ("4 launches per arm x 2 repeats; blocks 4 of 4: a repeated "
                                                         "interval, this look's at 96%")
@@ -50,7 +50,7 @@ def test_a_run_read_before_its_budget_is_spent_says_the_level_of_its_look() -> N
     from report.intervals import layout
     from report.results import latest_runs
 
-    runs = latest_runs([REPO / "results/h200.duckdb"])
+    runs = latest_runs([REPO / "results/h200"])
     run = runs["fp8-kv"]
     assert sequential_note(run) == "; blocks 12 of 12: a repeated interval, this look's at 96%"
     design = layout(Plan.from_stored(run.run.plan_json))
@@ -70,7 +70,7 @@ def test_the_audit_points_from_its_launch_counts_to_the_planner() -> None:
     from report.audit import PLANNER_POINTER
     from studyc.cli import main
 
-    db = str(REPO / "results/h200.duckdb")
+    db = str(REPO / "results/h200")
     straddling = CliRunner().invoke(main, ["audit", str(REPO / "studies/prefix_cache_null.toml"), "--db", db])
     assert "what would decide it: about" in straddling.stdout
     assert straddling.stdout.count(PLANNER_POINTER.strip()) == 1

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import shutil
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -24,6 +23,7 @@ from report.score_model import Why
 from report.scoring import score
 from runner.store.records import PointRecord, PointSummary, RunRecord, ServerRecord
 from runner.store.store import Store
+from tests.conftest import committed_copy
 from tests.report.helpers import REPO, write_study
 
 HYP = '''
@@ -170,8 +170,8 @@ def test_hosts_not_recorded_are_told_apart_by_resumed_sessions(tmp_path: Path) -
 @pytest.fixture(scope="module")
 def committed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("committed")
-    for name in ("h200.duckdb", "cpu-replicas.duckdb"):
-        shutil.copyfile(RESULTS / name, folder / name)
+    for name in ("h200", "cpu-replicas"):
+        committed_copy(name, folder / f"{name}.duckdb")
     return folder
 
 

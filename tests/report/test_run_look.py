@@ -26,7 +26,7 @@ def test_run_look_is_the_last_block(blocks: tuple[int | None, ...], look: int) -
     assert run_look(blocks) == look
 
 
-DB = REPO / "results/h200.duckdb"
+DB = REPO / "results/h200"
 
 
 @pytest.mark.skipif(not DB.exists(), reason="the committed results database is not here")

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from report.site import build_site, default_studies
 from studyc.cli import main
+from tests.conftest import committed_copy
 from tests.fixtures_run import QUICKSTART
 from tests.report.browser import FOREST_JS, chromium, chromium_missing, layout_problems
 
@@ -259,7 +260,7 @@ def test_cli_audit_json_and_merge(quickstart_db: Path, tmp_path: Path) -> None:
 
 # -- the site as a performance engineer reads it: layout at 1280 and 1920 px ---------------------------
 
-COMMITTED_DB = QUICKSTART.parent.parent / "results" / "h200.duckdb"
+COMMITTED_DB = QUICKSTART.parent.parent / "results" / "h200"
 WIDTHS = (1280, 1920)
 
 
@@ -267,13 +268,12 @@ WIDTHS = (1280, 1920)
 def h200_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The committed H200 results rebuilt into a temporary site (a copy of the database, so opening it
     writable may migrate it without touching the committed file)."""
-    import shutil
 
     from runner.store.store import Store
 
     tmp = tmp_path_factory.mktemp("h200")
     db = tmp / "h200.duckdb"
-    shutil.copyfile(COMMITTED_DB, db)
+    committed_copy("h200", db)
     with Store(db):
         pass
     out = tmp / "site"

@@ -157,7 +157,7 @@ def test_a_study_edited_since_its_run_is_flagged_only_when_its_plan_differs(tmp_
     (tmp_path / "models").symlink_to(repo / "models")  # "../models/qwen3-8b" as the run's plan spelled it
     tmp_path = tmp_path / "studies"
     tmp_path.mkdir()
-    with Store(repo / "results/h200.duckdb", read_only=True) as store:
+    with Store(repo / "results/h200", read_only=True) as store:
         run = store.latest_run("fp8-kv")
     assert run is not None
     budget = json.loads(run.plan_json or "{}")["design"]["budget"]  # the stored run's, where the file has moved on

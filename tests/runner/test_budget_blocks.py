@@ -11,7 +11,7 @@ from runner.execute.driver import Driver, Progress, RunOptions, RunReport, run_p
 from runner.execute.launch import LaunchSpec
 from runner.execute.run import _open_run
 from runner.store.store import Store
-from tests.conftest import REPO
+from tests.conftest import REPO, committed_copy
 
 BUDGET = "[design]\nbudget = { blocks = 4, minutes = 30 }\n\n[load]"
 
@@ -129,12 +129,11 @@ def test_a_kept_cache_launch_is_trimmed_to_the_points_up_to_its_last_needed_one(
 def test_the_cli_rule_reads_the_stored_run_and_stops_a_fixed_design(tmp_path: Path) -> None:
     """The CLI's callback reads the run back through the open store and asks report.scoring; the
     committed fixed-design runs have no budget, so nothing more runs."""
-    import shutil
 
     from studyc.run_command import decide_more
 
     db = tmp_path / "h200.duckdb"
-    shutil.copyfile(REPO / "results/h200.duckdb", db)
+    committed_copy("h200", db)
     loaded = load_study(REPO / "studies/decode_roofline.toml")
     with Store(db) as store:
         run = store.latest_run("decode-roofline")

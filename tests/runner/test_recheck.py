@@ -17,6 +17,7 @@ from runner.execute import replicas
 from runner.measure import prometheus
 from runner.store.records import CheckResult, PointRecord, RequestRecord, RunRecord
 from runner.store.store import Store
+from tests.conftest import committed_copy
 from tests.report.helpers import write_study
 from tests.runner.counters import edges
 
@@ -179,12 +180,11 @@ def test_recheck_verifies_a_caching_off_arm_by_its_engine(tmp_path: Path) -> Non
     uncached arm runs with --no-enable-prefix-caching, so recheck reads the arm's engine and finds its points
     cold (no lookups, no hits), and its cached arm's points still judged by their hit rate against the
     workload's shared prefixes."""
-    import shutil
 
     import duckdb
 
     db = tmp_path / "prefix.duckdb"
-    shutil.copyfile(Path(__file__).resolve().parents[2] / "results/h200.duckdb", db)
+    committed_copy("h200", db)
     run_id = "20261203T232143-445f2a"
     con = duckdb.connect(str(db))
     for (table,) in con.execute("SELECT table_name FROM information_schema.columns WHERE column_name = 'run_id'"

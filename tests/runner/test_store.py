@@ -307,26 +307,23 @@ def test_a_version_5_file_reads_without_timing_and_gains_the_tables_when_written
         assert s.timing("run-1") == ([SEGMENT], PHASES)
 
 
-@pytest.mark.parametrize("name", ["h200.duckdb", "cpu-replicas.duckdb"])
+@pytest.mark.parametrize("name", ["h200", "cpu-replicas"])
 def test_the_committed_databases_read_as_they_are(tmp_path: Path, name: str) -> None:
     """The committed results (read from a copy): the runs stored before runs stored their timing have their wall
     only; from the mla-kv re-run of 2026-12-03 on (the first stored with it), each run's phases add up to the
     wall of its segments, and its wall is theirs: one complete segment, or a killed one and the complete one
     that resumed it (prefix-cache-shared and past-the-knee, each finished on a second machine), or two complete
     ones (warmup-trap's five-block run: its first segment's budget minutes ran out, a resume ran block 5)."""
-    import shutil
+    from tests.conftest import committed_copy
 
-    from tests.conftest import REPO
-
-    db = tmp_path / name
-    shutil.copyfile(REPO / "results" / name, db)
+    db = committed_copy(name, tmp_path / f"{name}.duckdb")
     first_timed = "20261203T173415-385529"
     with Store(db, read_only=True) as s:
         runs = s.runs()
         assert runs and all(s.timing(r.run_id) == ([], []) for r in runs if r.run_id < first_timed)
         assert any(r.wall_s for r in runs)
         timed = {r.run_id: r for r in runs if r.run_id >= first_timed}
-        if name == "h200.duckdb":
+        if name == "h200":
             assert len(timed) >= 4
             for run_id, run in timed.items():
                 segments, phases = s.timing(run_id)
