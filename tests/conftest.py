@@ -28,6 +28,10 @@ os.environ.setdefault("STUDYC_VLLM", str(VLLM_VENV / "bin" / "vllm"))
 # Tests fit the step-time model every time: a fit kept by another run would stand in for the one this
 # code makes (the fit cache's tests name their own folder).
 os.environ["STUDYC_FIT_CACHE"] = "0"
+# pytest-xdist's workers (`scripts/test.sh --fast` runs two) are given COLUMNS=80 and LINES=24, and the CLI
+# sizes its tables by COLUMNS: without them every test sees the same output, however pytest was started.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
 
 TINY_MODEL = REPO / "models" / "tiny-qwen3"
 # The published results, a folder of Parquet files per run (docs/results-format.md)
