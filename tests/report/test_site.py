@@ -281,6 +281,19 @@ def h200_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+# The studies whose pages the tests below read (a whole site of 25 studies takes a minute to build)
+SLICE = ("cuda_graphs", "fp8_kv", "mla_kv")
+
+
+@pytest.fixture(scope="module")
+def h200_slice(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The committed H200 results of the studies in SLICE built into a temporary site, as `h200_site` is."""
+    tmp = tmp_path_factory.mktemp("h200-slice")
+    db = committed_copy("h200", tmp / "h200.duckdb")
+    build_site([db], tmp / "site", study_paths=[QUICKSTART.parent / f"{name}.toml" for name in SLICE], ledger=False)
+    return tmp / "site"
+
+
 @pytest.mark.chromium
 @pytest.mark.parametrize("width", WIDTHS)
 def test_tables_fit_verdicts_visible_numbers_right_aligned(h200_site: Path, width: int,
@@ -362,10 +375,10 @@ def test_forest_plot_draws_every_hypothesis_and_fp8_kv_c1_outside_its_band(h200_
     assert c8["interval"]["right"] < c8["band"]["right"], c8
 
 
-def test_study_page_shows_wall_time_starts_and_interference(h200_site: Path) -> None:
+def test_study_page_shows_wall_time_starts_and_interference(h200_slice: Path) -> None:
     """A run's wall time against its measurement windows, and each server's start with its compile
     cache, as stored (cuda-graphs on the H200: 670.1 s over 89.63 s; graphs cold then warm, eager no compile)."""
-    page = (h200_site / "studies/cuda-graphs/index.html").read_text()
+    page = (h200_slice / "studies/cuda-graphs/index.html").read_text()
     assert "wall time vs measurement windows" in page and "670.1 s over 89.63 s of windows (7.5x)" in page
     assert "cold compile cache" in page and "warm compile cache" in page
 
@@ -381,25 +394,25 @@ def test_the_pages_say_where_the_gpu_time_went(site: Path) -> None:
     assert "GPU time per decided hypothesis" in index and "GPU-s" in index and "wall only" not in index
 
 
-def test_runs_without_phases_say_wall_only(h200_site: Path) -> None:
+def test_runs_without_phases_say_wall_only(h200_slice: Path) -> None:
     """The committed H200 runs were stored before phases were: their wall, said to be the wall only."""
-    index = " ".join(" ".join(parse(h200_site / "index.html").text).split())
+    index = " ".join(" ".join(parse(h200_slice / "index.html").text).split())
     assert "wall only" in index and "GPU-s" in index
-    page = " ".join(" ".join(parse(h200_site / "studies/cuda-graphs/index.html").text).split())
+    page = " ".join(" ".join(parse(h200_slice / "studies/cuda-graphs/index.html").text).split())
     assert "Phases not recorded" in page and "670.1 s (wall only)" in page
     # fp8-kv's run was resumed twice before segments were stored: its wall is the last segment's, a lower bound
     assert "at least 122 GPU-s each (487 GPU-s, 4 of 5 decided; wall of its last segment only, 2 earlier not " \
         "recorded)" in index
 
 
-def test_the_mla_kv_rerun_shows_its_stored_phases(h200_site: Path) -> None:
+def test_the_mla_kv_rerun_shows_its_stored_phases(h200_slice: Path) -> None:
     """mla-kv's latest run (2026-12-05, on an H100; the first stored with its phases was 2026-12-03's): one
     complete segment of 550.7 s, a bar for each of its six launches."""
-    page = parse(h200_site / "studies/mla-kv/index.html")
+    page = parse(h200_slice / "studies/mla-kv/index.html")
     text = " ".join(" ".join(page.text).split())
     assert "chart-phases" in page.ids and "1 segment(s) (complete), wall 550.7 s" in text
     assert "start: torch.compile" in text and "Phases not recorded" not in text
-    raw = (h200_site / "studies/mla-kv/index.html").read_text()
+    raw = (h200_slice / "studies/mla-kv/index.html").read_text()
     spec = json.loads(re.search(r'id="spec-phases">(.*?)</script>', raw, re.S)[1])  # type: ignore[index]
     assert len({v["launch"] for v in spec["data"]["values"]}) == 6
 
