@@ -63,6 +63,10 @@ MODULES=(
   "claims_report|report/claims.py|tests/report/test_claims.py"
   "decidability|report/decidability.py|tests/report/test_decidability.py tests/report/test_inconclusive_reason.py"
   "decidability_text|report/decidability_text.py|tests/report/test_decidability_text.py"
+  "alpha_ledger|report/alpha_ledger.py|tests/report/test_alpha_ledger.py tests/report/test_alpha_ledger_edges.py"
+  "target_card|compiler/target_card.py|tests/compiler/test_target_card.py tests/compiler/test_target_card_edges.py"
+  "timefmt|runner/store/timefmt.py|tests/runner/test_timefmt.py tests/report/test_results_folder.py"
+  "sequential|report/sequential.py|tests/report/test_sequential.py tests/report/test_sequential_edges.py"
 )
 
 [ -x "$MUTMUT" ] || { echo "mutmut missing: .venv/bin/pip install -e '.[mutation]'" >&2; exit 2; }
