@@ -39,18 +39,27 @@ RESULTS = REPO / "results"
 _IMPORTED: dict[str, Path] = {}
 
 
-def committed_copy(name: str, dest: Path) -> Path:
-    """A writable DuckDB file `dest` holding the published results folder results/<name>, imported once a
-    session and copied for each caller (the folder itself is never written)."""
+def committed_db(name: str) -> Path:
+    """A DuckDB file holding the published results folder results/<name>, imported once a session (in each
+    xdist worker) and removed when the session ends; callers only read it."""
     if name not in _IMPORTED:
+        import atexit
         import tempfile
 
         from report.exporting import import_folder
 
-        built = Path(tempfile.mkdtemp(prefix="studyc-committed-")) / f"{name}.duckdb"
+        folder = tempfile.mkdtemp(prefix="studyc-committed-")
+        atexit.register(shutil.rmtree, folder, True)
+        built = Path(folder) / f"{name}.duckdb"
         import_folder(RESULTS / name, built)
         _IMPORTED[name] = built
-    shutil.copyfile(_IMPORTED[name], dest)
+    return _IMPORTED[name]
+
+
+def committed_copy(name: str, dest: Path) -> Path:
+    """A writable DuckDB file `dest` holding the published results folder results/<name> (`committed_db`,
+    copied for each caller: the folder itself is never written)."""
+    shutil.copyfile(committed_db(name), dest)
     return dest
 # Fixtures that start a real vLLM server (directly, or by running the quickstart): a test using one, at any
 # depth, is marked `vllm` at collection, so the fast tier (`scripts/test.sh --fast`, `-m "not vllm and not
