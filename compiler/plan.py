@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from compiler.engine_options import PARALLEL_OPTIONS
+from compiler.model_value import ModelValue
 from compiler.slo import Slo
 from compiler.study import Budget, Checks, Prediction, Rung
 from compiler.workload import Shape
@@ -271,6 +272,9 @@ class HypothesisStep(Frozen):
     points: tuple[str, ...] = Field(description="Every point id the measurement rests on (both sides).")
     numerator: HypothesisSide
     denominator: HypothesisSide | None
+    model: ModelValue | None = Field(default=None, description=(
+        'A `value = "model"` prediction\'s number, frozen at compile time (compiler.model_value); left out of the '
+        "JSON when none is."))
 
 
 def budget_points(launch: Launch, undecided: Sequence[HypothesisStep],
@@ -339,6 +343,8 @@ class Plan(Frozen):
             drop["calibrate_launches"] = True
         if not self.prime_s:
             drop["prime_s"] = True
+        if unfrozen := {i: {"model"} for i, h in enumerate(self.hypotheses) if h.model is None}:
+            drop["hypotheses"] = unfrozen
         return self.model_dump_json(indent=2, exclude=drop or None)
 
     @classmethod

@@ -15,6 +15,7 @@ from typing import Any
 
 from compiler.expr import ExprError, parse
 from compiler.hardware import Hardware, HardwareError, get_hardware
+from compiler.model_value import MODEL
 from compiler.modelconfig import ModelError, load_model
 from compiler.modelmath import ModelShape
 from compiler.predict_env import build_env, env_names
@@ -42,9 +43,16 @@ def _number(value: float | str, env: Env) -> float:
     return float(value)
 
 
-def resolve_band(p: Prediction, env: Env) -> Resolved:
-    """The prediction's value and band; `env` is called only for an expression. Raises ExprError (and
-    whatever `env` raises: ModelError, HardwareError, ValueError) when it cannot be evaluated."""
+def resolve_band(p: Prediction, env: Env, frozen: float | None = None) -> Resolved:
+    """The prediction's value and band; `env` is called only for an expression; `frozen`: the number the plan
+    froze for `value = "model"` (compiler.model_value). Raises ExprError (and whatever `env` raises:
+    ModelError, HardwareError, ValueError) when it cannot be evaluated."""
+    if p.value == MODEL:
+        if frozen is None:
+            raise ValueError('value = "model": the run\'s plan holds no frozen step-time model prediction '
+                             "(it is frozen when the study is compiled with --db)")
+        low, high = sorted((frozen * (1 - p.band), frozen * (1 + p.band)))
+        return Resolved(frozen, low, high)
     if p.kind == "range":
         assert p.range is not None
         low, high = sorted((_number(p.range[0], env), _number(p.range[1], env)))
@@ -78,7 +86,7 @@ def serving_dtypes(study: Study, arm: str, shape: ModelShape) -> tuple[str, str]
 
 
 def _expressions(p: Prediction) -> list[tuple[str, float | str]]:
-    items: list[tuple[str, float | str]] = [("value", p.value)] if p.value is not None else []
+    items: list[tuple[str, float | str]] = [("value", p.value)] if p.value not in (None, MODEL) else []
     return items + [(f"range[{i}]", b) for i, b in enumerate(p.range or ())]
 
 

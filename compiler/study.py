@@ -284,7 +284,9 @@ class Prediction(Strict):
     arm name or a selector table that overrides the hypothesis' `where`.
     """
 
-    value: Number | None = Field(default=None, description="Predicted value: a number or an expression.")
+    value: Number | None = Field(default=None, description=(
+        'Predicted value: a number, an expression, or "model": the calibrated step-time model\'s prediction, '
+        "frozen into the plan at compile time from --db (needs a stated `tolerance`)."))
     tolerance: float | None = Field(
         default=None, ge=0, description="Relative tolerance around `value` (default 0.05)."
     )

@@ -17,6 +17,7 @@ from compiler.engine_options import PARALLEL_OPTIONS, option_table, parallel_gpu
 from compiler.expr import ExprError, parse
 from compiler.hardware import HARDWARE, HardwareError, get_hardware
 from compiler.metrics import METRICS
+from compiler.model_value import MODEL, check_model_values
 from compiler.modelconfig import ModelError, load_model
 from compiler.predict_env import env_names
 from compiler.predict_resolve import check_predictions
@@ -39,6 +40,7 @@ def cross_check(study: Study, directory: Path) -> list[Finding]:
         *_check_hypotheses(study),
         *check_workloads(study, directory),
         *check_predictions(study, directory),
+        *check_model_values(study),
         *_check_claims(study, directory),
     ]
 
@@ -350,7 +352,7 @@ def _check_expressions(value: Any, bounds: Any, key: str) -> Iterator[Finding]:
     items = [("value", value)] if value is not None else []
     items += [(f"range[{i}]", b) for i, b in enumerate(bounds or ())]
     for name, item in items:
-        if not isinstance(item, str):
+        if not isinstance(item, str) or (name == "value" and item == MODEL):
             continue
         try:
             expr = parse(item)

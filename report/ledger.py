@@ -277,6 +277,8 @@ class PointPrediction:
 
     values: dict[str, float | None]
     note: str = ""
+    fit_key: str = ""  # the fit its numbers come from, and the GPUs fitted on (a `predict = "model"` records it)
+    card: str = ""  # the card the fit is priced on, and how it was found (compiler.target_card)
 
     @classmethod
     def none(cls, note: str) -> PointPrediction:
@@ -332,12 +334,14 @@ def predict_points(
         else:
             measured = any(gpu_id(g) == target for g in gpus)
             note = "" if measured else f"not measured on {target}: fitted on {', '.join(gpus)}'s points, {priced.note}"
-            out[pid] = _prediction(predict(shape, load, engine, priced.card, fitted[key]), note)
+            out[pid] = _prediction(predict(shape, load, engine, priced.card, fitted[key]), note,
+                                   f"{key.label()} (fitted on {', '.join(gpus)})", f"{target}: {priced.note}")
     return out
 
 
-def _prediction(pr: StepPrediction, note: str = "") -> PointPrediction:
-    return PointPrediction({"output_throughput": pr.output_throughput, "tpot_s": pr.tpot_s, "ttft_s": pr.ttft_s}, note)
+def _prediction(pr: StepPrediction, note: str = "", fit_key: str = "", card: str = "") -> PointPrediction:
+    return PointPrediction({"output_throughput": pr.output_throughput, "tpot_s": pr.tpot_s, "ttft_s": pr.ttft_s}, note,
+                           fit_key, card)
 
 
 def key_of(gpu: str, vllm: str, shape: ModelShape, engine: EngineShape) -> ModelKey:

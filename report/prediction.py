@@ -18,10 +18,13 @@ __all__ = ["Resolved", "resolve_prediction"]
 
 
 def resolve_prediction(
-    loaded: LoadedStudy, hyp: Hypothesis, arm: str, hw: Hardware | None, models: dict[str, ArmModel] | None = None
+    loaded: LoadedStudy, hyp: Hypothesis, arm: str, hw: Hardware | None, models: dict[str, ArmModel] | None = None,
+    frozen: float | None = None,
 ) -> Resolved:
     """Numbers of a prediction on one card, with the arm's model (from the study context; read from the
-    study file when none is given). Raises ExprError/ModelError/ValueError when it cannot."""
+    study file when none is given); `frozen`: the plan's number for `value = "model"` (the same on every
+    card: it was priced on the target GPU when the plan was compiled). Raises ExprError/ModelError/ValueError
+    when it cannot."""
     models = models if models is not None else arm_models(loaded)
     model = models.get(arm, models[""])
 
@@ -33,4 +36,4 @@ def resolve_prediction(
         shape, dtype, kv = model.require()
         return build_env(shape, hw, dtype=dtype, kv_dtype=kv)
 
-    return resolve_band(hyp.predict, env)
+    return resolve_band(hyp.predict, env, frozen)

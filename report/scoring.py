@@ -127,7 +127,8 @@ def _score(ctx: StudyContext, hyp: Hypothesis, failed: dict[str, list[CheckResul
     resolved: list[Resolved | None] = []
     for hw in (ctx.calibrated_hw, ctx.spec_hw):
         try:
-            resolved.append(resolve_prediction(ctx.loaded, hyp, step.numerator.arm if step else "", hw, ctx.models))
+            resolved.append(resolve_prediction(ctx.loaded, hyp, step.numerator.arm if step else "", hw, ctx.models,
+                                               step.model.value if step and step.model else None))
         except (ExprError, ModelError, HardwareError, ValueError) as exc:
             resolved.append(None)
             if Reason(Why.PREDICTION, detail=str(exc)) not in notes:

@@ -211,7 +211,6 @@ def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry
     before the first server starts.
     """
     from compiler.load import load_studies
-    from compiler.plan_compile import compile_study
     from compiler.plan_table import format_plan
 
     if ray_address is not None and (ray_address.endswith(".toml") or Path(ray_address).is_file()):
@@ -223,7 +222,9 @@ def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry
     loaded_studies = load_studies(list(studies))
     for loaded in loaded_studies:
         _warn(loaded)
-    plans = [compile_study(loaded) for loaded in loaded_studies]
+    from studyc.plan_command import compile_with_model
+
+    plans = [compile_with_model(loaded, db, _say) for loaded in loaded_studies]
     if dry_run:
         click.echo("\n".join(format_plan(plan) for plan in plans), nl=False)
         return

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from compiler.bench_equivalent import DIFFERENCES, bench_command
 from compiler.load import LoadedStudy
+from compiler.model_freeze import freeze_model_values
+from compiler.model_value import ModelPoint, uses_model
 from compiler.plan import Plan
 from compiler.plan_compile import compile_study
 from compiler.plan_table import format_plan, markdown_plan
@@ -51,10 +53,8 @@ def plan_study(loaded: LoadedStudy, *, db: Path | None = None, bench: bool = Fal
     plan = compile_study(loaded)
     predicted = advice = None
     if db is not None:
-        from report.ledger import predict_points, read_calibrations
-        from studyc.model_command import stored_points
-
-        predicted = predict_points(plan, stored_points(db, say), calibrations=read_calibrations(db))
+        predicted = _predict(plan, db, say)
+    plan = freeze_model_values(plan, loaded, model_points(predicted) if predicted is not None else None)
     commands = bench_commands(plan) if bench else None
     decided = tuple(decidability(plan, db))
     if db is not None and advise:
@@ -69,6 +69,40 @@ def plan_study(loaded: LoadedStudy, *, db: Path | None = None, bench: bool = Fal
         gpu = gpu_plan(plan, db, distances)
         advice = Advice(*power_plan(plan, db, last, block_costs(gpu, plan.design.repeats)), db, gpu)
     return PlanSummary(plan, predicted, advice, commands, decided)
+
+
+def compile_with_model(loaded: LoadedStudy, db: Path | None, say: Callable[[str], None] = lambda _: None) -> Plan:
+    """The study's plan, each `value = "model"` prediction frozen in from the step-time model fitted on `db`
+    (only read when the study has one; `studyc run` compiles this way)."""
+    plan = compile_study(loaded)
+    if not uses_model(loaded.study):
+        return plan
+    predicted = _predict(plan, db, say) if db is not None and db.exists() else None
+    return freeze_model_values(plan, loaded, model_points(predicted) if predicted is not None else None)
+
+
+def _predict(plan: Plan, db: Path, say: Callable[[str], None]) -> dict[str, PointPrediction]:
+    from report.ledger import predict_points, read_calibrations
+    from studyc.model_command import stored_points
+
+    return predict_points(plan, stored_points(db, say), calibrations=read_calibrations(db))
+
+
+def model_points(predicted: dict[str, PointPrediction]) -> dict[str, ModelPoint]:
+    """The step-time model's predictions as the compiler's typed input (compiler.model_value)."""
+    return {pid: ModelPoint(dict(p.values), p.fit_key, p.card, p.note) for pid, p in predicted.items()}
+
+
+def model_lines(plan: Plan) -> str:
+    """The plan's frozen `value = "model"` predictions, one hypothesis a line with its provenance."""
+    lines = []
+    for h in plan.hypotheses:
+        if h.model is not None:
+            band = f" ±{100 * h.prediction.band:.3g}%"
+            unit = "" if h.denominator else f" {h.unit}"
+            lines.append(f"  {h.id}: {h.metric}{' ratio' if h.denominator else ''} = {h.model.value:.4g}{unit}{band}"
+                         f"\n    fit: {h.model.fit_key}\n    card: {h.model.card}")
+    return "step-time model predictions frozen into the plan:\n" + "\n".join(lines) + "\n" if lines else ""
 
 
 def bench_commands(plan: Plan) -> dict[str, str]:
@@ -103,11 +137,11 @@ def plan_text(summary: PlanSummary, markdown: bool = False) -> str:
     from report.ledger_text import prediction_table
 
     if markdown:
-        text = markdown_plan(summary.plan) + "\n"
+        text = markdown_plan(summary.plan) + "\n" + model_lines(summary.plan)
         if summary.predicted is not None:
             text += "\n" + prediction_table(summary.predicted, markdown=True)
     else:
-        text = format_plan(summary.plan)
+        text = format_plan(summary.plan) + model_lines(summary.plan)
         if summary.predicted is not None:
             text += "\nstep-time model predictions:\n" + prediction_table(summary.predicted)
     if summary.decidability:
