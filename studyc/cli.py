@@ -224,7 +224,7 @@ def run(studies: tuple[Path, ...], db: Path, resume: bool, keep_going: bool, dry
         _warn(loaded)
     from studyc.plan_command import compile_with_model
 
-    plans = [compile_with_model(loaded, db, _say) for loaded in loaded_studies]
+    plans = [compile_with_model(loaded, db, _say, resume=resume) for loaded in loaded_studies]
     if dry_run:
         click.echo("\n".join(format_plan(plan) for plan in plans), nl=False)
         return

@@ -14,7 +14,7 @@ from pathlib import Path
 from compiler.bench_equivalent import DIFFERENCES, bench_command
 from compiler.load import LoadedStudy
 from compiler.model_freeze import freeze_model_values
-from compiler.model_value import ModelPoint, uses_model
+from compiler.model_value import MODEL, ModelPoint, ModelValue, uses_model
 from compiler.plan import Plan
 from compiler.plan_compile import compile_study
 from compiler.plan_table import format_plan, markdown_plan
@@ -71,14 +71,32 @@ def plan_study(loaded: LoadedStudy, *, db: Path | None = None, bench: bool = Fal
     return PlanSummary(plan, predicted, advice, commands, decided)
 
 
-def compile_with_model(loaded: LoadedStudy, db: Path | None, say: Callable[[str], None] = lambda _: None) -> Plan:
+def compile_with_model(loaded: LoadedStudy, db: Path | None, say: Callable[[str], None] = lambda _: None, *,
+                       resume: bool = False) -> Plan:
     """The study's plan, each `value = "model"` prediction frozen in from the step-time model fitted on `db`
-    (only read when the study has one; `studyc run` compiles this way)."""
+    (only read when the study has one; `studyc run` compiles this way). `resume`: the numbers the study's
+    latest run froze are kept, so a resumed run is not scored against a model refitted on its own points."""
     plan = compile_study(loaded)
     if not uses_model(loaded.study):
         return plan
-    predicted = _predict(plan, db, say) if db is not None and db.exists() else None
-    return freeze_model_values(plan, loaded, model_points(predicted) if predicted is not None else None)
+    exists = db is not None and db.exists()
+    kept = _frozen_before(db, plan.study_id) if resume and db is not None and exists else {}
+    wanted = {h.id for h in loaded.study.hypothesis if h.predict.value == MODEL}
+    if not wanted <= kept.keys():
+        predicted = _predict(plan, db, say) if db is not None and exists else None
+        plan = freeze_model_values(plan, loaded, model_points(predicted) if predicted is not None else None)
+    return plan.model_copy(update={"hypotheses": tuple(
+        h.model_copy(update={"model": kept[h.id]}) if h.id in kept and h.id in wanted else h for h in plan.hypotheses)})
+
+
+def _frozen_before(db: Path, study_id: str) -> dict[str, ModelValue]:
+    """hypothesis id -> the number the study's latest stored run froze into its plan."""
+    from runner.store.store import Store
+
+    with Store(db, read_only=True) as store:
+        run = store.latest_run(study_id)
+    earlier = Plan.from_stored(run.plan_json) if run is not None else None
+    return {h.id: h.model for h in earlier.hypotheses if h.model is not None} if earlier is not None else {}
 
 
 def _predict(plan: Plan, db: Path, say: Callable[[str], None]) -> dict[str, PointPrediction]:

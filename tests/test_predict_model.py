@@ -156,3 +156,25 @@ def test_validate_passes_a_model_value_with_its_tolerance(tmp_path: Path) -> Non
     assert result.exit_code == 0, result.output
     assert "ok (5 hypotheses)" in result.output  # a decidability warning (the priors) may stand beside it
     assert "tolerance" not in result.output and "relation" not in result.output and "model\"" not in result.output
+
+
+def test_a_resumed_run_keeps_the_number_its_plan_froze(tmp_path: Path, small_db: Path) -> None:
+    from runner.store.store import Store
+    from studyc.plan_command import compile_with_model
+
+    db = tmp_path / "resumed.duckdb"
+    shutil.copyfile(small_db, db)
+    loaded = load_study(study_file(tmp_path))
+    fresh = compile_with_model(loaded, db)
+    step = next(h for h in fresh.hypotheses if h.id == "8b-as-modelled")
+    assert step.model is not None and step.model.value != 123.0
+    earlier = fresh.model_copy(update={"hypotheses": tuple(
+        h.model_copy(update={"model": h.model.model_copy(update={"value": 123.0})}) if h.model else h
+        for h in fresh.hypotheses)})
+    with Store(db) as store:  # the run stored with a number the model, refitted now, would not give
+        run = store.run(RUN)
+        assert run is not None
+        store.save_run(replace(run, plan_json=earlier.to_json()))
+    resumed = compile_with_model(loaded, db, resume=True)
+    assert [h.model.value for h in resumed.hypotheses if h.model] == [123.0, 123.0]
+    assert [h.model.value for h in compile_with_model(loaded, db).hypotheses if h.model][0] == step.model.value
