@@ -116,8 +116,7 @@ def test_bursts_read_from_the_requests_table(db):
 def test_a_studys_latest_run_replaces_its_earlier_ones(tmp_path):
     # Every cuda-graphs run: only the latest is read. Its plan names its model folder by an absolute
     # path of the checkout it was compiled in, found here under models/.
-    path = tmp_path / "two.duckdb"
-    shutil.copyfile(COMMITTED, path)
+    path = committed_copy("h200", tmp_path / "two.duckdb")
     with Store(path) as store:
         store.con.execute("DELETE FROM runs WHERE study_id != 'cuda-graphs'")
         assert len(store.runs()) == 3

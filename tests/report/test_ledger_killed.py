@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, committed_db
 from tests.runner.test_run import alive, children
 
 DB = REPO / "results/h200"
@@ -21,7 +21,8 @@ DB = REPO / "results/h200"
 @pytest.mark.skipif(not DB.exists(), reason="the committed results database is not here")
 def test_a_killed_ledger_leaves_no_fit_running(tmp_path: Path) -> None:
     env = os.environ | {"STUDYC_FIT_CACHE": "0", "STUDYC_CACHE_DIR": str(tmp_path / "cache")}
-    proc = subprocess.Popen([sys.executable, "-m", "studyc", "model", "--db", str(DB), "--ledger"], cwd=REPO, env=env,
+    db = committed_db("h200")  # the folder imported once a session: the fits start without an import first
+    proc = subprocess.Popen([sys.executable, "-m", "studyc", "model", "--db", str(db), "--ledger"], cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     workers: list[int] = []
     deadline = time.monotonic() + 240
@@ -32,5 +33,7 @@ def test_a_killed_ledger_leaves_no_fit_running(tmp_path: Path) -> None:
     time.sleep(1.0)  # in the middle of their fits
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
-    time.sleep(10)
+    gone_by = time.monotonic() + 10
+    while [p for p in workers if alive(p)] and time.monotonic() < gone_by:
+        time.sleep(0.2)
     assert not [p for p in workers if alive(p)], "a fit worker outlived its SIGKILLed parent by 10 s"
