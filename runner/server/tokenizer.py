@@ -16,6 +16,7 @@ decode(ids) = "w12 w345 ..." re-encodes to exactly the same ids (token-exact pro
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,11 @@ def build(model_dir: Path) -> Tokenizer:
     tok.pre_tokenizer = Whitespace()
     tok.add_special_tokens([AddedToken(name, special=True, normalized=False) for name in specials.values()])
     check_round_trip(tok, vocab_size)
-    tok.save(str(model_dir / "tokenizer.json"), pretty=False)
+    # Each file is written beside its name and renamed into place: two processes building at once (two test
+    # workers) never let a third read half a file.
+    partial = model_dir / f".tokenizer.json.{os.getpid()}"
+    tok.save(str(partial), pretty=False)
+    os.replace(partial, model_dir / "tokenizer.json")
     tok_config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": roles.get("bos"),
@@ -107,7 +112,9 @@ def build(model_dir: Path) -> Tokenizer:
         "chat_template": chat_template(specials, roles),
     }
     text = json.dumps(tok_config, indent=2, ensure_ascii=False) + "\n"
-    (model_dir / "tokenizer_config.json").write_text(text, encoding="utf-8")
+    partial = model_dir / f".tokenizer_config.json.{os.getpid()}"
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, model_dir / "tokenizer_config.json")
     return tok
 
 
