@@ -65,7 +65,7 @@ MODULES=(
   "decidability_text|report/decidability_text.py|tests/report/test_decidability_text.py"
   "alpha_ledger|report/alpha_ledger.py|tests/report/test_alpha_ledger.py tests/report/test_alpha_ledger_edges.py"
   "target_card|compiler/target_card.py|tests/compiler/test_target_card.py tests/compiler/test_target_card_edges.py"
-  "timefmt|runner/store/timefmt.py|tests/runner/test_timefmt.py tests/report/test_results_folder.py"
+  "timefmt|runner/store/timefmt.py|tests/runner/test_timefmt.py"
   "sequential|report/sequential.py|tests/report/test_sequential.py tests/report/test_sequential_edges.py"
 )
 
