@@ -4,7 +4,6 @@ every point at run time, hypotheses' `model.calibrated.*`, and the site's ledger
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from runner.store.records import PointRecord, RunRecord
 from runner.store.store import Store
 from studyc.cli import main
 from studyc.predictions import predict_run
+from tests.conftest import committed_copy
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "results" / "h200"
@@ -33,8 +33,7 @@ STUDY = REPO / "studies" / "cuda_graphs.toml"
 def small_db(tmp_path_factory):
     """The committed H200 results of two studies (their first runs: cuda-graphs, decode-roofline), migrated
     in a copy."""
-    path = tmp_path_factory.mktemp("small") / "small.duckdb"
-    shutil.copyfile(COMMITTED, path)
+    path = committed_copy("h200", tmp_path_factory.mktemp("small") / "small.duckdb")
     with Store(path) as store:
         store.con.execute("DELETE FROM runs WHERE run_id NOT IN ('20261129T234538-8c267f', '20261129T232436-d4a41c')")
     return path
