@@ -28,6 +28,7 @@ def test_a_runs_share_scales_every_look() -> None:
     assert look_alpha(8, 8, share=0.5) == pytest.approx(0.02) and look_alpha(2, 8, share=0.5) == pytest.approx(0.005 / 6)
     assert look_confidence(8, 8, share=0.5) == "98%" and look_confidence(2, None, share=0.5) == "97.5%"
     assert look_confidence(8, 8, 2) == "96%" and look_confidence(3, 8, 3) == "99.8%"
+    assert look_confidence(2, 3) == "99%"  # the first look after block 2 unless told otherwise
 
 
 def test_only_exactly_five_percent_is_the_fixed_multiplier() -> None:
