@@ -2,7 +2,7 @@
 
 Copies the results database to a temporary folder, deletes the held-out GPU's points there (its runs and
 their calibrations stay), and predicts each of its stored runs' plans as `studyc plan --db` would
-(`report.ledger.predict_points`: a key the GPU never measured is fitted on the other GPUs' points and
+(`report.ledger.ledger.predict_points`: a key the GPU never measured is fitted on the other GPUs' points and
 priced on the GPU's card). Twice: on the GPU's calibrations, then with those removed too (its spec sheet
 scaled by the other GPUs' measured-to-spec ratios). Prints the median and worst absolute error of
 output throughput, TPOT and TTFT per study and overall, against the points as the ledger reads them
@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from compiler.plan import Plan
-from report.ledger import gpu_id, predict_points, read_calibrations, read_points
-from report.ledger_fit import METRICS, StoredPoint
+from report.ledger.ledger import gpu_id, predict_points, read_calibrations, read_points
+from report.ledger.ledger_fit import METRICS, StoredPoint
 from runner.store.store import Store
 
 LABELS = {"output_throughput": "throughput", "tpot_s": "TPOT", "ttft_s": "TTFT"}

@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from report import ledger_fit
-from report.ledger import read_points
+from report.ledger import ledger_fit
+from report.ledger.ledger import read_points
 
 
 def timed(points: list[ledger_fit.StoredPoint], workers: int,

@@ -1,7 +1,7 @@
 """`predict = { value = "model" }`: a hypothesis predicted by the calibrated step-time model, its number
 frozen into the plan at compile time (before the run), so a study can test the model itself. The compiler
 stays pure: the model's per-point predictions are computed from a database by the caller (studyc.plan_command,
-through report.ledger.predict_points) and handed over as `ModelPoint`s to compiler.model_freeze.
+through report.ledger.ledger.predict_points) and handed over as `ModelPoint`s to compiler.model_freeze.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from compiler.study import Study
 
 MODEL = "model"
-# A hypothesis' metric -> the step-time model's metric of the same quantity (report.ledger_fit.METRICS).
+# A hypothesis' metric -> the step-time model's metric of the same quantity (report.ledger.ledger_fit.METRICS).
 MODEL_METRICS = {"output_throughput": "output_throughput", "tpot_mean_s": "tpot_s", "ttft_mean_s": "ttft_s"}
 Finding = tuple[str, str]  # (dotted key, message)
 

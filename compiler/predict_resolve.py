@@ -1,7 +1,7 @@
 """A prediction as numbers (its central value and band), and the compile-time check that every prediction
 of a study evaluates: against the spec-sheet card with each arm's model config, so that a prediction that
 cannot be evaluated is an error at `studyc validate` and `studyc plan`, never a verdict left open.
-Scoring resolves the same way (report.prediction), on the run's calibrated card and on the spec sheet.
+Scoring resolves the same way (report.scoring.prediction), on the run's calibrated card and on the spec sheet.
 """
 
 from __future__ import annotations

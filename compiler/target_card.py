@@ -1,7 +1,7 @@
 """The card a prediction is priced on, for a GPU named by the hardware table: its own calibrations where
 the database holds any, else its spec sheet scaled by what the calibrated GPUs reach of theirs.
 
-Pure: the calibrations are read from the database by the report (`report.ledger.read_calibrations`) and
+Pure: the calibrations are read from the database by the report (`report.ledger.ledger.read_calibrations`) and
 handed here as typed objects.
 """
 

@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from compiler.load import LoadedStudy
-from report import score_text
-from report.alpha_ledger import ONE_RUN, SHARED
-from report.context import build_context
+from report.pages.seed import gpu_name
 from report.results import RunData, all_runs, latest_runs
 from report.run_compare import StudyRuns, compare_runs
-from report.score_model import Score, Why
-from report.scoring import score
-from report.seed import gpu_name
+from report.scoring import score_text
+from report.scoring.context import build_context
+from report.scoring.score_model import Score, Why
+from report.scoring.scoring import score
+from report.stats.alpha_ledger import ONE_RUN, SHARED
 from runner.store.records import base_server_id
 
 VERDICT_STYLE = {
@@ -240,8 +240,8 @@ def design_note(data: RunData) -> str:
 def sequential_note(data: RunData) -> str:
     """For a run with a budget: the blocks it has measured of the budget's, and the confidence of the look its
     intervals are read at ("; blocks 5 of 12: a repeated interval, this look's at 99.9%")."""
-    from report.intervals import layout, run_look
-    from report.sequential import look_confidence
+    from report.stats.intervals import layout, run_look
+    from report.stats.sequential import look_confidence
 
     design = layout(data.plan)
     if design.budget_blocks is None:

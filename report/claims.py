@@ -19,9 +19,9 @@ from compiler.claims import Catalog, Claim, Conditions, Document, Drawn
 from compiler.hardware import HardwareError, get_hardware
 from compiler.plan import HypothesisSide, HypothesisStep, Launch, Plan, PointStep
 from compiler.workload import Histogram
-from report.context import StudyContext
-from report.page_models import ClaimLine, ClaimsTable, ClaimTestCell, StudyClaim
-from report.score_model import Score
+from report.pages.page_models import ClaimLine, ClaimsTable, ClaimTestCell, StudyClaim
+from report.scoring.context import StudyContext
+from report.scoring.score_model import Score
 
 Status = Literal["faithful", "approximate", "untested"]
 NO_HYPOTHESIS = "no hypothesis tests it yet"

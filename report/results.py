@@ -44,7 +44,7 @@ class RunData:
     set_aside: tuple[PointRecord, ...] = field(default=())  # kept, not read (`PointRecord.set_aside` says why)
     segments: tuple[SegmentRecord, ...] = ()  # where its wall went (none in a run stored before they were)
     phases: tuple[PhaseRecord, ...] = ()
-    study_runs: tuple[RunRecord, ...] = ()  # every run of its study in the databases read (report.alpha_ledger)
+    study_runs: tuple[RunRecord, ...] = ()  # every run of its study in the databases read (report.stats.alpha_ledger)
 
     @cached_property
     def hosts(self) -> dict[str, str]:

@@ -14,13 +14,13 @@ from typing import Any
 
 from compiler.load import LoadedStudy, study_version
 from compiler.plan import HypothesisSide, Plan
-from report import score_text
-from report.context import build_context
-from report.intervals import t_cdf
-from report.page_models import Fact
+from report.pages.page_models import Fact
 from report.results import PUBLISHED, RunData, read_run
-from report.score_model import Score
-from report.scoring import score
+from report.scoring import score_text
+from report.scoring.context import build_context
+from report.scoring.score_model import Score
+from report.scoring.scoring import score
+from report.stats.intervals import t_cdf
 from runner.store.records import RunRecord
 
 DIFFER_P = 0.05  # a two-sided Welch p below this flags "runs differ"

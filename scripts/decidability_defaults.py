@@ -1,4 +1,4 @@
-"""Print the default spreads of report.decidability (DEFAULT_SPREADS) as computed from a results database:
+"""Print the default spreads of report.planning.decidability (DEFAULT_SPREADS) as computed from a results database:
 `.venv/bin/python scripts/decidability_defaults.py results/h200` (docs/decidability.md)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from report.priors import defaults_table
+from report.planning.priors import defaults_table
 
 
 def main(db: Path) -> None:

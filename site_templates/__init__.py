@@ -1,1 +1,1 @@
-"""Jinja templates of the site and its vendored static assets (see report/site.py); not code."""
+"""Jinja templates of the site and its vendored static assets (see report/pages/site.py); not code."""

@@ -21,9 +21,9 @@ def study_files(studies_dir: Path) -> list[Path]:
 
 def gather_claims(studies: Sequence[Path], dbs: Sequence[Path], sources: Path | None) -> list[ClaimRow]:
     """The claims table: each study scored against its latest complete run in `dbs` (none: its plan)."""
-    from report.context import build_context
     from report.results import latest_runs
-    from report.scoring import score
+    from report.scoring.context import build_context
+    from report.scoring.scoring import score
 
     folder = sources or find_sources(Path.cwd())
     if folder is None or not folder.is_dir():

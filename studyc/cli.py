@@ -290,7 +290,7 @@ def audit(studies: tuple[Path, ...], dbs: tuple[Path, ...], fmt: str | None, **a
 @click.option("--strict", is_flag=True, help="Fail (exit 1) on warnings: failed checks, missing metrics.")
 def site(studies: tuple[Path, ...], dbs: tuple[Path, ...], out: Path, strict: bool) -> None:
     """Build the static site (default studies: those in studies/*.toml with a run in the database)."""
-    from report.site import run_site
+    from report.pages.site import run_site
 
     run_site(dbs, out, strict, studies)
 

@@ -1,5 +1,5 @@
 """Decidability before the run for the command line: the priors read once at the edge (a database's
-stored runs, else the documented defaults), handed to report.decidability; validate's warnings and run's
+stored runs, else the documented defaults), handed to report.planning.decidability; validate's warnings and run's
 refusal."""
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ from pathlib import Path
 from base.errors import SpecError
 from compiler.load import LoadedStudy
 from compiler.plan import Plan
-from report.decidability import Decidability, Priors, plan_decidability
-from report.decidability_text import refusals, warnings
+from report.planning.decidability import Decidability, Priors, plan_decidability
+from report.planning.decidability_text import refusals, warnings
 
 
 def priors_for(db: Path | None) -> Priors:
-    """The priors from the runs stored in `db` (report.priors), or the defaults without one."""
+    """The priors from the runs stored in `db` (report.planning.priors), or the defaults without one."""
     if db is None or not db.exists():
         return Priors()
-    from report.priors import read_priors
+    from report.planning.priors import read_priors
 
     return read_priors(db)
 

@@ -1,6 +1,6 @@
 """`studyc model` as data: a model's facts from its config.json, or the step-time model fitted from a database.
 
-The command line prints what these functions return; the tables are in `report.ledger_text` and
+The command line prints what these functions return; the tables are in `report.ledger.ledger_text` and
 `facts_text` here.
 """
 
@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from base.errors import SpecError
-from report import ledger_fit, ledger_text
-from report.ledger import read_ledger
-from report.ledger_fit import StoredPoint
+from report.ledger import ledger_fit, ledger_text
+from report.ledger.ledger import read_ledger
+from report.ledger.ledger_fit import StoredPoint
 
 
 def model_facts(path: Path, *, batch: int, context: int | None, kv_dtype: str, hardware: str) -> dict[str, Any]:

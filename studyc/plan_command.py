@@ -18,10 +18,10 @@ from compiler.model_value import MODEL, ModelPoint, ModelValue, uses_model
 from compiler.plan import Plan
 from compiler.plan_compile import compile_study
 from compiler.plan_table import format_plan, markdown_plan
-from report.block_planner import PowerRow
-from report.decidability import Decidability
-from report.design_costs import GpuPlan, format_gpu_plan
-from report.ledger import PointPrediction
+from report.ledger.ledger import PointPrediction
+from report.planning.block_planner import PowerRow
+from report.planning.decidability import Decidability
+from report.planning.design_costs import GpuPlan, format_gpu_plan
 from studyc.decide import decidability
 
 
@@ -32,7 +32,7 @@ class Advice:
     rows: list[PowerRow]
     vllm_version: str | None
     db: Path
-    gpu: GpuPlan | None = None  # the cheapest launches x repeats per hypothesis (report.design_costs)
+    gpu: GpuPlan | None = None  # the cheapest launches x repeats per hypothesis (report.planning.design_costs)
 
 
 @dataclass(frozen=True)
@@ -59,9 +59,9 @@ def plan_study(loaded: LoadedStudy, *, db: Path | None = None, bench: bool = Fal
     decided = tuple(decidability(plan, db))
     if db is not None and advise:
         from report.audit import audit_studies
-        from report.block_planner import edge_distance, power_plan
-        from report.design_costs import block_costs, gpu_plan
-        from report.score_model import Why
+        from report.planning.block_planner import edge_distance, power_plan
+        from report.planning.design_costs import block_costs, gpu_plan
+        from report.scoring.score_model import Why
 
         last = {s.hypothesis: s for s in audit_studies([loaded], [db]).scores if s.run_id is not None}
         distances = {h: d for h, s in last.items()  # a percentile on a cliff: no blocks decide it
@@ -100,7 +100,7 @@ def _frozen_before(db: Path, study_id: str) -> dict[str, ModelValue]:
 
 
 def _predict(plan: Plan, db: Path, say: Callable[[str], None]) -> dict[str, PointPrediction]:
-    from report.ledger import predict_points, read_calibrations
+    from report.ledger.ledger import predict_points, read_calibrations
     from studyc.model_command import stored_points
 
     return predict_points(plan, stored_points(db, say), calibrations=read_calibrations(db))
@@ -152,7 +152,7 @@ def plan_json(summary: PlanSummary) -> str:
 
 def plan_text(summary: PlanSummary, markdown: bool = False) -> str:
     """The plan's table (or GitHub markdown), then the predictions, the advice and the bench commands."""
-    from report.ledger_text import prediction_table
+    from report.ledger.ledger_text import prediction_table
 
     if markdown:
         text = markdown_plan(summary.plan) + "\n" + model_lines(summary.plan)
@@ -163,11 +163,11 @@ def plan_text(summary: PlanSummary, markdown: bool = False) -> str:
         if summary.predicted is not None:
             text += "\nstep-time model predictions:\n" + prediction_table(summary.predicted)
     if summary.decidability:
-        from report.decidability_text import section
+        from report.planning.decidability_text import section
 
         text += "\n" + section(summary.decidability)
     if summary.advice is not None:
-        from report.power_text import format_power
+        from report.planning.power_text import format_power
 
         text += "\n" + format_power(summary.advice.rows, summary.advice.vllm_version, summary.advice.db)
         if summary.advice.gpu is not None:

@@ -7,7 +7,7 @@ the run is open, and stores each point's prediction beside its measurement.
 from __future__ import annotations
 
 from compiler.plan import Plan
-from report.ledger import PointPrediction, predict_points, store_calibrations, store_points
+from report.ledger.ledger import PointPrediction, predict_points, store_calibrations, store_points
 from runner.execute.driver import Progress
 from runner.store.records import RunRecord
 from runner.store.store import Store

@@ -99,11 +99,11 @@ def run_summary(plan: Plan, report: RunReport, db: Path) -> str:
 
 def decide_more(loaded: LoadedStudy) -> Callable[[Store, str], tuple[str, ...]]:
     """The sequential rule for `run_plan`: reads the run's stored points through the open store and asks
-    `report.scoring.undecided` which hypotheses are still open (the runner never imports the report)."""
+    `report.scoring.scoring.undecided` which hypotheses are still open (the runner never imports the report)."""
 
     def ask(store: Store, run_id: str) -> tuple[str, ...]:
         from report.results import from_store
-        from report.scoring import undecided
+        from report.scoring.scoring import undecided
 
         return undecided(loaded, from_store(store, run_id))
 

@@ -3,7 +3,8 @@
 Stages, lowest first: the shared base (`base`: errors, the formatter, settings, the version) <
 `compiler` < `runner` < `report` < the CLI (`studyc`). A module may import its own stage or lower ones,
 so nothing below the CLI imports `studyc`, not even for its version. Function-level imports count: a
-cycle hidden inside a function is still a cycle. Every package ships in the wheel (pyproject's list).
+cycle hidden inside a function is still a cycle. Every package ships in the wheel (pyproject's list),
+and report/ keeps its modules in rooms by job (stats, scoring, planning, ledger, pages), not one flat room.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 STAGE = {"base": 0, "compiler": 1, "runner": 2, "report": 3, "studyc": 4}
 PACKAGES = tuple(STAGE)
 MAX_LINES = 450
+MAX_TOP_MODULES = {"report": 15}  # past this a package is one flat room: folders by job, as runner/ has
 
 
 def _modules() -> dict[str, Path]:
@@ -244,3 +246,19 @@ def test_every_package_ships_in_the_wheel(tmp_path: Path) -> None:
         (tmp_path / package / "__init__.py").write_text('"""x"""\n')
     (tmp_path / "pyproject.toml").write_text('[tool.setuptools]\npackages = ["base", "report"]\n')
     assert undeclared_packages(tmp_path) == ["report.rooms"]
+
+
+def crowded(root: Path, limits: dict[str, int]) -> list[str]:
+    """Packages holding more modules at their top level than their limit, with the count."""
+    counts = {package: len(list((root / package).glob("*.py"))) for package in limits}
+    return [f"{p}/: {n} modules at its top level (at most {limits[p]})" for p, n in counts.items() if n > limits[p]]
+
+
+def test_report_is_rooms_by_job_not_one_flat_room(tmp_path: Path) -> None:
+    assert crowded(ROOT, MAX_TOP_MODULES) == []
+    (tmp_path / "report" / "scoring").mkdir(parents=True)
+    for name in ("__init__", "results", "audit", "scoring/__init__", "scoring/verdict"):
+        (tmp_path / "report" / f"{name}.py").write_text('"""x"""\n')
+    assert crowded(tmp_path, {"report": 3}) == []
+    (tmp_path / "report" / "verdict.py").write_text('"""x"""\n')
+    assert crowded(tmp_path, {"report": 3}) == ["report/: 4 modules at its top level (at most 3)"]

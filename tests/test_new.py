@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from compiler.load import check_file, load_study
 from compiler.plan_compile import compile_study
-from report.decidability import Priors, plan_decidability
+from report.planning.decidability import Priors, plan_decidability
 from studyc.cli import main
 from studyc.new import template
 

@@ -110,7 +110,7 @@ def test_a_point_the_model_cannot_predict_fails_the_compile(tmp_path: Path) -> N
 
 def test_the_audit_scores_the_frozen_number_like_any_value(tmp_path: Path, small_db: Path) -> None:
     from report.results import read_run
-    from report.scoring import score_study
+    from report.scoring.scoring import score_study
     from studyc.plan_command import compile_with_model
 
     loaded = load_study(study_file(tmp_path))

@@ -294,7 +294,7 @@ def itl_trusted(point: PointStep, fidelity: Fidelity) -> CheckResult:
 def tail_stable(point: PointStep, metric: str, found: Cliff) -> CheckResult | None:
     """A tail percentile is not on a cliff (`runner.checks.tails`): its neighbours (p94 and p96 for p95)
     differ by less than CLIFF_RATIO. Warn-level: the value stands, but a hypothesis on the metric is not
-    decided where it fails (report.sides). None where the point has none of the values (the metric is
+    decided where it fails (report.scoring.sides). None where the point has none of the values (the metric is
     missing and said so); unverified with one value, or a low neighbour of 0."""
     if found.n == 0:
         return None

@@ -15,7 +15,7 @@ does, and 52 ITL p95 and 15 ITL p99 do (fp8-weights, batched-tokens, max-num-seq
 studies, kv-capacity-slo, fp8-kv, batch-ladder).
 
 Pure: values in, a typed verdict out. `runner.checks.checks.tail_stable` makes it a point's warn check, one
-per metric of `TAILS`; `report.sides` keeps a hypothesis on such a metric from a verdict its points'
+per metric of `TAILS`; `report.scoring.sides` keeps a hypothesis on such a metric from a verdict its points'
 cliffs would decide.
 """
 

@@ -285,7 +285,7 @@ def _study_version(plan: Plan) -> str | None:
 def _same_stopping_rule(store: Store, previous: RunRecord, plan: Plan) -> None:
     """Refuse to resume a run that has measured something under another stopping rule: its required
     launches per arm (the first look) and its budget's blocks (the horizon) fix how the error rate is
-    spent across looks (`report.sequential`), so changing them once blocks were seen spends it twice.
+    spent across looks (`report.stats.sequential`), so changing them once blocks were seen spends it twice.
     The budget's minutes only stop blocks from starting: they may change."""
     stored = Plan.from_stored(previous.plan_json)
     if stored is None or not store.done_points(previous.run_id):

@@ -363,7 +363,7 @@ class PointRecord:
     counters_before_json: str | None = None
     counters_after_json: str | None = None
     # The step-time model's prediction for the point, fitted before the run from the other runs in
-    # the same database on the host's GPU (report.ledger); NULL where none could be made, and why.
+    # the same database on the host's GPU (report.ledger.ledger); NULL where none could be made, and why.
     predicted_output_throughput: float | None = None
     predicted_tpot_s: float | None = None
     predicted_ttft_s: float | None = None

@@ -188,7 +188,7 @@ def test_engine_settings_read_once_from_the_argv() -> None:
     assert not plain.enforce_eager and not plain.prefix_caching and plain.chunked_prefill
     assert plain.configuration == ("serve", "m", "--no-enable-prefix-caching", "--kv-cache-dtype", "fp8")
 
-    from report.ledger import engine_shape
+    from report.ledger.ledger import engine_shape
 
     launch = compile_study(load_study("studies/quickstart.toml")).launches[0]
     assert engine_shape(launch) == EngineShape(max_num_seqs=16, enforce_eager=True)

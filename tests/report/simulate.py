@@ -1,7 +1,7 @@
 """Simulated runs scored the way production scores them: a study file compiled by the compiler, launch and
-repeat values drawn with numpy (seeded), blocks added while `report.scoring.undecided` says the hypothesis
+repeat values drawn with numpy (seeded), blocks added while `report.scoring.scoring.undecided` says the hypothesis
 is open and the budget lasts (as runner.execute.driver asks before each budget block), the final verdict
-from `report.scoring.score_study`. A run is held in memory as the store's own records (`RunData`), or
+from `report.scoring.scoring.score_study`. A run is held in memory as the store's own records (`RunData`), or
 written to and read back from a real DuckDB file (`runner.store.store.Store`, `report.results.read_run`).
 
 The designs that pair their arms in blocks are also simulated in bulk (tests.report.simulate_fast, which
@@ -25,11 +25,11 @@ import numpy as np
 from compiler.load import LoadedStudy, load_study
 from compiler.plan import Plan
 from compiler.plan_compile import compile_study
-from report import context
-from report.block_planner import blocks_needed, blocks_to_clear
+from report.planning.block_planner import blocks_needed, blocks_to_clear
 from report.results import RunData, read_run
-from report.score_model import Score
-from report.scoring import score_study, undecided
+from report.scoring import context
+from report.scoring.score_model import Score
+from report.scoring.scoring import score_study, undecided
 from runner.store.records import PointRecord, PointSummary, RunRecord
 from runner.store.store import Store
 
@@ -293,7 +293,7 @@ def binomial_at_most(limit: int, n: int, p: float) -> float:
 
 @contextmanager
 def models_read_once() -> Iterator[None]:
-    """report.context reads the arms' model configs once per study instead of once per look: the same files
+    """report.scoring.context reads the arms' model configs once per study instead of once per look: the same files
     for every simulated run (the one cost of a look that is not the run's own data)."""
     original = context.arm_models
     read: dict[int, dict[str, context.ArmModel]] = {}

@@ -1,6 +1,6 @@
 """The stopping rule simulated in bulk with numpy: the same draws as tests.report.simulate (launch effects and
 repeat noise per block and arm), every run of a case at once, each look's interval at the multiplier
-report.sequential gives (`look_critical`, so a changed ALPHA reaches it) and judged as report.verdict judges.
+report.stats.sequential gives (`look_critical`, so a changed ALPHA reaches it) and judged as report.stats.verdict judges.
 Only designs that pair their arms in blocks (one server per arm, at least two launches) are vectorised: a
 block's log-ratio is then the unit. `agree` checks it against production scoring on the same draws, verdict
 for verdict, so the bulk simulates the rule production runs, not a copy of it.
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from report import sequential as sequential_rule
-from report.score_model import Score
-from report.sequential import looks
+from report.scoring.score_model import Score
+from report.stats import sequential as sequential_rule
+from report.stats.sequential import looks
 from tests.report.simulate import (
     BULK_SIMS,
     LAUNCH_SD,
@@ -77,7 +77,7 @@ def draws(case: Case, runs: int, seed: int) -> Draws:
 
 @dataclass(frozen=True)
 class Band:
-    """A prediction as report.verdict.judge reads it."""
+    """A prediction as report.stats.verdict.judge reads it."""
 
     kind: str
     relation: str | None
@@ -85,7 +85,7 @@ class Band:
     high: float | None
 
     def judge(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        """0 inconclusive, 1 confirmed, 2 refuted, for each interval [lo, hi] (report.verdict.judge)."""
+        """0 inconclusive, 1 confirmed, 2 refuted, for each interval [lo, hi] (report.stats.verdict.judge)."""
         if self.kind == "relation":
             at = self.low if self.relation in (">", ">=") else self.high
             assert at is not None
@@ -105,7 +105,7 @@ def band_of(score: Score) -> Band:
 
 def run_all(case: Case, band: Band, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(verdict code, blocks used) of every run whose block log-ratios are `d`: looks from the required blocks,
-    a run stopping at the first look that decides it, as report.scoring.undecided asks, else at the budget."""
+    a run stopping at the first look that decides it, as report.scoring.scoring.undecided asks, else at the budget."""
     runs, most = d.shape
     verdict = np.zeros(runs, dtype=np.int8)
     used = np.full(runs, most)
@@ -127,7 +127,7 @@ CODES = {0: "inconclusive", 1: "confirmed", 2: "refuted"}
 
 def agree(prep: Prepared, runs: int, seed: int) -> list[tuple[int, str, str, int, int]]:
     """(run, production verdict, bulk verdict, production blocks, bulk blocks) of runs where they differ: the
-    same draws scored by report.scoring (block by block, as the runner asks) and by `run_all`."""
+    same draws scored by report.scoring.scoring (block by block, as the runner asks) and by `run_all`."""
     case = prep.case
     drawn = draws(case, runs, seed)
     first = in_memory(prep, 0, explain=False, values=drawn.values(case, 0, prep))
@@ -160,10 +160,10 @@ def rates(case: Case) -> Rates:
 
 def main(argv: Sequence[str]) -> int:
     """`python -m tests.report.simulate_fast [--broken]`: the suite's table, then the planner's runs; --broken:
-    the table with report.sequential spending 6% instead of 5%."""
+    the table with report.stats.sequential spending 6% instead of 5%."""
     if "--broken" in argv:
         sequential_rule.ALPHA = 0.06
-        print("report.sequential.ALPHA = 0.06 (a broken rule):")
+        print("report.stats.sequential.ALPHA = 0.06 (a broken rule):")
     print(table([rates(c) for c in cases()]))
     if "--broken" in argv:
         return 0

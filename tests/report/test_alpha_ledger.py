@@ -1,7 +1,7 @@
 """The statistics across looks and runs: a hypothesis re-run under the same prediction spends one 5% across its
-complete runs (report.alpha_ledger: each at 5%/m, the intervals recomputed at that level); a changed prediction
+complete runs (report.stats.alpha_ledger: each at 5%/m, the intervals recomputed at that level); a changed prediction
 is a new hypothesis; a block set aside after the run is shown beside the published verdict as the stopping rule
-saw it during the run (report.scoring, `Score.set_aside`). Real DuckDB files through the store; the committed
+saw it during the run (report.scoring.scoring, `Score.set_aside`). Real DuckDB files through the store; the committed
 results read-only."""
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ import pytest
 
 from compiler.load import load_study
 from compiler.plan_compile import compile_study
-from report.alpha_ledger import NEW_HYPOTHESIS, ONE_RUN, SHARED, ledger
 from report.audit import audit_studies, json_rows, markdown_table
-from report.context import build_context
-from report.intervals import t_quantile
-from report.pages import study_page
+from report.pages.pages import study_page
+from report.pages.site import environment
 from report.results import latest_runs
-from report.scoring import score
-from report.site import environment
+from report.scoring.context import build_context
+from report.scoring.scoring import score
+from report.stats.alpha_ledger import NEW_HYPOTHESIS, ONE_RUN, SHARED, ledger
+from report.stats.intervals import t_quantile
 from runner.store.records import RunRecord
 from tests.conftest import REPO
 from tests.report.test_run_compare import _run, _study

@@ -1,4 +1,4 @@
-"""The alpha ledger at its edges (report.alpha_ledger): what counts as the same prediction is the metric, the
+"""The alpha ledger at its edges (report.stats.alpha_ledger): what counts as the same prediction is the metric, the
 prediction and each side's arm, workload and level, never the point ids; a prediction with one side (no
 denominator) is compared as such; each share names its hypothesis and run. Plans compiled from a real study,
 one field changed through the plan's own model."""
@@ -13,7 +13,7 @@ import pytest
 from compiler.load import load_study
 from compiler.plan import Plan
 from compiler.plan_compile import compile_study
-from report.alpha_ledger import NEW_HYPOTHESIS, SHARED, ledger, stated
+from report.stats.alpha_ledger import NEW_HYPOTHESIS, SHARED, ledger, stated
 from runner.store.records import RunRecord
 from tests.report.test_run_compare import _study
 

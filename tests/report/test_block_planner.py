@@ -18,7 +18,7 @@ from compiler.load import load_study
 from compiler.plan import Launch, PointStep
 from compiler.plan_compile import compile_study
 from report.audit import audit_studies
-from report.block_planner import (
+from report.planning.block_planner import (
     CLIFF_WARNING,
     blocks_needed,
     blocks_to_clear,
@@ -26,10 +26,10 @@ from report.block_planner import (
     power_plan,
     read_spreads,
 )
-from report.intervals import fixed_critical, t_quantile
-from report.power import power_inside, power_to_clear, sd_upper
-from report.score_model import Reason, Why
-from report.sequential import look_critical
+from report.scoring.score_model import Reason, Why
+from report.stats.intervals import fixed_critical, t_quantile
+from report.stats.power import power_inside, power_to_clear, sd_upper
+from report.stats.sequential import look_critical
 from runner.store.records import PointRecord, PointSummary, RunRecord
 from runner.store.store import Store
 from studyc.cli import main
@@ -120,7 +120,7 @@ def test_blocks_needed_is_the_fewest_with_the_power_asked() -> None:
 
 def test_a_spread_from_few_blocks_is_taken_at_its_upper_bound() -> None:
     """The SD's own uncertainty: from 2 df it plans more blocks than from 30, and from 30 more than a known
-    SD; the bound is the chi-square one (report.power.sd_upper)."""
+    SD; the bound is the chi-square one (report.stats.power.sd_upper)."""
     sd = 0.0086
     known, many, few = (blocks_needed(0.02, sd, df=df, first=3) for df in (None, 30, 2))
     assert known is not None and many is not None and few is not None and known < many < few
@@ -234,7 +234,7 @@ def test_plan_says_what_deciding_from_the_last_run_would_take(tmp_path: Path, st
 
 
 def test_a_cliff_in_the_last_run_is_warned_not_costed(tmp_path: Path, study: Path) -> None:
-    """A last run whose percentile sat on a cliff (report.score_model, Why.ON_A_CLIFF): no blocks to clear an
+    """A last run whose percentile sat on a cliff (report.scoring.score_model, Why.ON_A_CLIFF): no blocks to clear an
     edge from it, and a warning instead; the same score without the cliff is costed."""
     db = _db(tmp_path, study)
     loaded = load_study(study)
@@ -286,10 +286,10 @@ def test_a_launchs_capacity_searches_are_costed_in_every_block(tmp_path: Path, s
 
 
 def test_stored_block_costs_replace_the_estimates_where_a_hypothesis_has_them(tmp_path: Path, study: Path) -> None:
-    """With the stored runs' block costs (report.design_costs.block_costs), a required block costs their
+    """With the stored runs' block costs (report.planning.design_costs.block_costs), a required block costs their
     `required_s` and a budget block the hypothesis' own; a hypothesis with none keeps the plan's estimates,
     and each row says which."""
-    from report.block_planner import BlockCosts
+    from report.planning.block_planner import BlockCosts
 
     plan = compile_study(load_study(study))
     noisy = _db(tmp_path, study, b_launch=NOISY_B)
@@ -312,8 +312,8 @@ def test_blocks_within_a_budget_are_read_at_its_looks() -> None:
     """Under a study's budget of K blocks, a look before the last gets an early look's share of alpha:
     the same distance takes more blocks than a budget of exactly that many, and one the last look
     cannot clear is not decided within the budget."""
-    from report.block_planner import blocks_within
-    from report.sequential import look_critical
+    from report.planning.block_planner import blocks_within
+    from report.stats.sequential import look_critical
 
     sd, distance = 0.0058, 0.0076
     alone = blocks_to_clear(distance, sd, first=3)
@@ -335,8 +335,8 @@ def test_arms_that_differ_only_in_their_environment_are_two_configurations() -> 
     """engine-fork's arms have the same argv and differ in VLLM_WORKER_MULTIPROC_METHOD: two servers (they start
     and serve differently), so the planner must not pool them into one configuration (it read their paired
     spread as 0% when it did); launches of one arm share theirs, and the env is in it in name order."""
-    from report.block_planner import config_key, launch_configuration
-    from report.design_costs import server_key
+    from report.planning.block_planner import config_key, launch_configuration
+    from report.planning.design_costs import server_key
 
     root = Path(__file__).resolve().parents[2]
     plan = compile_study(load_study(root / "studies/engine_fork.toml"))
@@ -357,7 +357,7 @@ def test_arms_that_differ_only_in_their_environment_are_two_configurations() -> 
 def test_a_server_metric_is_sent_to_the_plan_that_reads_it() -> None:
     """The power plan reads points; a server metric (startup_s, one value a start) is read by the GPU-time
     plan below it, so the power plan says so rather than "no earlier run" beside a plan that found runs."""
-    from report.block_planner import _side_spread
+    from report.planning.block_planner import _side_spread
 
     assert _side_spread("startup_s", None, {}, {}, {}) == (
         None, "a server metric (one value a start): see 'GPU time to a decision' below")

@@ -1,4 +1,4 @@
-"""report.block_planner at its edges: every field of a power-plan row, derived here from the plan and the
+"""report.planning.block_planner at its edges: every field of a power-plan row, derived here from the plan and the
 stored values; the text `format_power` writes, line by line; a prediction's tolerance; where a side's spread
 comes from; a Spread's per-block SD and parts."""
 
@@ -13,7 +13,7 @@ import pytest
 from compiler.load import load_study
 from compiler.plan import budget_points
 from compiler.plan_compile import compile_study
-from report.block_planner import (
+from report.planning.block_planner import (
     POWERS,
     Last,
     PowerRow,
@@ -23,8 +23,8 @@ from report.block_planner import (
     blocks_needed,
     power_plan,
 )
-from report.intervals import welch_df
-from report.power_text import format_power
+from report.planning.power_text import format_power
+from report.stats.intervals import welch_df
 from tests.report.test_block_planner import LAUNCH, NOISY_B, _db, study  # noqa: F401  (fixture)
 
 
@@ -67,7 +67,7 @@ def test_where_a_sides_spread_comes_from() -> None:
     step = SimpleNamespace(input_len=1, output_len=2, prefix_len=0, cache="reset", concurrency=4, rate_rps=None,
                            shape_key=None)
     steps: Any = {"p": (launch, step)}
-    from report.block_planner import config_key
+    from report.planning.block_planner import config_key
 
     key = ("output_throughput", config_key(launch, step))  # type: ignore[arg-type]
     own = Spread("output_throughput", 0.02, 3, 0.01, 4)
@@ -128,7 +128,7 @@ def test_every_field_of_a_power_plan_row(tmp_path: Path, study: Path) -> None:  
 def test_an_unpaired_ratio_adds_both_sides_and_names_each_source(tmp_path: Path, study: Path) -> None:  # noqa: F811
     """Arm b in a run of its own: no block pairs the arms, so the block SD is both sides' per-block SDs added,
     its df by Welch over their parts, and the launch spread is one side's times sqrt(2)."""
-    from report.block_planner import read_spreads
+    from report.planning.block_planner import read_spreads
 
     plan = compile_study(load_study(study))
     db = _db(tmp_path, study, apart=True)
@@ -209,7 +209,7 @@ def test_a_single_sides_row_reads_its_own_configuration(tmp_path: Path, study: P
     parts; a point that failed, or was judged invalid, is not read (here they hold wild values)."""
     from datetime import datetime
 
-    from report.block_planner import read_spreads
+    from report.planning.block_planner import read_spreads
     from runner.store.records import PointRecord, PointSummary
     from runner.store.store import Store
     from tests.report.test_block_planner import HYP
@@ -230,7 +230,7 @@ def test_a_single_sides_row_reads_its_own_configuration(tmp_path: Path, study: P
     assert read_spreads(db, "h200", ["tiny-qwen3"])[1] == before
     rows = {r.hypothesis: r for r in power_plan(plan, db)[0]}
     r = rows["level"]
-    from report.block_planner import config_key
+    from report.planning.block_planner import config_key
 
     launch, step = next((la, p) for la in plan.launches if la.arm == "a" for p in la.points if p.concurrency == 1)
     a_side = by_config[("output_throughput", config_key(launch, step))]
@@ -248,7 +248,7 @@ def test_the_last_runs_estimate_with_what_deciding_it_takes() -> None:
     under a budget the look that decides it; nothing without a score, a measurement or a spread."""
     from types import SimpleNamespace
 
-    from report.block_planner import _last, blocks_to_clear, blocks_within, edge_distance
+    from report.planning.block_planner import _last, blocks_to_clear, blocks_within, edge_distance
 
     score: Any = SimpleNamespace(measured=1.015, band_low=0.98, band_high=1.02, kind="value", relation=None)
     sd, df = 0.01, 12.0

@@ -10,11 +10,11 @@ import pytest
 from compiler.load import load_study
 from compiler.plan import SearchStep
 from compiler.plan_compile import compile_study
-from report.capacity import ProbeRow, probe_rows, search_side, wilson
-from report.intervals import Layout, Obs, Place, fixed_critical, ratio_interval
 from report.results import RunData
-from report.score_model import Why
-from report.scoring import _estimate
+from report.scoring.capacity import ProbeRow, probe_rows, search_side, wilson
+from report.scoring.score_model import Why
+from report.scoring.scoring import _estimate
+from report.stats.intervals import Layout, Obs, Place, fixed_critical, ratio_interval
 from runner.store.records import CheckResult, PointRecord, PointSummary, RunRecord
 from tests.compiler.test_slo import _variant
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from compiler.load import load_study
-from report.context import build_context
 from report.results import latest_runs
-from report.score_model import Why
-from report.score_text import labelled, read_at
-from report.scoring import score
+from report.scoring.context import build_context
+from report.scoring.score_model import Why
+from report.scoring.score_text import labelled, read_at
+from report.scoring.scoring import score
 from tests.conftest import REPO
 
 DB = REPO / "results/h200"

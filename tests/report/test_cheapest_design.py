@@ -1,4 +1,4 @@
-"""The GPU-time planner's optimiser (report.cheapest_design): the cheapest launches x repeats that decide a
+"""The GPU-time planner's optimiser (report.planning.cheapest_design): the cheapest launches x repeats that decide a
 hypothesis, checked against a brute-force search and at its boundaries."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from report.cheapest_design import Components, Costs, Design, Goal, Limits, Proposal, cheapest, power
-from report.intervals import fixed_critical
-from report.power import power_to_clear, sd_upper
+from report.planning.cheapest_design import Components, Costs, Design, Goal, Limits, Proposal, cheapest, power
+from report.stats.intervals import fixed_critical
+from report.stats.power import power_to_clear, sd_upper
 
 NOISY_REPEATS = Components(launch_var=0.01 ** 2, launch_df=10, repeat_var=0.05 ** 2, repeat_df=20)
 GOAL = Goal(0.05)

@@ -15,9 +15,9 @@ from click.testing import CliRunner
 from compiler.claims import Catalog, Conditions, load_catalog
 from compiler.load import load_study
 from report.claims import claim_rows, counts, dataset_kind
-from report.context import build_context
 from report.results import RunData
-from report.score_model import Score
+from report.scoring.context import build_context
+from report.scoring.score_model import Score
 from runner.store.records import RunRecord
 from studyc.cli import main
 from tests.report.helpers import REPO, TINY_MODEL
@@ -299,13 +299,13 @@ def test_the_cli_refuses_a_missing_database_and_sources(tmp_path: Path) -> None:
 
 def test_no_source_document_is_named_in_report_code() -> None:
     ids = [d.id for d in load_catalog(REPO / "sources").documents]
-    for path in (REPO / "report").glob("*.py"):
+    for path in (REPO / "report").rglob("*.py"):
         text = path.read_text()
         assert not [i for i in ids if i in text], path
 
 
 def test_the_site_shows_every_claim_and_each_study_its_differences(tmp_path: Path) -> None:
-    from report.site import build_site
+    from report.pages.site import build_site
     from tests.report.helpers import make_db, write_study
     from tests.report.test_scoring import HYPOTHESES, _points
 
@@ -331,7 +331,7 @@ def test_the_site_shows_every_claim_and_each_study_its_differences(tmp_path: Pat
 def test_the_site_counts_the_claims_of_studies_not_yet_run(tmp_path: Path) -> None:
     """The index's claims table reads every study file of the studies folder, as `studyc claims` does: a
     study not yet run still tests its claims (by its plan, "run: not run")."""
-    from report.site import build_site
+    from report.pages.site import build_site
     from tests.report.helpers import make_db, write_study
     from tests.report.test_scoring import HYPOTHESES, _points
 

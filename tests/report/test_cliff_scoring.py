@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from report.score_model import Reason, Why, label_of
-from report.scoring import undecided
+from report.scoring.score_model import Reason, Why, label_of
+from report.scoring.scoring import undecided
 from runner.store.records import CheckResult
 from tests.report.test_scoring_branches import hyp, launch, pid, point, run, scores, study
 

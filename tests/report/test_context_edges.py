@@ -1,4 +1,4 @@
-"""The edges of report.context: an arm's model and why it has none, the calibrated card, and hypotheses
+"""The edges of report.scoring.context: an arm's model and why it has none, the calibrated card, and hypotheses
 resolved onto a run whose plan stored none (point, server and search metrics, rates)."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from compiler.modelconfig import ModelError
 from compiler.plan import HypothesisSide
 from compiler.plan_compile import compile_study
 from compiler.study import Study
-from report.context import (
+from report.results import RunData, latest_runs
+from report.scoring.context import (
     ArmModel,
     StudyContext,
     arm_models,
@@ -24,7 +25,6 @@ from report.context import (
     resolve_hypothesis,
     side_label,
 )
-from report.results import RunData, latest_runs
 from runner.store.records import PointRecord, PointSummary, RunRecord, ServerRecord
 from tests.compiler.test_slo import _variant
 from tests.report.helpers import TINY_MODEL, P, make_db, write_study

@@ -1,5 +1,5 @@
-"""Decidability before the run (report.decidability): every branch of the pure logic, the distances checked
-against report.power's own arithmetic, and committed studies' plans judged at the default priors."""
+"""Decidability before the run (report.planning.decidability): every branch of the pure logic, the distances checked
+against report.stats.power's own arithmetic, and committed studies' plans judged at the default priors."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from compiler.load import load_study
 from compiler.plan_compile import compile_study
-from report.decidability import (
+from report.planning.decidability import (
     DEFAULT_SPREADS,
     NO,
     POWER,
@@ -30,9 +30,9 @@ from report.decidability import (
     shape_of,
     smallest,
 )
-from report.intervals import fixed_critical
-from report.power import power_inside, power_to_clear, sd_upper
-from report.sequential import look_critical
+from report.stats.intervals import fixed_critical
+from report.stats.power import power_inside, power_to_clear, sd_upper
+from report.stats.sequential import look_critical
 from tests.variants import ONE_LAUNCH, study_variant
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,7 +125,7 @@ def test_decide_a_wide_band_a_narrow_one_and_a_relation() -> None:
     assert wide.block_sd == pytest.approx(sd) and wide.blocks == 12 and wide.metric == "output_throughput"
     assert (wide.hypothesis, wide.kind, wide.band, wide.source, wide.one_launch) == ("w", "value", 0.05, "test", False)
     assert wide.detectable is not None and wide.narrowest is not None
-    # the distances are report.power's at 80%: just there, and not a little before
+    # the distances are report.stats.power's at 80%: just there, and not a little before
     assert power_to_clear(wide.detectable, sd, blocks, c) >= POWER > power_to_clear(wide.detectable * 0.99, sd, blocks, c)
     assert power_inside(wide.narrowest, sd, blocks, c) >= POWER > power_inside(wide.narrowest * 0.99, sd, blocks, c)
     assert wide.narrowest > wide.detectable  # two edges to clear, not one

@@ -1,4 +1,4 @@
-"""Decidability as text (report.decidability_text): the plan's rows for each kind, validate's warnings and
+"""Decidability as text (report.planning.decidability_text): the plan's rows for each kind, validate's warnings and
 run's refusals, each naming the file, the line of the prediction and the hypothesis."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from compiler.load import load_study
-from report.decidability import ONE_LAUNCH, Decidability
-from report.decidability_text import power, refusals, row_text, section, warnings
+from report.planning.decidability import ONE_LAUNCH, Decidability
+from report.planning.decidability_text import power, refusals, row_text, section, warnings
 
 ROOT = Path(__file__).resolve().parents[2]
 YES_ROW = Decidability("wide", "output_throughput", "value", 12, 0.01, 0.05, 0.011, 0.013, 0.99, "prior x")

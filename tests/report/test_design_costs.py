@@ -1,4 +1,4 @@
-"""The GPU-time planner's inputs read from a real DuckDB file (report.design_costs): the spread between launches
+"""The GPU-time planner's inputs read from a real DuckDB file (report.planning.design_costs): the spread between launches
 and repeats, paired blocks, what a start and a point cost; its proposal and `studyc plan --db`'s text."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from click.testing import CliRunner
 from compiler.load import load_study
 from compiler.plan import Plan
 from compiler.plan_compile import compile_study
-from report.block_planner import SEARCH_SPREAD, power_plan
-from report.cheapest_design import Components, Costs, Goal, Proposal, cheapest
-from report.design_costs import NEEDS, SEARCH_NOT_PLANNED, format_gpu_plan, gpu_plan, read_stored
+from report.planning.block_planner import SEARCH_SPREAD, power_plan
+from report.planning.cheapest_design import Components, Costs, Goal, Proposal, cheapest
+from report.planning.design_costs import NEEDS, SEARCH_NOT_PLANNED, format_gpu_plan, gpu_plan, read_stored
 from runner.store.records import (
     PhaseRecord,
     PointRecord,
@@ -386,8 +386,8 @@ def test_the_power_plan_costs_its_blocks_from_the_stored_runs(tmp_path: Path, st
     """`studyc plan --db` gives the power plan the GPU-time plan's stored block costs: a required block whole,
     a budget block with the hypothesis' own points, each repeat counted; a hypothesis with none stored keeps
     the plan's estimates, and says which."""
-    from report.block_planner import BlockCosts, power_plan
-    from report.design_costs import block_costs
+    from report.planning.block_planner import BlockCosts, power_plan
+    from report.planning.design_costs import block_costs
 
     plan = compile_study(load_study(study))
     db = _db(tmp_path, plan)
@@ -410,7 +410,7 @@ def test_the_power_plan_costs_its_blocks_from_the_stored_runs(tmp_path: Path, st
 
 
 def test_no_stored_run_no_block_costs(tmp_path: Path, study: Path) -> None:
-    from report.design_costs import GpuPlan, HypothesisDesign, block_costs
+    from report.planning.design_costs import GpuPlan, HypothesisDesign, block_costs
 
     plan = compile_study(load_study(study))
     with Store(tmp_path / "empty.duckdb"):

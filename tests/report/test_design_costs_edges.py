@@ -1,4 +1,4 @@
-"""Edges of the GPU-time planner's reading (report.design_costs), from its mutation survivors: which stored
+"""Edges of the GPU-time planner's reading (report.planning.design_costs), from its mutation survivors: which stored
 starts count, the rows of a plan with no run, a hypothesis with no goal, the limits passed through, and the
 caveats word for word."""
 
@@ -12,8 +12,8 @@ import pytest
 from compiler.load import load_study
 from compiler.plan import Plan
 from compiler.plan_compile import compile_study
-from report.cheapest_design import Costs, Design, Limits, Proposal
-from report.design_costs import (
+from report.planning.cheapest_design import Costs, Design, Limits, Proposal
+from report.planning.design_costs import (
     GpuPlan,
     HypothesisDesign,
     format_gpu_plan,

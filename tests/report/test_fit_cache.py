@@ -16,8 +16,8 @@ from compiler.modelmath import ModelShape
 from compiler.stepcost import Card, Coefficients, EngineShape
 from compiler.stepfit import Observation
 from compiler.stepreplay import StepLoad
-from report import fit_cache
-from report.fit_cache import FitCache, code_digest, fit_digest
+from report.ledger import fit_cache
+from report.ledger.fit_cache import FitCache, code_digest, fit_digest
 
 REPO = Path(__file__).resolve().parents[2]
 COEF = Coefficients(step_s=0.004, seq_s=1.5e-5, mem=1.1, flop=1.3, request_s=2e-4, admit_s=1e-3, overlap=2.0)

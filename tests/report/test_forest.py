@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from report import forest
-from report.charts import VERDICT_COLORS, WIDTH, spec
-from report.score_model import Score
+from report.pages import forest
+from report.pages.charts import VERDICT_COLORS, WIDTH, spec
+from report.scoring.score_model import Score
 
 
 def score(**kw: Any) -> Score:
@@ -153,7 +153,7 @@ def test_display_units_scale_ms_and_percent() -> None:
 def test_a_one_launch_row_says_so_in_its_text_and_tooltip() -> None:
     """max-num-seqs's ttft-halves as published: inside its band on one launch per arm, so inconclusive; the
     row says "(one launch)" where a plain straddle would not."""
-    from report.score_model import Reason, Why
+    from report.scoring.score_model import Reason, Why
 
     one = score(hypothesis="ttft-halves", ratio=True, predicted=0.5, tolerance=0.2, band_low=0.4, band_high=0.6,
                 measured=0.483, ci_low=0.465, ci_high=0.502, n=3, verdict="inconclusive",

@@ -10,13 +10,13 @@ import pytest
 
 from compiler.load import LoadedStudy, load_study
 from report.audit import Audit, json_row, print_table, verdict_cell
-from report.context import build_context
-from report.page_models import HypothesisRow
-from report.pages import _hypothesis_row, study_page
+from report.pages.page_models import HypothesisRow
+from report.pages.pages import _hypothesis_row, study_page
+from report.pages.site import environment
 from report.results import latest_runs
-from report.score_model import Score, Why
-from report.scoring import score
-from report.site import environment
+from report.scoring.context import build_context
+from report.scoring.score_model import Score, Why
+from report.scoring.scoring import score
 from tests.report.test_cliff_scoring import two_launches
 from tests.report.test_run_compare import _run, _study
 from tests.report.test_scoring_branches import hyp, point, run, scores, study

@@ -11,7 +11,7 @@ import pytest
 from compiler.load import load_study
 from compiler.plan import Plan
 from compiler.plan_compile import compile_study
-from report.intervals import (
+from report.stats.intervals import (
     SINGLE_LAUNCH,
     Obs,
     layout,
@@ -154,8 +154,8 @@ def test_scoring_uses_launch_blocks_from_the_stored_plan(tmp_path: Path) -> None
     """Three launches per arm in blocks: the ratio is paired over blocks, with no single-launch mark; the
     kept-cache arm's cold points are left out and named."""
     from report.results import read_run
-    from report.score_model import Why
-    from report.scoring import score_study
+    from report.scoring.score_model import Why
+    from report.scoring.scoring import score_study
     from tests.report.test_block_planner import HYP, _db
 
     path = write_study(tmp_path, HYP, hardware="h200")

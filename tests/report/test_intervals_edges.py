@@ -1,4 +1,4 @@
-"""report.intervals at its edges: Student's t against closed forms and a numerical integral, every field
+"""report.stats.intervals at its edges: Student's t against closed forms and a numerical integral, every field
 of an Interval for each level (launches, repeats, one value, blocks, one shared launch, unpaired, linear),
 zero denominators, Welch degrees of freedom, and the stored plan's layout (v1 and v2, budget, defaults)."""
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from compiler.plan import Plan
-from report.intervals import (
+from report.stats.intervals import (
     SINGLE_LAUNCH,
     Interval,
     Layout,

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from compiler.plan import Plan, PointStep
-from report import ledger_fit
-from report.ledger import _model_dir, cached_tokens, predict_points, read_points
-from report.ledger_fit import leave_one_study_out, ledger, not_validated
+from report.ledger import ledger_fit
+from report.ledger.ledger import _model_dir, cached_tokens, predict_points, read_points
+from report.ledger.ledger_fit import leave_one_study_out, ledger, not_validated
 from runner.store.store import Store
 from tests.conftest import committed_copy
 

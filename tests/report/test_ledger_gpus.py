@@ -7,7 +7,7 @@ import pytest
 
 from compiler.plan import Plan
 from compiler.target_card import Calibration
-from report.ledger import gpu_id, predict_points, read_calibrations, read_points
+from report.ledger.ledger import gpu_id, predict_points, read_calibrations, read_points
 from runner.store.store import Store
 from tests.conftest import committed_copy
 from tests.report.test_ledger import REPO

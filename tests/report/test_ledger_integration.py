@@ -119,8 +119,8 @@ def test_hypothesis_calls_the_calibrated_model():
 
 
 def test_site_ledger_page(small_db, tmp_path):
-    from report.ledger_page import write_page
-    from report.site import environment
+    from report.ledger.ledger_page import write_page
+    from report.pages.site import environment
 
     path = write_page([small_db], tmp_path, environment())
     html = path.read_text(encoding="utf-8")
@@ -131,8 +131,8 @@ def test_site_ledger_page(small_db, tmp_path):
 
 
 def test_ledger_page_rebuilds_byte_identical_without_the_build_clock(small_db, tmp_path):
-    from report.ledger_page import write_page
-    from report.site import environment
+    from report.ledger.ledger_page import write_page
+    from report.pages.site import environment
 
     first = write_page([small_db], tmp_path / "a", environment()).read_bytes()
     second = write_page([small_db], tmp_path / "b", environment()).read_bytes()

@@ -11,7 +11,7 @@ from pathlib import Path
 from compiler.load import load_study
 from compiler.plan import Plan
 from compiler.plan_compile import compile_study
-from report.ledger import (
+from report.ledger.ledger import (
     conversation_load,
     predict_points,
     read_ledger,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from report.score_model import Why
+from report.scoring.score_model import Why
 from runner.store.records import ServerRecord
 from tests.report.test_scoring_branches import RUN, hyp, launch, run, scores, study
 

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from report.block_planner import blocks_to_clear, blocks_within
-from report.deciding import gap, one_launch, straddling, unit_spread
-from report.intervals import Obs, fixed_critical, mean_interval, ratio_interval, t_quantile
-from report.score_model import Why, interval_label, label_of
-from report.scoring import undecided
-from report.sequential import look_critical
+from report.planning.block_planner import blocks_to_clear, blocks_within
+from report.planning.deciding import gap, one_launch, straddling, unit_spread
+from report.scoring.score_model import Why, interval_label, label_of
+from report.scoring.scoring import undecided
+from report.stats.intervals import Obs, fixed_critical, mean_interval, ratio_interval, t_quantile
+from report.stats.sequential import look_critical
 from tests.report.test_scoring_branches import TPUT, hyp, launch, pid, point, run, scores, study
 
 ABOVE = "{ relation = \">\", value = 90.0 }"

@@ -1,4 +1,4 @@
-"""The power of a verdict (report.power): the chi-square and noncentral-t quadrature against known values and
+"""The power of a verdict (report.stats.power): the chi-square and noncentral-t quadrature against known values and
 against seeded numpy simulations of the interval the scoring reads, and the SD's upper confidence bound."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from report.intervals import t_quantile
-from report.power import chi2_cdf, chi2_quantile, power_inside, power_to_clear, sd_upper
+from report.stats.intervals import t_quantile
+from report.stats.power import chi2_cdf, chi2_quantile, power_inside, power_to_clear, sd_upper
 
 SIMS = 200_000
 

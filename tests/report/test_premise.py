@@ -11,9 +11,9 @@ import pytest
 
 from compiler.load import check_file
 from compiler.study import Hypothesis, Prediction
-from report.premise import premised, under
-from report.score_model import NOT_MEASURABLE, Score, Why
-from report.verdict import VERDICTS, Verdict
+from report.scoring.premise import premised, under
+from report.scoring.score_model import NOT_MEASURABLE, Score, Why
+from report.stats.verdict import VERDICTS, Verdict
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -137,7 +137,7 @@ def test_the_moe_study_with_its_premise_is_valid_and_scored_against_its_runs() -
     (~9.96 ms), so the claim keeps its own verdict, refuted (3.26x against 6.3x)."""
     from compiler.load import load_study
     from report.results import latest_runs, read_run
-    from report.scoring import score_study
+    from report.scoring.scoring import score_study
 
     assert _problems(REPO / "studies/moe_union.toml") == []
     loaded = load_study(REPO / "studies/moe_union.toml")

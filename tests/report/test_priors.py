@@ -1,4 +1,4 @@
-"""The priors of decidability from stored runs (report.priors): outliers, pairs, pooling and the fallbacks by
+"""The priors of decidability from stored runs (report.planning.priors): outliers, pairs, pooling and the fallbacks by
 hand, then the real results database: the documented defaults are what it gives, and a plan's hypotheses
 get the spread of similar configurations."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from report.block_planner import Spread
-from report.decidability import DEFAULT_SPREADS, DEFAULTS_UNTIL, default_prior
-from report.priors import (
+from report.planning.block_planner import Spread
+from report.planning.decidability import DEFAULT_SPREADS, DEFAULTS_UNTIL, default_prior
+from report.planning.priors import (
     Blocks,
     Pooled,
     Stored,

@@ -47,8 +47,8 @@ def test_a_run_read_before_its_budget_is_spent_says_the_level_of_its_look() -> N
 
     from compiler.plan import Plan
     from report.audit import sequential_note
-    from report.intervals import layout
     from report.results import latest_runs
+    from report.stats.intervals import layout
 
     runs = latest_runs([REPO / "results/h200"])
     run = runs["fp8-kv"]

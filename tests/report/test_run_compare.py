@@ -16,11 +16,11 @@ from compiler.load import load_study, study_version
 from compiler.plan_compile import compile_study
 from report import run_compare
 from report.audit import audit_studies, markdown_table
-from report.context import build_context
 from report.results import all_runs, latest_runs, read_run
 from report.run_compare import compare_runs, welch
-from report.score_model import Why
-from report.scoring import score
+from report.scoring.context import build_context
+from report.scoring.score_model import Why
+from report.scoring.scoring import score
 from runner.store.records import PointRecord, PointSummary, RunRecord, ServerRecord
 from runner.store.store import Store
 from tests.conftest import committed_copy

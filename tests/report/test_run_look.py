@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from compiler.load import load_study
-from report.context import build_context
-from report.intervals import run_look
 from report.results import latest_runs
-from report.scoring import score
+from report.scoring.context import build_context
+from report.scoring.scoring import score
+from report.stats.intervals import run_look
 from tests.conftest import REPO
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from compiler.load import load_study
-from report.intervals import t_quantile
 from report.results import latest_runs
-from report.score_model import Score, Why
-from report.scoring import off_band, score_study
-from report.verdict import judge, straddled
+from report.scoring.score_model import Score, Why
+from report.scoring.scoring import off_band, score_study
+from report.stats.intervals import t_quantile
+from report.stats.verdict import judge, straddled
 from tests.report.helpers import P, make_db, write_study
 
 HYPOTHESES = '''

@@ -17,13 +17,13 @@ from compiler.hardware import get_hardware
 from compiler.load import LoadedStudy, load_study
 from compiler.modelconfig import ModelError, load_model
 from compiler.study import Where
-from report.context import model_dir, serving_dtypes
-from report.intervals import Obs, fixed_critical, ratio_interval, t_quantile
-from report.prediction import Resolved, resolve_prediction
 from report.results import RunData
-from report.score_model import Reason, Score, Why
-from report.scoring import UNEVALUABLE, score_study
-from report.sides import NOT_FINITE, NOT_RECORDED, SERVER_NOT_RECORDED, WITHHELD
+from report.scoring.context import model_dir, serving_dtypes
+from report.scoring.prediction import Resolved, resolve_prediction
+from report.scoring.score_model import Reason, Score, Why
+from report.scoring.scoring import UNEVALUABLE, score_study
+from report.scoring.sides import NOT_FINITE, NOT_RECORDED, SERVER_NOT_RECORDED, WITHHELD
+from report.stats.intervals import Obs, fixed_critical, ratio_interval, t_quantile
 from runner.store.records import CheckResult, PointRecord, PointSummary, RunRecord, ServerRecord
 from tests.report.helpers import TINY_MODEL, plan_json
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from report.score_model import Reason, Score, Why, verdict_counts
-from report.scoring import off_band
-from report.verdict import VERDICTS, judge, straddled
+from report.scoring.score_model import Reason, Score, Why, verdict_counts
+from report.scoring.scoring import off_band
+from report.stats.verdict import VERDICTS, judge, straddled
 
 
 # ---- band and relation verdicts -------------------------------------------------------------------

@@ -14,14 +14,14 @@ from compiler.hardware import get_hardware
 from compiler.load import load_study
 from compiler.modelconfig import load_model
 from report.audit import md_cell
-from report.context import build_context, serving_dtypes
+from report.pages.seed import HELD, SeedNote, seed_note, summary
+from report.pages.site import build_site
 from report.results import latest_runs
-from report.score_model import label_of
-from report.scoring import score as score_context
-from report.scoring import score_study
-from report.seed import HELD, SeedNote, seed_note, summary
-from report.site import build_site
-from report.verdict import VERDICTS
+from report.scoring.context import build_context, serving_dtypes
+from report.scoring.score_model import label_of
+from report.scoring.scoring import score as score_context
+from report.scoring.scoring import score_study
+from report.stats.verdict import VERDICTS
 from studyc.cli import main
 from tests.report.helpers import TINY_MODEL, P, make_db, write_study
 from tests.report.test_scoring import _points

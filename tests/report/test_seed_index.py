@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from compiler.claims import load_catalog
+from report.pages.seed_index import NO_SEED, launches, place, section_key, seed_refs, seed_source
+from report.pages.site import build_site
 from report.results import RunData
-from report.score_model import Score
-from report.seed_index import NO_SEED, launches, place, section_key, seed_refs, seed_source
-from report.site import build_site
+from report.scoring.score_model import Score
 from runner.store.records import PointRecord, RunRecord, ServerRecord
 from tests.report.helpers import REPO, make_db, write_study
 from tests.report.test_scoring import HYPOTHESES, _points

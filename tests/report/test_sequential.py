@@ -1,6 +1,6 @@
 """The stopping rule keeps the false-refuted rate honest under peeking after every block (simulation), read
-the way scoring reads a look: the look's critical value (report.sequential) on the block ratios, then the
-verdict rule (report.verdict); and the runner's hook asks for another block only while that is undecided."""
+the way scoring reads a look: the look's critical value (report.stats.sequential) on the block ratios, then the
+verdict rule (report.stats.verdict); and the runner's hook asks for another block only while that is undecided."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from report.intervals import Obs, fixed_critical, ratio_interval
 from report.results import RunData
-from report.scoring import score_study, undecided
-from report.sequential import look_alpha, look_critical, looks
-from report.verdict import judge
+from report.scoring.scoring import score_study, undecided
+from report.stats.intervals import Obs, fixed_critical, ratio_interval
+from report.stats.sequential import look_alpha, look_critical, looks
+from report.stats.verdict import judge
 from tests.report.test_scoring_branches import hyp, launch, pid, point, run, study
 
 LOW = 0.98  # the band's low edge

@@ -1,13 +1,13 @@
-"""The stopping rule's math at its edges (report.sequential): the schedule's clamps, the last look and a look
+"""The stopping rule's math at its edges (report.stats.sequential): the schedule's clamps, the last look and a look
 past it, a run's share of the ledger, and the multiplier computed at any alpha but exactly 5% (the fixed
-design's cached one). Exact values from report.intervals.t_quantile."""
+design's cached one). Exact values from report.stats.intervals.t_quantile."""
 
 from __future__ import annotations
 
 import pytest
 
-from report.intervals import fixed_critical, t_quantile
-from report.sequential import ALPHA, look_alpha, look_confidence, look_critical, looks
+from report.stats.intervals import fixed_critical, t_quantile
+from report.stats.sequential import ALPHA, look_alpha, look_confidence, look_critical, looks
 
 
 def test_the_schedule_starts_at_two_and_never_past_the_budget() -> None:

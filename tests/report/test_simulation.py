@@ -1,9 +1,9 @@
 """The stopping rule and the verdict rule keep their error rates where production uses them: simulated runs
-(tests.report.simulate) compiled from a study file, extended block by block while report.scoring.undecided
-asks for more, scored by report.scoring.score_study. With the truth on a band's edge, a range's edge or a
+(tests.report.simulate) compiled from a study file, extended block by block while report.scoring.scoring.undecided
+asks for more, scored by report.scoring.scoring.score_study. With the truth on a band's edge, a range's edge or a
 relation's threshold, false "confirmed" and false "refuted" are each at most 2.5% + 4 Monte Carlo SE. The designs
 that pair their arms in blocks run in bulk (tests.report.simulate_fast: numpy, every run of a case at once, each
-look at report.sequential's multiplier), checked verdict for verdict against production scoring on the same
+look at report.stats.sequential's multiplier), checked verdict for verdict against production scoring on the same
 draws; the others (a server per point, one launch per arm) run through production scoring. Runs written to a
 real DuckDB file score exactly as the in-memory runs.
 
@@ -12,11 +12,11 @@ by test_the_suite_power_is_as_stated). The bulk draws n = 200,000 runs per case;
 2.640%, allows 5,279 false verdicts of one kind. A correct rule (each rate at most 2.5%) breaks one kind with
 P(X > 5,279 | n, 2.5%) = 3.6e-5; over the suite's 20 bulk rates, 6 rates at 2,000 runs (limit 77: 1.2e-4 each)
 and 6 at 400 (limit 22: 2.4e-4 each) it fails at most 0.29% of CI runs (the union of the tails). A rule that
-spends 6% (report.sequential.ALPHA = 0.06): a fixed design read at 94% (each false rate 3.0%) passes with
+spends 6% (report.stats.sequential.ALPHA = 0.06): a fixed design read at 94% (each false rate 3.0%) passes with
 P(X <= 5,279 | n, 3.0%) = 2.8e-22, the sequential sentinel with every look, its early ones included, at 1.2 x
 alpha (2.83%) with 1.1e-7: it fails more than 99.99% of CI runs, on each design alone. (Before: 2,000
 production runs per fixed design against a 3.55% limit caught a fixed design read at 94% 7-10% of the time,
-and a changed ALPHA never reached a fixed design: report.sequential.look_critical returned the 95% multiplier
+and a changed ALPHA never reached a fixed design: report.stats.sequential.look_critical returned the 95% multiplier
 whenever alpha equalled ALPHA.)
 """
 
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from report import sequential
+from report.stats import sequential
 from tests.report.simulate import (
     ABOVE,
     BAND,
@@ -77,7 +77,7 @@ def test_false_verdicts_of_paired_designs_stay_within_the_nominal_rate(case: Cas
 
 @pytest.mark.parametrize("case", BULK)
 def test_the_bulk_is_production_scoring(case: Case, tmp_path: Path) -> None:
-    """The same draws, block by block through report.scoring and in bulk: the same verdict at the same number
+    """The same draws, block by block through report.scoring.scoring and in bulk: the same verdict at the same number
     of blocks, run for run."""
     with models_read_once():
         assert agree(prepare(case, tmp_path), AGREE_RUNS, case.seed + 100) == []
@@ -86,7 +86,7 @@ def test_the_bulk_is_production_scoring(case: Case, tmp_path: Path) -> None:
 @pytest.mark.parametrize("case", [SENTINEL, FIXED_SENTINEL], ids=["sequential, 2 looks", "fixed"])
 def test_a_rule_spending_six_percent_fails_the_criterion(case: Case, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """Alpha 6% instead of 5% (report.sequential.ALPHA): a fixed design is read at 94%, a sequential one at 1.2 x
+    """Alpha 6% instead of 5% (report.stats.sequential.ALPHA): a fixed design is read at 94%, a sequential one at 1.2 x
     alpha at every look; both designs' false rates pass the criterion, and production scoring reads them so
     too (the same verdicts as the bulk, run for run)."""
     monkeypatch.setattr(sequential, "ALPHA", 0.06)
@@ -175,7 +175,7 @@ def _se(p: float, n: int) -> float:
 
 
 def test_runs_at_the_planned_blocks_decide_with_the_power_planned() -> None:
-    """report.block_planner, validated by the simulation: runs of the blocks it recommends for 80% (95%)
+    """report.planning.block_planner, validated by the simulation: runs of the blocks it recommends for 80% (95%)
     power decide at least that often (3 Monte Carlo SE), whether the truth is at the prediction or past
     an edge, and with the SD from a pilot on 4 df taken at its upper bound. Planned as if that pilot SD
     were the truth, as the planner did before, they fall short."""

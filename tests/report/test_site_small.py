@@ -11,7 +11,7 @@ from pathlib import Path
 import altair as alt
 import pytest
 
-from report.site import SiteError, build_site, json_script
+from report.pages.site import SiteError, build_site, json_script
 from tests.report.helpers import REPO, P, make_db, write_study
 from tests.report.test_scoring import HYPOTHESES, _points
 
@@ -99,7 +99,7 @@ def test_calibrated_gpu_run_shows_ceilings_and_clocks(tmp_path: Path) -> None:
     with chromium() as browser:
         report = browser.load(tmp_path / "site/studies/toy/index.html")
     assert report.errors == []
-    drawn = {c["id"] for c in report.charts if c["drawn"] == "true" and c["svg"]}
+    drawn = {c["id"] for c in report.pages.charts if c["drawn"] == "true" and c["svg"]}
     assert {"chart-clocks", "chart-roofline", "chart-throughput"} <= drawn
 
 

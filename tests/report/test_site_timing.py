@@ -8,7 +8,7 @@ import re
 from datetime import datetime
 from pathlib import Path
 
-from report.site import build_site
+from report.pages.site import build_site
 from runner.store.records import PhaseRecord, SegmentRecord
 from runner.store.store import Store
 from tests.report.helpers import make_db, write_study

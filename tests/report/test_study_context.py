@@ -14,11 +14,11 @@ import pytest
 from compiler.load import LoadedStudy, load_study
 from compiler.plan import Plan
 from compiler.plan_compile import compile_study
-from report import context as context_module
-from report import site
-from report.context import build_context
+from report.pages import site
 from report.results import RunData, latest_runs
-from report.scoring import score
+from report.scoring import context as context_module
+from report.scoring.context import build_context
+from report.scoring.scoring import score
 from tests.report.helpers import P, make_db, write_study
 
 RATIO = '''launches = 1
@@ -153,7 +153,7 @@ def test_the_context_is_built_once_per_study_and_reads_each_model_once(
     assert calls["hardware"] == ["cpu", "cpu"]
     assert [page.study_id for page, _ in gathered.studies] == ["toy", "two"]
     # only the context reads model configs and hardware entries
-    for name in ("report.scoring", "report.pages", "report.seed", "report.study_charts", "report.site",
+    for name in ("report.scoring.scoring", "report.pages.pages", "report.pages.seed", "report.pages.study_charts", "report.pages.site",
                  "report.audit"):
         module = importlib.import_module(name)
         assert not hasattr(module, "load_model") and not hasattr(module, "get_hardware"), name

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from compiler.load import load_study
-from report.context import build_context
+from report.pages.study_charts import study_charts
 from report.results import latest_runs
-from report.study_charts import study_charts
+from report.scoring.context import build_context
 from runner.store.records import CheckResult, PointRecord, PointSummary, RequestRecord
 from runner.store.store import Store
 from tests.report.helpers import P, make_db, write_study

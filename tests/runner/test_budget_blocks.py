@@ -127,7 +127,7 @@ def test_a_kept_cache_launch_is_trimmed_to_the_points_up_to_its_last_needed_one(
 
 
 def test_the_cli_rule_reads_the_stored_run_and_stops_a_fixed_design(tmp_path: Path) -> None:
-    """The CLI's callback reads the run back through the open store and asks report.scoring; the
+    """The CLI's callback reads the run back through the open store and asks report.scoring.scoring; the
     committed fixed-design runs have no budget, so nothing more runs."""
 
     from studyc.run_command import decide_more

@@ -13,10 +13,10 @@ import pytest
 from compiler.capacity import replay
 from compiler.load import load_study
 from compiler.plan import Plan
-from report.capacity import probe_rows, wilson
 from report.results import read_run
-from report.score_model import Why
-from report.scoring import score_study
+from report.scoring.capacity import probe_rows, wilson
+from report.scoring.score_model import Why
+from report.scoring.scoring import score_study
 from runner.checks.recheck import recheck
 from runner.checks.stats import meets_slo
 from runner.store.store import Store

@@ -16,12 +16,12 @@ import pytest
 
 from compiler.load import load_study
 from compiler.plan_compile import compile_study
-from report.context import build_context
-from report.intervals import layout
 from report.results import read_run
-from report.score_model import Why
-from report.scoring import score
-from report.sides import split_blocks
+from report.scoring.context import build_context
+from report.scoring.score_model import Why
+from report.scoring.scoring import score
+from report.scoring.sides import split_blocks
+from report.stats.intervals import layout
 from runner.measure.host import MACHINE_ID_ENV
 from runner.store.store import Store
 from tests.conftest import REPO, vllm_missing

@@ -165,7 +165,7 @@ def test_quickstart_decides_every_hypothesis(quickstart_db: Path) -> None:
     """Three launches per arm: every hypothesis of the newcomer's first run is confirmed or refuted, none
     inconclusive (its interval is taken between launches)."""
     from report.results import read_run
-    from report.scoring import score_study
+    from report.scoring.scoring import score_study
 
     with Store(quickstart_db, read_only=True) as store:
         run = store.latest_run("quickstart")
