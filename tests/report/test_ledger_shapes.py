@@ -7,11 +7,15 @@ per-turn prompts, the hits on the turn before, and the think time between turns.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from compiler.load import load_study
 from compiler.plan import Plan
 from compiler.plan_compile import compile_study
 from report.ledger.ledger import (
+    StoredPoint,
     conversation_load,
     predict_points,
     read_ledger,
@@ -24,6 +28,7 @@ from tests.variants import study_variant
 REPO = Path(__file__).resolve().parents[2]
 SHAPES = REPO / "studies" / "examples" / "workload_shapes.toml"
 COMMITTED = REPO / "results" / "h200"
+Readers = tuple[list[StoredPoint], list[dict[str, Any]]]
 
 
 def _plan(tmp_path: Path, *edits: tuple[str, str]) -> Plan:
@@ -85,17 +90,26 @@ def test_a_classic_workload_and_one_shared_prefix_are_replayed(tmp_path: Path) -
     assert {unreplayed(p) for s in shared.launches for p in s.points} == {None}
 
 
-def test_the_committed_conversations_are_in_the_ledger() -> None:
-    assert unreplayed_points(COMMITTED) == []
-    talks = [p for p in read_points(COMMITTED) if p.workload == "conversation"]
+@pytest.fixture(scope="module")
+def two_readers() -> Readers:
+    """The published results read by `read_points` and by `unreplayed_points` (each read takes seconds)."""
+    return read_points(COMMITTED), unreplayed_points(COMMITTED)
+
+
+def test_the_committed_conversations_are_in_the_ledger(two_readers: Readers) -> None:
+    points, gaps = two_readers
+    assert gaps == []
+    talks = [p for p in points if p.workload == "conversation"]
     assert len(talks) == 6 and {p.load.turns for p in talks} == {4}
 
 
-def test_one_reading_of_the_database_gives_what_the_two_readers_give() -> None:
+def test_one_reading_of_the_database_gives_what_the_two_readers_give(
+    two_readers: Readers,
+) -> None:
     points, gaps = read_ledger(COMMITTED)
-    assert gaps == unreplayed_points(COMMITTED)
+    assert gaps == two_readers[1]
     assert [(p.run_id, p.point_id, p.measured) for p in points] == \
-        [(p.run_id, p.point_id, p.measured) for p in read_points(COMMITTED)]
+        [(p.run_id, p.point_id, p.measured) for p in two_readers[0]]
     assert len({p.run_id for p in points}) > 20
 
 
