@@ -288,3 +288,28 @@ def test_a_broken_study_file_in_the_readme_would_be_caught(tmp_path: Path) -> No
     result = validate_in_a_tree(tmp_path, study)
     assert result.exit_code == 2
     assert "brief.toml:" in result.output and "load.concurrency[3]" in result.output
+
+
+PATH_IN_REPO = re.compile(r"(?<![\w/.-])((?:compiler|runner|report|base|studyc|scripts|tests|benchmarks|studies|sources|models"
+                          r"|site_templates)/[\w/.-]*\w\.(?:py|sh|toml|md|jsonl?|csv))\b")
+PLACEHOLDER = re.compile(r"/(?:x|test_x|my_\w+)\.\w+$")  # names the reader makes: studies/my_first.toml
+ELSEWHERE = {"benchmarks/multi_turn/benchmark_serving_multi_turn.py"}  # vLLM's own repository
+
+
+def missing_paths(text: str, root: Path) -> list[str]:
+    """Each file of the repository the text names (`report/verdict.py`) that is not there: a module moved
+    or renamed since the page was written."""
+    return [f"{p}: no such file" for p in sorted(set(PATH_IN_REPO.findall(text)))
+            if not PLACEHOLDER.search(p) and p not in ELSEWHERE and not (root / p).exists()]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(REPO).as_posix())
+def test_every_file_a_page_names_exists(page: Path) -> None:
+    assert missing_paths(page.read_text(), REPO) == []
+
+
+def test_missing_paths_finds_a_moved_module(tmp_path: Path) -> None:
+    (tmp_path / "report").mkdir()
+    (tmp_path / "report" / "verdict.py").write_text("")
+    text = "one rule: `report/verdict.py`; write `studies/my_first.toml`; scored by report/scoring.py."
+    assert missing_paths(text, tmp_path) == ["report/scoring.py: no such file"]
