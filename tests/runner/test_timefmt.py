@@ -79,7 +79,7 @@ def test_parquet_is_zstd_with_dictionaries_but_for_the_nanoseconds(tmp_path: Pat
     default = tmp_path / "default.parquet"  # the same file at zstd's default level: a bigger one
     pq.write_table(encoded, default, compression="zstd", use_dictionary=["point_id", "chunks"])
     assert path.stat().st_size < default.stat().st_size
-    plain = tmp_path / "plain.parquet"  # a table without nanoseconds: no column encoding asked for
+    plain = tmp_path / "plain.parquet"  # a table without nanoseconds
     write_table(pa.table({"point_id": ["a", "a", "b"]}), plain, "parquet")
     assert read_table(plain, REQUESTS, "parquet").column("point_id").to_pylist() == ["a", "a", "b"]
 
