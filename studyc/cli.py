@@ -195,7 +195,7 @@ def _stop_on_term(signum: int, frame: Any) -> None:
                    "on a Ray cluster started here (as many logical GPUs as --gpus names). Needs studyc[ray].")
 @click.option("--cold-starts", is_flag=True,
               help="Start every server from nothing. By default, while a launch runs, the next launch's server "
-                   "is spawned held after its imports and kept stopped during every point (see README).")
+                   "is spawned held after its imports and kept stopped during every point (docs/performance.md, 'Held starts').")
 @click.option("--prime/--no-prime", default=None,
               help="Start each configuration's server once, unmeasured, before the first launch, so that no "
                    "measured launch compiles its graphs (default: on a GPU host; remembered per compile cache).")

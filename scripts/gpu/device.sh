@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run studies on an offline GPU host with the vLLM bundle of ../shared/gpu (see README, "On a GPU").
+# Run studies on an offline GPU host with the vLLM bundle of ../shared/gpu (docs/gpu.md).
 #
 #   bash scripts/gpu/device.sh stamp             # HERE, before a device call: the commit into .studyc-commit
 #                                                # (carry it: the copy on the device has no .git; runs.git_sha)
