@@ -220,8 +220,8 @@ class Browser:
                     report = PageReport(url)
                     deadline = time.monotonic() + chart_timeout
                     while True:  # vega-embed draws asynchronously after load
-                        report.pages.charts = await cdp.evaluate(CHARTS_JS) or []
-                        if all(c["drawn"] for c in report.pages.charts) or time.monotonic() > deadline:
+                        report.charts = await cdp.evaluate(CHARTS_JS) or []
+                        if all(c["drawn"] for c in report.charts) or time.monotonic() > deadline:
                             break
                         await asyncio.sleep(0.1)
                     await asyncio.sleep(0.3)  # let late console messages arrive
