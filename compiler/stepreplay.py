@@ -146,9 +146,10 @@ class _Request:
 def replay(shape: ModelShape, load: StepLoad, engine: EngineShape, card: Card, coef: Coefficients) -> PointTerms:
     """Run the point's closed loop through vLLM's front end and scheduler in time. The front end admits
     requests one at a time, `admit_s` each, in the order they were sent; a request is schedulable at
-    the first step that starts after its admission. Each step schedules running sequences first (one
-    decode token, or the next prefill chunk), then admitted requests in arrival order, within the
-    token budget, and lasts `dot(terms, coef)`. A finished request's slot sends the next one when its
+    the first step that starts after its admission, and the opening burst (one request per slot, sent
+    at once) at the first step after the last of it is admitted. Each step schedules running sequences
+    first (one decode token, or the next prefill chunk), then admitted requests in arrival order, within
+    the token budget, and lasts `dot(terms, coef)`. A finished request's slot sends the next one when its
     last token reaches the client (`request_s` later). The engine idles only when nothing is admitted.
     The front end streams no token while it is admitting (one event loop does both): tokens made
     during a run of back-to-back admissions reach the client when the run ends.
@@ -195,6 +196,11 @@ def replay(shape: ModelShape, load: StepLoad, engine: EngineShape, card: Card, c
         send(zero, started * turns)
         started += 1
     burst = list(pending)
+    # The opening burst reaches the engine together, once the front end has admitted all of it (the stored
+    # requests: arrivals within one step are admitted in the same step); handed over one at a time, its
+    # first requests ran small prefill steps and the ledger's TTFT error was larger (docs/predictions.md).
+    for r in burst:
+        r.admitted = frontend_free
     now_v, now_t, now_f = 0.0, ZERO_TERMS, 0.0
     waiting: deque[_Request] = deque()
     prefilling: list[_Request] = []  # running, prompt not yet computed, in running order
