@@ -54,11 +54,16 @@ _PORT_TAKEN = "Address already in use"
 _SET_STUDYC_VLLM = "set STUDYC_VLLM to the command that starts vLLM, e.g. .venv-vllm/bin/vllm"
 
 
-def free_port(host: str = HOST) -> int:
-    """A port the OS says is free now (another process could still take it before vLLM binds)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+def free_port(host: str = HOST, avoid: frozenset[int] = frozenset()) -> int:
+    """A port the OS says is free now (another process could still take it before vLLM binds), other than
+    those in `avoid` (a port just found taken: the OS may hand the same one back)."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = int(s.getsockname()[1])
+        if port not in avoid:
+            return port
+    return port
 
 
 def _group_alive(pgid: int) -> list[int]:
@@ -306,6 +311,7 @@ class VllmServer:
         assert self._proc is not None
         deadline = self._t0 + self.startup_timeout_s
         port_retries = 2
+        taken: set[int] = set()
         try:
             while True:
                 rc = self._proc.poll()
@@ -313,7 +319,8 @@ class VllmServer:
                     # Another process took the port between free_port() and vLLM's bind: new port.
                     port_retries -= 1
                     self._end_group()
-                    self.port = free_port()
+                    taken.add(self.port)
+                    self.port = free_port(avoid=frozenset(taken))
                     self._spawn()
                     continue
                 if rc is not None:  # held or cold: the executor tries the launch once more, cold

@@ -402,3 +402,27 @@ def test_one_private_api_key_per_user(tmp_path: Path) -> None:
     (cache / "api-key").write_text("not a key\n")
     with pytest.raises(EngineError, match="api-key: not an API key"):
         engine.server_api_key(cache)
+
+
+def test_a_new_port_is_never_one_just_found_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The OS may hand back the port it just gave (a fake socket does so on demand): free_port skips it."""
+    import runner.server.engine as engine
+
+    handed = iter([41000, 41000, 41000, 41001])
+
+    class Once:
+        def __enter__(self) -> Once:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def bind(self, address: object) -> None:
+            return None
+
+        def getsockname(self) -> tuple[str, int]:
+            return ("127.0.0.1", next(handed))
+
+    monkeypatch.setattr(engine.socket, "socket", lambda *args: Once())
+    assert engine.free_port() == 41000
+    assert engine.free_port(avoid=frozenset({41000})) == 41001
