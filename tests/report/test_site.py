@@ -157,9 +157,9 @@ def test_chromium_loads_every_page_without_errors_and_draws_every_chart(site: Pa
         for path in html_files(site):
             report = browser.load(path)
             assert report.errors == [], (path, report.errors)
-            assert all(c["drawn"] == "true" and c["svg"] for c in report.pages.charts), (path, report.pages.charts)
+            assert all(c["drawn"] == "true" and c["svg"] for c in report.charts), (path, report.charts)
             if path.name == "index.html" and path.parent.name == "quickstart":
-                assert len(report.pages.charts) >= 6
+                assert len(report.charts) >= 6
 
 
 @pytest.mark.chromium
@@ -177,7 +177,7 @@ def test_chromium_client_sees_console_errors(tmp_path: Path) -> None:
     joined = "\n".join(report.errors)
     assert "boom" in joined and "thrown" in joined
     assert "missing.js" in joined or "ERR_FILE_NOT_FOUND" in joined
-    assert report.pages.charts == [{"id": "", "drawn": None, "svg": False, "marks": 0}]
+    assert report.charts == [{"id": "", "drawn": None, "svg": False, "marks": 0}]
 
 
 @pytest.mark.chromium
@@ -361,7 +361,7 @@ def test_forest_plot_draws_every_hypothesis_and_fp8_kv_c1_outside_its_band(h200_
         fp8 = browser.load(h200_site / "studies/fp8-kv/index.html", probe=FOREST_JS)
     for report in (audit, fp8):
         assert report.errors == [], report.errors
-        forest = report.pages.charts[0]
+        forest = report.charts[0]
         assert (forest["id"], forest["drawn"], forest["svg"]) == ("chart-forest", "true", True)
     assert audit_rows >= 20 and len(audit.probe) == audit_rows
     # a row without an estimate says why: not run, or measured but stopped (kv-capacity-slo's first run, its

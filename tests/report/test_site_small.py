@@ -99,7 +99,7 @@ def test_calibrated_gpu_run_shows_ceilings_and_clocks(tmp_path: Path) -> None:
     with chromium() as browser:
         report = browser.load(tmp_path / "site/studies/toy/index.html")
     assert report.errors == []
-    drawn = {c["id"] for c in report.pages.charts if c["drawn"] == "true" and c["svg"]}
+    drawn = {c["id"] for c in report.charts if c["drawn"] == "true" and c["svg"]}
     assert {"chart-clocks", "chart-roofline", "chart-throughput"} <= drawn
 
 
