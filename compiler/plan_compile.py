@@ -7,8 +7,9 @@ import hashlib
 import json
 import os
 import random
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from compiler.capacity import wave_requests
 from compiler.configurations import compile_cache_off, primed_configurations
@@ -22,7 +23,60 @@ from compiler.study import Rung, Study
 from compiler.workload import Shape
 from compiler.workload_check import conversation_requests, shape_of
 
-Shaped = tuple[Shape | None, float, float]  # a workload on an arm: its shape (None: classic), mean in, mean out
+if TYPE_CHECKING:
+    from compiler.hardware import Hardware
+    from compiler.modelmath import ModelShape
+
+
+@dataclass(frozen=True)
+class ArmWorkload:
+    """A workload on an arm (`shape_of`): its shape (None: classic), mean prompt and mean output length."""
+
+    form: Shape | None
+    mean_in: float
+    mean_out: float
+
+    @property
+    def turns(self) -> int:
+        return self.form.turns if self.form else 1
+
+
+@dataclass(frozen=True)
+class ArmServer:
+    """An arm's server, resolved once per compile: the fields every launch of the arm carries, and what its
+    points are estimated from."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    model_dir: str
+    served_model_name: str
+    kv_cache_dtype: str
+    engine: Engine
+    estimated_start_s: float
+    fingerprint: str
+    replicas: int
+    balance: Literal["least_outstanding", "round_robin"]
+    gpus_per_server: int
+    gpus: int
+    model: ModelShape | None  # from the model folder's config; None without one
+    workloads: dict[str, ArmWorkload]  # by workload name, read once (a trace is hashed here)
+
+
+@dataclass(frozen=True)
+class LaunchSite:
+    """What every point and search of one launch shares."""
+
+    study: Study
+    arm: str
+    server: ArmServer
+    hardware: Hardware
+    launch: int | None  # None for an arm's only launch: its ids and fingerprints are those of schema v1
+    block: int
+    cache: Literal["reset", "keep"]
+
+    @property
+    def vocab(self) -> int:
+        return self.server.model.vocab_size if self.server.model else 32000
 
 
 def fingerprint(payload: Any) -> str:
@@ -54,7 +108,6 @@ LAUNCH_CALIBRATION_S = 6.0  # runner.measure.calibrate once per launch (5-6 s a 
 def compile_study(loaded: LoadedStudy) -> Plan:
     """Compile a validated study. Pure: same file in, byte-identical plan out."""
     from compiler.hardware import get_hardware
-    from compiler.modelconfig import load_model
 
     study = loaded.study
     hardware = get_hardware(study.study.hardware)
@@ -67,35 +120,17 @@ def compile_study(loaded: LoadedStudy) -> Plan:
     # a configuration on a fresh machine (its compile cache cold) and up to 140 s on earlier machines.
     start_s = 25.0 if hardware.name == "cpu" else 45.0
     first_start_s = 25.0 if hardware.name == "cpu" else 140.0
-    arms: dict[str, dict[str, Any]] = {}
-    shaped: dict[str, dict[str, Shaped]] = {}  # per arm and workload, read once (a trace is hashed here)
-    for arm_name, arm in study.arms.items():
-        shaped[arm_name] = {name: shape_of(study, name, arm_name, Path(directory)) for name in study.workloads}
-        model_rel = arm.model or study.model.path
-        model_dir = os.path.normpath(os.path.join(directory, model_rel)) if model_rel else None
-        options = {**study.engine, **arm.args}
-        served = _served_name(study, arm.model, model_dir)
-        portable = _serve_argv(study, ".", model_dir and os.path.relpath(model_dir, directory), served, options)
-        env = {**study.env, **arm.env}
-        per_server = parallel_gpus(options)
-        kv_dtype = str(options.get("kv_cache_dtype", options.get("kv-cache-dtype", "auto")))
-        argv = tuple(_serve_argv(study, directory, model_dir, served, options))
-        arms[arm_name] = {
-            "argv": argv, "env": env,
-            "model_dir": model_dir or served, "served_model_name": served, "kv_cache_dtype": kv_dtype,
-            "engine": Engine.from_argv(argv),
-            "estimated_start_s": start_s, "fingerprint": fingerprint({"argv": portable, "env": env}),
-            "replicas": arm.replicas, "balance": arm.balance, "gpus_per_server": per_server,
-            "gpus": arm.replicas * per_server,
-            "shape": load_model(model_dir) if model_dir else None,
-        }
+    servers = {name: _arm_server(study, name, directory, start_s) for name in study.arms}
     design = plan_design(study)
     launches: list[Launch] = []
     for block in design.blocks:
-        for order, launch_id in enumerate(block.launches, start=1):
-            arm_name, index = _launch_key(launch_id, study.study.id)
-            launches += _launch_steps(study, arm_name, index, block, order, launch_id, arms[arm_name], hardware,
-                                      shaped[arm_name])
+        for order, lid in enumerate(block.launches, start=1):
+            arm_name, index = _launch_key(lid, study.study.id)
+            arm = study.arms[arm_name]
+            site = LaunchSite(study, arm_name, servers[arm_name], hardware,
+                              index if lid.endswith(f"/L{index}") else None, block.index,
+                              arm.cache or study.load.cache)
+            launches += _launch_steps(site, lid, index, block, order)
     launches = _first_starts_cold(launches, first_start_s)
     required = [s for s in launches if s.required]
     # A machine metric named: each launch calibrates its GPU first (5-6 s a calibration on the H200 host).
@@ -133,6 +168,31 @@ def compile_study(loaded: LoadedStudy) -> Plan:
         slo=study.slo,
         calibrate_launches=calibrate,
         prime_s=primes_s,
+    )
+
+
+def _arm_server(study: Study, arm_name: str, directory: str, start_s: float) -> ArmServer:
+    """The arm's server: its argv (paths absolute) and env, and the fingerprint of both (paths relative to the
+    study file's folder)."""
+    from compiler.modelconfig import load_model
+
+    arm = study.arms[arm_name]
+    workloads = {name: ArmWorkload(*shape_of(study, name, arm_name, Path(directory))) for name in study.workloads}
+    model_rel = arm.model or study.model.path
+    model_dir = os.path.normpath(os.path.join(directory, model_rel)) if model_rel else None
+    options = {**study.engine, **arm.args}
+    served = _served_name(study, arm.model, model_dir)
+    portable = _serve_argv(study, ".", model_dir and os.path.relpath(model_dir, directory), served, options)
+    env = {**study.env, **arm.env}
+    per_server = parallel_gpus(options)
+    kv_dtype = str(options.get("kv_cache_dtype", options.get("kv-cache-dtype", "auto")))
+    argv = tuple(_serve_argv(study, directory, model_dir, served, options))
+    return ArmServer(
+        argv=argv, env=env, model_dir=model_dir or served, served_model_name=served, kv_cache_dtype=kv_dtype,
+        engine=Engine.from_argv(argv), estimated_start_s=start_s,
+        fingerprint=fingerprint({"argv": portable, "env": env}), replicas=arm.replicas, balance=arm.balance,
+        gpus_per_server=per_server, gpus=arm.replicas * per_server,
+        model=load_model(model_dir) if model_dir else None, workloads=workloads,
     )
 
 
@@ -216,26 +276,26 @@ def _launch_key(launch: str, study_id: str) -> tuple[str, int]:
     return parts[0], int(parts[1][1:]) if len(parts) > 1 else 1
 
 
-def _launch_steps(
-    study: Study, arm_name: str, index: int, block: Block, order: int, lid: str, built: dict[str, Any],
-    hardware: Any, shaped: dict[str, Shaped],
-) -> list[Launch]:
-    arm = study.arms[arm_name]
-    vocab_hi = built["shape"].vocab_size if built["shape"] else 32000
-    multi = lid.endswith(f"/L{index}")
-    points = _points(study, arm_name, lid, index if multi else None, block.index, arm.cache or study.load.cache,
-                     vocab_hi, built["shape"], hardware, built["kv_cache_dtype"], shaped)
-    searches = _searches(study, arm_name, lid, index if multi else None, block.index,
-                         arm.cache or study.load.cache, vocab_hi, built["shape"], hardware, built["kv_cache_dtype"],
-                         shaped)
-    common = {k: v for k, v in built.items() if k != "shape"}
-    common.update(arm=arm_name, launch=index, block=block.index, order=order, required=block.required,
-                  expect_log=tuple(arm.expect_log))
-    if study.load.server == "per-point":
+def _launch_steps(site: LaunchSite, lid: str, index: int, block: Block, order: int) -> list[Launch]:
+    """The launch `lid` (launch `index` of its arm, at `order` in `block`); with a server per point, one
+    launch per point."""
+    arm, server = site.study.arms[site.arm], site.server
+    points = _points(site, lid)
+
+    def launch(at: str, steps: tuple[PointStep, ...], searches: tuple[SearchStep, ...] = ()) -> Launch:
+        return Launch(
+            id=at, arm=site.arm, launch=index, block=block.index, order=order, required=block.required,
+            replicas=server.replicas, balance=server.balance, gpus_per_server=server.gpus_per_server,
+            gpus=server.gpus, server_ids=_server_ids(at, arm.replicas), argv=server.argv, env=server.env,
+            expect_log=tuple(arm.expect_log), model_dir=server.model_dir, served_model_name=server.served_model_name,
+            kv_cache_dtype=server.kv_cache_dtype, engine=server.engine, estimated_start_s=server.estimated_start_s,
+            fingerprint=server.fingerprint, points=steps, searches=searches,
+        )
+
+    if site.study.load.server == "per-point":
         fresh = [p.model_copy(update={"exchangeable": True, "not_exchangeable_because": ""}) for p in points]
-        return [Launch(id=p.id, server_ids=_server_ids(p.id, arm.replicas), points=(p,), **common) for p in fresh]
-    return [Launch(id=lid, server_ids=_server_ids(lid, arm.replicas), points=tuple(points), searches=searches,
-                   **common)]
+        return [launch(p.id, (p,)) for p in fresh]
+    return [launch(lid, tuple(points), _searches(site, lid))]
 
 
 def _server_ids(lid: str, replicas: int) -> tuple[str, ...]:
@@ -260,43 +320,33 @@ def _serve_argv(
     return argv + cli_args(options)
 
 
-def _points(
-    study: Study, arm: str, lid: str, launch: int | None, block: int, cache: Literal["reset", "keep"], vocab: int,
-    shape: Any, hardware: Any, kv_dtype: str, shaped: dict[str, Shaped],
-) -> list[PointStep]:
-    """The points of one launch, repeats interleaved. `launch` is None for an arm's only launch: its ids and
-    fingerprints are those of schema v1, so stored runs still resume."""
-    load = study.load
+def _points(site: LaunchSite, lid: str) -> list[PointStep]:
+    """The points of one launch, repeats interleaved."""
+    load = site.study.load
     out: list[PointStep] = []
     for repeat in range(1, load.repeats + 1):
-        for wname in study.workloads:
+        for wname in site.study.workloads:
             for index, rung in enumerate(load.ladder):
-                out.append(_point(study, arm, wname, rung, load.requests_at(index), repeat, cache, vocab,
-                                  f"{lid}/{wname}/{rung.id_label}/r{repeat}", launch, block, shape, hardware, kv_dtype,
-                                  shaped[wname]))
+                out.append(_point(site, wname, rung, load.requests_at(index), repeat,
+                                  f"{lid}/{wname}/{rung.id_label}/r{repeat}"))
     return list(mark_cold(out))
 
 
-def _searches(
-    study: Study, arm: str, lid: str, launch: int | None, block: int, cache: Literal["reset", "keep"], vocab: int,
-    shape: Any, hardware: Any, kv_dtype: str, shaped: dict[str, Shaped],
-) -> tuple[SearchStep, ...]:
+def _searches(site: LaunchSite, lid: str) -> tuple[SearchStep, ...]:
     """One capacity search per workload on this launch; its template is the probe at `hi`."""
-    search, slo = study.load.search, study.slo
+    search, slo = site.study.load.search, site.study.slo
     if search is None or slo is None:
         return ()
     out = []
-    for wname in study.workloads:
+    for wname in site.study.workloads:
         sid = f"{lid}/{wname}/search"
 
         def probe(level: float, wname: str = wname, sid: str = sid) -> PointStep:
             """The probe at `level` as the plan estimates it (its own request count with waves)."""
             rung = Rung(concurrency=int(level)) if search.over == "concurrency" else Rung(rate_rps=level)
-            form = shaped[wname][0]
-            requests = study.load.requests_at(0) if search.waves is None else \
-                wave_requests(search.waves, int(level), form.turns if form else 1)
-            return _point(study, arm, wname, rung, requests, 1, cache, vocab, f"{sid}/{rung.id_label}/r1", launch,
-                          block, shape, hardware, kv_dtype, shaped[wname])
+            requests = site.study.load.requests_at(0) if search.waves is None else \
+                wave_requests(search.waves, int(level), site.server.workloads[wname].turns)
+            return _point(site, wname, rung, requests, 1, f"{sid}/{rung.id_label}/r1")
 
         template = probe(search.hi)
         # hi, then lo, then bisection: the later probes taken at the middle of the range
@@ -304,38 +354,36 @@ def _searches(
         estimate = template.estimated_s + probe(search.lo).estimated_s + (search.probes - 2) * probe(
             float(int(middle)) if search.over == "concurrency" else middle).estimated_s
         out.append(SearchStep(
-            id=sid, arm=arm, workload=wname, over=search.over, lo=search.lo, hi=search.hi, probes=search.probes,
+            id=sid, arm=site.arm, workload=wname, over=search.over, lo=search.lo, hi=search.hi, probes=search.probes,
             attainment=slo.attainment, template=template, estimated_s=round(estimate, 1), waves=search.waves,
         ))
     return tuple(out)
 
 
-def _point(
-    study: Study, arm: str, wname: str, rung: Rung, requests: int, repeat: int, cache: Literal["reset", "keep"],
-    vocab: int, point_id: str, launch: int | None, block: int, shape: Any, hardware: Any, kv_dtype: str,
-    shaped: Shaped,
-) -> PointStep:
-    """One point; `shaped` is the workload's (shape or None, mean input, mean output) from `shape_of`."""
-    load, work = study.load, study.workloads[wname]
-    form, mean_in, mean_out = shaped
+def _point(site: LaunchSite, wname: str, rung: Rung, requests: int, repeat: int, point_id: str) -> PointStep:
+    """One point of workload `wname` at `rung`; `requests` counts conversations for a multi-turn shape."""
+    study, arm = site.study, site.arm
+    load, work, on_arm = study.load, study.workloads[wname], site.server.workloads[wname]
+    form = on_arm.form
     if form is not None:  # multi-turn: whole conversations
         requests = conversation_requests(requests, form.turns)
+    # The point's resolved parameters: its fields, and what its fingerprint is of.
     params = {
         "arm": arm, "workload": wname, "concurrency": rung.concurrency,
         "rate_rps": rung.rate_rps, "repeat": repeat, "requests": requests,
-        "warmup": arm_warmup(study, arm), "cache": cache, "input_len": round(mean_in),
-        "output_len": round(mean_out), "prefix_len": work.prefix_len, "prompt_seed": work.seed,
-        "vocab_lo": 16, "vocab_hi": max(32, int(vocab * 0.9)), "arrival": load.arrival,
+        "warmup": arm_warmup(study, arm), "cache": site.cache, "input_len": round(on_arm.mean_in),
+        "output_len": round(on_arm.mean_out), "prefix_len": work.prefix_len, "prompt_seed": work.seed,
+        "vocab_lo": 16, "vocab_hi": max(32, int(site.vocab * 0.9)), "arrival": load.arrival,
         "burstiness": load.burstiness, "request_timeout_s": load.request_timeout_s,
         "point_timeout_s": load.point_timeout_s,
     }
-    estimate = estimate_point_s(params, shape, hardware, kv_dtype, turns=form.turns if form else 1,
-                                think_s=form.think_s if form else 0.0)
-    keyed: dict[str, Any] = params if launch is None else {**params, "launch": launch}
+    estimate = estimate_point_s(params, site.server.model, site.hardware, site.server.kv_cache_dtype,
+                                turns=on_arm.turns, think_s=form.think_s if form else 0.0)
+    keyed: dict[str, Any] = params if site.launch is None else {**params, "launch": site.launch}
     if form is not None:  # a classic point's fingerprint stays as before shapes existed
         keyed = {**keyed, "shape": form.fingerprint_payload()}
     return PointStep.model_validate({
-        "id": point_id, "launch": launch or 1, "block": block,
+        "id": point_id, "launch": site.launch or 1, "block": site.block,
         "burst": load.burst and rung.concurrency is not None,
         "estimated_s": estimate, "fingerprint": fingerprint(keyed), "shape": form, **params,
     })
