@@ -27,13 +27,16 @@ from __future__ import annotations
 import os
 import queue
 import threading
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from base.errors import EngineError, StudycError
-from runner.execute.driver import Driver, RunOptions, drain, fresh_server_ids, run_phases
+from compiler.plan import PointStep
+from runner.execute.driver import Driver, RunOptions, fresh_server_ids, run_phases
 from runner.execute.launch import (
+    Event,
     LaunchSpec,
     PointEvent,
     PointStartEvent,
@@ -45,6 +48,7 @@ from runner.execute.parallel import interference_result, interference_state, rec
 from runner.execute.point import PointOutcome
 from runner.execute.ray_gate import Gate
 from runner.execute.ray_worker import Alone, Beside, End, LaunchWorker, Node
+from runner.store.records import ServerRecord
 
 LOCAL = "local"  # --ray without an address: start a Ray cluster on this host
 MISSING = "studyc run --ray needs Ray, which is not installed: pip install 'studyc[ray]'"
@@ -78,17 +82,56 @@ def connect(address: str, devices: int) -> tuple[Any, bool]:
 
 @dataclass
 class _Follow:
-    """What the driver knows of one dispatched launch."""
+    """What the driver knows of one dispatched launch (its follower thread writes what it streams)."""
 
     index: int
     spec: LaunchSpec
     attempt: int
     actor: Any = None
     group: Any = None
-    in_flight: Any = None  # the PointStep started and not yet emitted
+    in_flight: PointStep | None = None  # the point started and not yet emitted
     node: str | None = None  # the Ray node its actor runs on
     emitted: set[str] = field(default_factory=set)
-    servers: dict[str, Any] = field(default_factory=dict)  # server_id -> latest ServerRecord
+    servers: dict[str, ServerRecord] = field(default_factory=dict)  # server_id -> latest record
+
+    def note(self, event: Event | Alone | Beside) -> None:
+        """Keep what a loss needs: the point in flight, the points emitted, each server's record."""
+        match event:
+            case PointStartEvent(point=point):
+                self.in_flight = point
+            case PointEvent(outcome=outcome):
+                self.emitted.add(outcome.point.id)
+                self.in_flight = None
+            case ServerEvent(record=record):
+                self.servers[record.server_id] = record
+
+
+# What the follower threads put on the driver's queue, besides the launch's own events and the
+# interference measurements (`Alone`, `Beside`) they forward as streamed.
+@dataclass(frozen=True)
+class LaunchEnded:
+    """The launch streamed its end: how `run_launch` ended on the worker."""
+
+    follow: _Follow
+    end: End
+
+
+@dataclass(frozen=True)
+class WorkerLost:
+    """The launch's worker is gone (a Ray error, or its stream ended without an end)."""
+
+    follow: _Follow
+    why: str
+
+
+@dataclass(frozen=True)
+class FollowFailed:
+    """Following the launch raised something else: the driver thread re-raises it."""
+
+    error: BaseException
+
+
+Item = Event | Alone | Beside | LaunchEnded | WorkerLost | FollowFailed
 
 
 def run_ray(specs: list[LaunchSpec], driver: Driver, options: RunOptions, devices: int) -> None:
@@ -105,10 +148,6 @@ def run_ray(specs: list[LaunchSpec], driver: Driver, options: RunOptions, device
 
 
 def _run(ray: Any, specs: list[LaunchSpec], driver: Driver, wait_s: float) -> None:
-    # optional: see require_ray
-    from ray.util.placement_group import placement_group, remove_placement_group
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
     if not specs:
         return
     have = float(ray.cluster_resources().get("GPU", 0))
@@ -116,128 +155,209 @@ def _run(ray: Any, specs: list[LaunchSpec], driver: Driver, wait_s: float) -> No
     if need > have:
         raise StudycError(f"the Ray cluster has {have:g} GPU(s); a launch of this study needs {need} "
                           "(start it with more, or with --ray and no address: --gpus names the logical devices)")
-    worker = ray.remote(LaunchWorker)
-    events: queue.Queue[tuple[str, Any]] = queue.Queue()
-    # Interference is measured only where two launches can hold GPUs at once.
+    on_cluster = _OnCluster(ray, specs, driver, wait_s, _gate(driver, specs, have))
+    driver.progress.message(f"Ray: {have:g} GPU(s) in the cluster; {len(specs)} launch(es) to run")
+    on_cluster.run()
+
+
+def _gate(driver: Driver, specs: list[LaunchSpec], have: float) -> Gate:
+    """The dispatch gate; interference is measured only where two launches can hold GPUs at once."""
     two = len(specs) > 1 and have >= specs[0].launch.gpus + min(s.launch.gpus for s in specs[1:])
     to_measure, sequential = interference_state(driver)
-    gate = Gate(list(range(len(specs))), {i: s.launch.block for i, s in enumerate(specs)}, 0 if two and to_measure else None,
-                sequential=sequential)
-    alone: list[Alone] = []
-    live: dict[int, _Follow] = {}
-    lock = threading.Lock()
-    driver.progress.message(f"Ray: {have:g} GPU(s) in the cluster; {len(specs)} launch(es) to run")
+    return Gate(list(range(len(specs))), {i: s.launch.block for i, s in enumerate(specs)},
+                0 if two and to_measure else None, sequential=sequential)
 
-    def follow(f: _Follow) -> None:
-        launch = f.spec.launch
+
+class _OnCluster:
+    """One executor call on the cluster: a follower thread per dispatched launch streams its actor's
+    items into `events`; the driver thread (`run`) takes them one at a time, in order."""
+
+    def __init__(self, ray: Any, specs: list[LaunchSpec], driver: Driver, wait_s: float, gate: Gate) -> None:
+        self.ray, self.specs, self.driver, self.wait_s, self.gate = ray, specs, driver, wait_s, gate
+        self.worker = ray.remote(LaunchWorker)
+        self.events: queue.Queue[Item] = queue.Queue()
+        self.alone: list[Alone] = []
+        self.live: dict[int, _Follow] = {}
+        self.lock = threading.Lock()
+
+    def run(self) -> None:
+        """Dispatch, then handle what the launches stream until none is live. Anything raised stops
+        every launch and commits the completed points still queued, then propagates."""
+        self.dispatch_ready()
         try:
-            opts: dict[str, Any] = {"num_gpus": launch.gpus, "num_cpus": 0, "max_restarts": 0,
-                                    "max_concurrency": 3}
-            if launch.gpus > 1 or launch.replicas > 1:
-                f.group = placement_group([{"GPU": float(launch.gpus)}], strategy="STRICT_PACK")
-                opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
-                    placement_group=f.group, placement_group_bundle_index=0)
-            f.actor = worker.options(**opts).remote()
-            measures = f.index == gate.first and f.attempt == 0
-            stream = f.actor.run.options(num_returns="streaming").remote(f.spec, wait_s if measures else None)
-            for ref in stream:
-                item = ray.get(ref)
-                if isinstance(item, End):
-                    events.put(("end", (f, item)))
-                    return
-                if isinstance(item, Node):
-                    f.node = item.node_id
-                    continue
-                if isinstance(item, (Alone, Beside)):
-                    events.put(("gate", item))
-                    continue
-                if isinstance(item, PointStartEvent):
-                    f.in_flight = item.point
-                elif isinstance(item, PointEvent):
-                    f.emitted.add(item.outcome.point.id)
-                    f.in_flight = None
-                elif isinstance(item, ServerEvent):
-                    f.servers[item.record.server_id] = item.record
-                events.put(("event", item))
-            events.put(("lost", (f, "the launch's stream ended without its end")))
-        except ray.exceptions.RayError as exc:
-            events.put(("lost", (f, f"{type(exc).__name__}: {_first_line(exc)}")))
-        except BaseException as exc:
-            events.put(("error", exc))
-        finally:
-            if f.actor is not None:
-                ray.kill(f.actor)
-            if f.group is not None:
-                remove_placement_group(f.group)
+            while self.live:
+                self.handle(self.events.get())
+        except BaseException:
+            self.stop()
+            _drain(self.events, self.driver)
+            raise
 
-    def dispatch(i: int, spec: LaunchSpec, attempt: int) -> None:
+    def handle(self, item: Item) -> None:
+        match item:
+            case StartedEvent():
+                self.on_started(item)
+                self.driver.handle(item)
+            case Alone():
+                self.on_alone(item)
+            case Beside():
+                self.on_beside(item)
+            case LaunchEnded():
+                self.on_ended(item)
+            case WorkerLost():
+                self.on_lost(item)
+            case FollowFailed(error=error):
+                raise error
+            case _:
+                self.driver.handle(item)
+
+    def on_started(self, started: StartedEvent) -> None:
+        i = _index(self.live, started.launch.id)
+        if self.gate.on_started(i, self.live[i].node) is not None:
+            self.tell_first(True)
+        self.advance()
+
+    def on_alone(self, alone: Alone) -> None:
+        self.alone.append(alone)
+        self.gate.measured_alone()
+        self.dispatch_ready()
+
+    def on_beside(self, beside: Beside) -> None:
+        gate, first = self.gate, self.alone[0]
+        beside_id = self.specs[gate.beside].launch.id if gate.beside is not None and beside.beside is not None else None
+        found = interference_result(first.point_id, list(first.alone), beside.beside, beside_id)
+        gate.measured(record_interference(self.driver, found))
+
+    def on_ended(self, ended: LaunchEnded) -> None:
+        f, end = ended.follow, ended.end
+        self.finish(f)
+        self.gate.on_ended(f.index)
+        self.advance()
+        if end.kind == "server":
+            self.driver.server_failed(f.spec.launch, EngineError(end.message))
+        elif end.kind == "error":
+            raise StudycError(f"launch {f.spec.launch.id} on Ray: {end.message}")
+
+    def on_lost(self, lost: WorkerLost) -> None:
+        """Record the loss; dispatch the launch's rest once more on a fresh actor while it has retries."""
+        f = lost.follow
+        self.finish(f)
+        rest = _lost(self.driver, f, lost.why)
+        self.gate.on_ended(f.index, again=bool(rest))
+        if rest:
+            self.dispatch(f.index, replace(f.spec, points=rest, server_ids=_fresh_ids(self.driver, f.spec)),
+                          f.attempt + 1)
+        self.advance()
+
+    def advance(self) -> None:
+        """Dispatch what the gate lets go; tell the first launch once none can start beside it."""
+        self.dispatch_ready()
+        if self.gate.give_up():
+            self.tell_first(False)
+
+    def dispatch_ready(self) -> None:
+        for i in self.gate.to_dispatch():
+            self.dispatch(i, self.specs[i], 0)
+
+    def dispatch(self, i: int, spec: LaunchSpec, attempt: int) -> None:
         f = _Follow(i, spec, attempt)
-        with lock:
-            live[i] = f
-        threading.Thread(target=follow, args=(f,), name=f"studyc-ray-{i}", daemon=True).start()
+        with self.lock:
+            self.live[i] = f
+        threading.Thread(target=self.follow, args=(f,), name=f"studyc-ray-{i}", daemon=True).start()
 
-    def dispatch_ready() -> None:
-        for i in gate.to_dispatch():
-            dispatch(i, specs[i], 0)
+    def finish(self, f: _Follow) -> None:
+        with self.lock:
+            if self.live.get(f.index) is f:
+                del self.live[f.index]
 
-    def tell_first(measure: bool) -> None:
-        first = live.get(gate.first) if gate.first is not None else None
+    def stop(self) -> None:
+        """Stop every live launch: ask each actor to stop its servers, then end the actors."""
+        with self.lock:
+            follows = list(self.live.values())
+        waits = []
+        for f in follows:
+            if f.actor is not None:
+                with suppress(Exception):
+                    waits.append(f.actor.stop.remote())
+        if waits:
+            with suppress(Exception):
+                self.ray.wait(waits, num_returns=len(waits), timeout=STOP_WAIT_S)
+        for f in follows:  # again: an actor may have started during the wait
+            if f.actor is not None:
+                with suppress(Exception):
+                    self.ray.kill(f.actor)
+
+    def tell_first(self, measure: bool) -> None:
+        """Tell the interference launch that another started beside it (`measure`), or that none can."""
+        first = self.live.get(self.gate.first) if self.gate.first is not None else None
         if first is not None and first.actor is not None:
             first.actor.beside_started.remote(measure)
 
-    def on_gate(item: Alone | Beside) -> None:
-        if isinstance(item, Alone):
-            alone.append(item)
-            gate.measured_alone()
-            dispatch_ready()
-            return
-        beside_id = specs[gate.beside].launch.id if gate.beside is not None and item.beside is not None else None
-        found = interference_result(alone[0].point_id, list(alone[0].alone), item.beside, beside_id)
-        gate.measured(record_interference(driver, found))
+    def follow(self, f: _Follow) -> None:
+        """A follower thread: start the launch's actor, stream its items into the queue, end the actor."""
+        try:
+            self.place(f)
+            self.stream(f)
+        except self.ray.exceptions.RayError as exc:
+            self.events.put(WorkerLost(f, f"{type(exc).__name__}: {_first_line(exc)}"))
+        except BaseException as exc:
+            self.events.put(FollowFailed(exc))
+        finally:
+            self.release(f)
 
-    dispatch_ready()
-    try:
-        while live:
-            kind, payload = events.get()
-            if kind == "event":
-                if isinstance(payload, StartedEvent):
-                    i = _index(live, payload.launch.id)
-                    if gate.on_started(i, live[i].node) is not None:
-                        tell_first(True)
-                    dispatch_ready()
-                    if gate.give_up():
-                        tell_first(False)
-                driver.handle(payload)
-            elif kind == "gate":
-                on_gate(payload)
-            elif kind == "end":
-                f, end = payload
-                _finish(live, lock, f)
-                gate.on_ended(f.index)
-                dispatch_ready()
-                if gate.give_up():
-                    tell_first(False)
-                if end.kind == "server":
-                    driver.server_failed(f.spec.launch, EngineError(end.message))
-                elif end.kind == "error":
-                    raise StudycError(f"launch {f.spec.launch.id} on Ray: {end.message}")
-            elif kind == "lost":
-                f, why = payload
-                _finish(live, lock, f)
-                rest = _lost(driver, f, why)
-                gate.on_ended(f.index, again=bool(rest))
-                if rest:
-                    dispatch(f.index, replace(f.spec, points=rest, server_ids=_fresh_ids(driver, f.spec)),
-                             f.attempt + 1)
-                dispatch_ready()
-                if gate.give_up():
-                    tell_first(False)
-            elif kind == "error":
-                raise payload
-    except BaseException:
-        _stop(ray, live, lock)
-        drain(events, driver)
-        raise
+    def place(self, f: _Follow) -> None:
+        """Start the launch's actor on its GPUs: several as one STRICT_PACK bundle, so they share a node."""
+        # optional: see require_ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        launch = f.spec.launch
+        opts: dict[str, Any] = {"num_gpus": launch.gpus, "num_cpus": 0, "max_restarts": 0, "max_concurrency": 3}
+        if launch.gpus > 1 or launch.replicas > 1:
+            f.group = placement_group([{"GPU": float(launch.gpus)}], strategy="STRICT_PACK")
+            opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                placement_group=f.group, placement_group_bundle_index=0)
+        f.actor = self.worker.options(**opts).remote()
+
+    def stream(self, f: _Follow) -> None:
+        """Forward what the actor streams until its end; the first attempt of the first launch measures
+        interference."""
+        measures = f.index == self.gate.first and f.attempt == 0
+        stream = f.actor.run.options(num_returns="streaming").remote(f.spec, self.wait_s if measures else None)
+        for ref in stream:
+            item = self.ray.get(ref)
+            match item:
+                case End():
+                    self.events.put(LaunchEnded(f, item))
+                    return
+                case Node(node_id=node_id):
+                    f.node = node_id
+                case _:
+                    f.note(item)
+                    self.events.put(item)
+        self.events.put(WorkerLost(f, "the launch's stream ended without its end"))
+
+    def release(self, f: _Follow) -> None:
+        if f.actor is not None:
+            self.ray.kill(f.actor)
+        if f.group is not None:
+            from ray.util.placement_group import remove_placement_group  # optional: see require_ray
+
+            remove_placement_group(f.group)
+
+
+def _drain(events: queue.Queue[Item], driver: Driver) -> None:
+    """After a stop, commit the completed points the queue still holds (valid measurements), as
+    `runner.execute.driver.drain` does for the other executor; the rest is dropped."""
+    while True:
+        try:
+            item = events.get_nowait()
+        except queue.Empty:
+            return
+        if isinstance(item, PointEvent) and item.outcome.status == "ok":
+            try:
+                driver.handle(item)
+            except Exception:  # already stopping
+                return
 
 
 def _fresh_ids(driver: Driver, spec: LaunchSpec) -> tuple[str, ...]:
@@ -250,13 +370,7 @@ def _index(live: dict[int, _Follow], launch_id: str) -> int:
     return next(i for i, f in live.items() if f.spec.launch.id == launch_id)
 
 
-def _finish(live: dict[int, _Follow], lock: threading.Lock, f: _Follow) -> None:
-    with lock:
-        if live.get(f.index) is f:
-            del live[f.index]
-
-
-def _lost(driver: Driver, f: _Follow, why: str) -> tuple[Any, ...]:
+def _lost(driver: Driver, f: _Follow, why: str) -> tuple[PointStep, ...]:
     """Record the loss: servers that were up marked failed, the point in flight failed. Returns the
     points to dispatch again (none once the launch is out of retries)."""
     launch = f.spec.launch
@@ -279,30 +393,6 @@ def _lost(driver: Driver, f: _Follow, why: str) -> tuple[Any, ...]:
     if not again and rest:
         driver.report.points_failed.extend(p.id for p in rest)
     return rest if again else ()
-
-
-def _stop(ray: Any, live: dict[int, _Follow], lock: threading.Lock) -> None:
-    """Stop every live launch: ask each actor to stop its servers, then end the actors."""
-    with lock:
-        follows = list(live.values())
-    waits = []
-    for f in follows:
-        if f.actor is not None:
-            try:
-                waits.append(f.actor.stop.remote())
-            except Exception:
-                pass
-    if waits:
-        try:
-            ray.wait(waits, num_returns=len(waits), timeout=STOP_WAIT_S)
-        except Exception:
-            pass
-    for f in follows:
-        if f.actor is not None:
-            try:
-                ray.kill(f.actor)
-            except Exception:
-                pass
 
 
 def _first_line(exc: BaseException) -> str:
