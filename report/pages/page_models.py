@@ -45,6 +45,18 @@ class Link:
 
 
 @dataclass(frozen=True)
+class RequestsNote:
+    """Where a run's requests table is: not in the site (one row per request with its per-token times, it is
+    most of a run's bytes), but in the results the site was built from."""
+
+    run_id: str
+    in_folder: bool  # the results are a results folder (else a database file)
+    stored: str  # the run's requests.parquet in that folder, or the database file
+    export: str  # the `studyc export` command that writes the run's requests.csv
+    exported: str  # where that command writes it
+
+
+@dataclass(frozen=True)
 class VerdictCount:
     verdict: str
     count: int
@@ -273,7 +285,8 @@ class StudyPage:
     checks_total: int
     checks_passed: int
     points_total: int
-    downloads: tuple[Link, ...]
+    downloads: tuple[Link, ...]  # the run's points and checks, under data/
+    requests: RequestsNote | None  # where the run's requests are (None: no run)
     warnings: tuple[str, ...]
     timing: Timing | None = None  # where the run's wall went (None: no run)
     claims: tuple[StudyClaim, ...] = ()  # the claims its hypotheses test, and how it differs from each

@@ -6,8 +6,10 @@ place strings. Charts come from report.pages.study_charts; rendering is report.p
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from base import format as fmt
@@ -33,6 +35,7 @@ from report.pages.page_models import (
     IndexPage,
     Link,
     ModelBlock,
+    RequestsNote,
     SpecCell,
     StudyPage,
     StudyRow,
@@ -47,12 +50,15 @@ from report.scoring import score_text
 from report.scoring.context import StudyContext
 from report.scoring.score_model import Score, Why, verdict_counts
 from report.stats.alpha_ledger import ONE_RUN
+from runner.store.folder import is_folder
 
 if TYPE_CHECKING:
     from runner.store.records import ServerRecord
 
-DOWNLOADS = (("points", "csv"), ("points", "parquet"), ("requests", "csv"), ("requests", "parquet"),
-             ("checks", "csv"))
+# The run's tables a study page offers under data/. Its requests (per-token times: most of a run's bytes) are
+# left in the results it was built from; the page says where (requests_note).
+DOWNLOADS = (("points", "csv"), ("points", "parquet"), ("checks", "csv"))
+EXPORTED = "results-csv"  # the folder the page's `studyc export` command writes
 
 
 # -- helpers -----------------------------------------------------------------------------------------
@@ -197,8 +203,20 @@ def study_page(ctx: StudyContext, scores: Sequence[Score], changed_since: str = 
         chart_notes=tuple(chart_notes), problems=tuple(problems), checks_total=checks_total,
         checks_passed=checks_passed, points_total=len(data.points) if data else 0,
         downloads=tuple(Link(f"data/{t}.{f}", f"{t}.{f}") for t, f in DOWNLOADS) if data else (),
+        requests=requests_note(data) if data else None,
         warnings=tuple(warnings), timing=timing(data) if data else None,
     )
+
+
+def requests_note(data: RunData) -> RequestsNote:
+    """Where the run's requests are, and the `studyc export` command that writes them as CSV. The results are
+    named by their path as given to `--db`; an absolute one by its name only (the note names no machine's
+    folders, and reads the same wherever the results were copied)."""
+    db = (data.db if not data.db.is_absolute() else Path(data.db.name)).as_posix()
+    folder = is_folder(data.db)
+    stored = f"{db}/{data.run_id}/requests.parquet" if folder else db
+    export = f"studyc export --db {shlex.quote(db)} --format csv {EXPORTED}"
+    return RequestsNote(data.run_id, folder, stored, export, f"{EXPORTED}/{data.run_id}/requests.csv")
 
 
 def _hypothesis_row(study: Study, s: Score) -> HypothesisRow:

@@ -141,7 +141,11 @@ def write(gathered: Gathered, out: Path) -> list[Path]:
 
 
 def _downloads(data: RunData, folder: Path) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
+    """The run's downloads (pages.DOWNLOADS) in a fresh `folder`: a file an earlier build left there (the
+    requests tables sites once carried) does not stay behind."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
     with Store(data.db, read_only=True) as store:
         for table, fmt in pages.DOWNLOADS:
             store.export_sorted(data.run_id, table, folder / f"{table}.{fmt}", fmt)

@@ -21,6 +21,10 @@ from report.scoring.context import StudyContext
 from runner.store.records import PointRecord, TelemetrySample
 from runner.store.store import Store
 
+# What the over-time charts embed (charts.thin_series): the samples their lines draw, not every one.
+THINNED = (f" (per quantity and pixel column of {charts.WIDTH}, its first, last, lowest and highest sample: "
+           "the line drawn from every sample is the same).")
+
 
 def _rung(p: PointRecord) -> dict[str, Any]:
     """The point's rung as a chart row's field: its concurrency (closed loop) or its rate (open loop)."""
@@ -160,7 +164,7 @@ def study_charts(ctx: StudyContext, data: RunData) -> tuple[list[Chart], list[st
     gpu = _series_rows(data.telemetry, "nvml", (("sm_clock_mhz", "SM clock (MHz)"), ("power_w", "power (W)"),
                                                  ("mem_clock_mhz", "memory clock (MHz)"), ("temp_c", "temperature (°C)")))
     if gpu:
-        out.append(Chart("clocks", "Clocks and power over time", "NVML samples during the measured points.",
+        out.append(Chart("clocks", "Clocks and power over time", "NVML samples during the measured points" + THINNED,
                          charts.spec(charts.timeseries_chart(gpu, "GPU"))))
     else:
         notes.append("no NVML telemetry (no GPU visible to the runner): clocks and power not charted")
@@ -168,7 +172,8 @@ def study_charts(ctx: StudyContext, data: RunData) -> tuple[list[Chart], list[st
                                                       ("waiting", "requests waiting"),
                                                       ("kv_cache_usage", "KV-cache usage")))
     if engine:
-        out.append(Chart("engine", "Engine state over time", "vLLM /metrics scraped during the measured points.",
+        out.append(Chart("engine", "Engine state over time",
+                         "vLLM /metrics scraped during the measured points" + THINNED,
                          charts.spec(charts.timeseries_chart(engine, "vLLM"))))
     return out, notes
 

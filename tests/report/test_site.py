@@ -104,19 +104,21 @@ def html_files(root: Path) -> list[Path]:
     return sorted(root.rglob("*.html"))
 
 
-def test_pages_and_downloads_exist(site: Path) -> None:
+def test_pages_and_downloads_exist(site: Path, quickstart_db: Path) -> None:
     names = {p.relative_to(site).as_posix() for p in site.rglob("*") if p.is_file()}
     for want in ("index.html", "audit.html", "studies/quickstart/index.html", "static/site.js",
                  "static/vendor/vega.min.js", "static/vendor/vega-lite.min.js", "static/vendor/vega-embed.min.js",
                  "studies/quickstart/data/points.csv", "studies/quickstart/data/points.parquet",
-                 "studies/quickstart/data/requests.csv", "studies/quickstart/data/requests.parquet"):
+                 "studies/quickstart/data/checks.csv"):
         assert want in names
+    assert not [n for n in names if "requests" in n]  # the run's requests stay in its results
     import pyarrow.parquet as pq
 
     points = pq.read_table(site / "studies/quickstart/data/points.parquet")
     assert points.num_rows == 12 and "output_throughput" in points.column_names
-    requests = pq.read_table(site / "studies/quickstart/data/requests.parquet")
-    assert requests.num_rows >= 8 * 8 and "token_times_s" in requests.column_names
+    text = " ".join(" ".join(parse(site / "studies/quickstart/index.html").text).split())
+    assert f"in the results database {quickstart_db.name} (run " in text
+    assert f"studyc export --db {quickstart_db.name} --format csv results-csv" in text
 
 
 def test_every_relative_link_resolves_and_nothing_is_external(site: Path) -> None:
@@ -373,6 +375,24 @@ def test_forest_plot_draws_every_hypothesis_and_fp8_kv_c1_outside_its_band(h200_
     assert c1["band"]["left"] - c1["interval"]["right"] > 4, c1
     assert c8["band"]["left"] < c8["interval"]["left"] < c8["estimate"]["left"], c8
     assert c8["interval"]["right"] < c8["band"]["right"], c8
+
+
+def test_the_fp8_kv_page_embeds_what_its_charts_draw(h200_slice: Path) -> None:
+    """fp8-kv's page was 2.1 MB, 1.9 MB of it the clocks chart's 32,564 NVML samples (10 Hz over 23 minutes)
+    and 19 MB of requests beside it: now its four quantities are at most 4 samples a pixel column, and its
+    folder holds the points and checks only."""
+    from report.pages.charts import WIDTH
+
+    page = h200_slice / "studies/fp8-kv/index.html"
+    assert page.stat().st_size < 500_000
+    raw = page.read_text()
+    spec = json.loads(re.search(r'id="spec-clocks">(.*?)</script>', raw, re.S)[1])  # type: ignore[index]
+    quantities = [v["quantity"] for v in spec["data"]["values"]]
+    assert len(set(quantities)) == 4 and max(quantities.count(q) for q in quantities) <= 4 * WIDTH
+    assert quantities.count("memory clock (MHz)") == 2  # 3,201 MHz throughout: where the line starts and ends
+    data = sorted(p.name for p in (h200_slice / "studies/fp8-kv/data").iterdir())
+    assert data == ["checks.csv", "points.csv", "points.parquet"]
+    assert "<code>h200.duckdb</code> (run <code>20261202T152456-8d4fc8</code>)" in raw
 
 
 def test_study_page_shows_wall_time_starts_and_interference(h200_slice: Path) -> None:
