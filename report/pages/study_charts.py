@@ -23,7 +23,7 @@ from runner.store.store import Store
 
 # What the over-time charts embed (charts.thin_series): the samples their lines draw, not every one.
 THINNED = (f" (per quantity and pixel column of {charts.WIDTH}, its first, last, lowest and highest sample: "
-           "the line drawn from every sample is the same).")
+           "the line looks the same as drawn from every sample).")
 
 
 def _rung(p: PointRecord) -> dict[str, Any]:
