@@ -1,39 +1,38 @@
 """Planning with power: how many blocks a hypothesis likely needs, from the spread of earlier runs.
 
-From the runs in a database on the same GPU, model and vLLM version (read through runner.store.store), the
-spread of each metric on the log scale (relative): within a launch (repeats of one point on one
-server) and between launches (the same configuration on different server launches). Then, for a
-planned study, the blocks each hypothesis needs for 80% and for 95% power (report.stats.power): the
-probability that the interval read at the run's end (the stopping rule's critical value) decides it,
-with the block SD at its upper confidence bound from its degrees of freedom (a spread measured on few
-blocks may have come out low); what that costs in GPU time, and a warning where a tolerance is below
-the launch-to-launch spread.
+From the runs in a database on the same GPU, model and vLLM version (read by report.planning.stored_repeats;
+the statistics here take what it read), the spread of each metric on the log scale (relative): within a launch
+(repeats of one point on one server) and between launches (the same configuration on different server
+launches). Then, for a planned study, the blocks each hypothesis needs for 80% and for 95% power
+(report.stats.power): the probability that the interval read at the run's end (the stopping rule's critical
+value) decides it, with the block SD at its upper confidence bound from its degrees of freedom (a spread
+measured on few blocks may have come out low); what that costs in GPU time, and a warning where a tolerance is
+below the launch-to-launch spread.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compiler.metrics import SERVER_METRICS
-from compiler.plan import Launch, Plan, PointStep, budget_points
-from report.results import run_order, same_gpu
+from compiler.plan import HypothesisStep, Launch, Plan, PointStep, budget_points
+from report.planning.stored_repeats import Key as Key
+from report.planning.stored_repeats import StoredRepeats, config_key, model_name, read_repeats
+from report.planning.stored_repeats import launch_configuration as launch_configuration
 from report.scoring.score_model import Why
-from report.stats.intervals import fixed_critical, layout, welch_df
+from report.stats.intervals import fixed_critical, welch_df
 from report.stats.power import power_inside, power_to_clear, sd_upper
 from report.stats.sequential import look_critical
-from runner.store.store import Store
 
 CLIFF_WARNING = "the last run read this percentile on a cliff between two modes: no number of blocks decides it"
 
 if TYPE_CHECKING:
     from report.scoring.score_model import Score
-
-Key = tuple[Any, ...]
 
 
 @dataclass(frozen=True)
@@ -59,26 +58,16 @@ class Spread:
                 ((self.within_sd or 0.0) ** 2 / max(repeats, 1), self.within_df)]
 
 
-def launch_configuration(launch: Launch) -> tuple[str, ...]:
-    """What makes two launches the same server: its engine configuration (the argv, see
-    `compiler.plan.Engine`) and the environment the study gives it (an arm's `env`: the same argv with
-    VLLM_WORKER_MULTIPROC_METHOD=fork is another server, which starts and serves differently)."""
-    return (*launch.engine.configuration, *(f"env {name}={value}" for name, value in sorted(launch.env.items())))
+@dataclass(frozen=True, order=True)
+class Group:
+    """Repeats measured together in one stored run: on one launch (its id) or in one block (its index)."""
 
-
-def config_key(launch: Launch, point: PointStep) -> Key:
-    """What makes two measurements the same configuration: the launch's (`launch_configuration`), the
-    workload's shape, the cache policy and the load level."""
-    return (launch_configuration(launch), point.input_len, point.output_len, point.prefix_len, point.cache,
-            point.concurrency, point.rate_rps, point.shape_key)
-
-
-def _model(launch: Launch) -> str:
-    return Path(launch.model_dir).name
+    run_id: str
+    at: str | int
 
 
 Steps = dict[str, tuple[Launch, PointStep]]  # point id -> its launch and step
-Cells = dict[tuple[str, Key], dict[str, list[float]]]  # (metric, config) -> launch or block -> log values
+Cells = dict[tuple[str, Key], dict[Group, list[float]]]  # (metric, config) -> launch or block -> log values
 
 
 def read_spreads(
@@ -86,8 +75,8 @@ def read_spreads(
 ) -> tuple[dict[str, Spread], dict[tuple[str, Key], Spread], str | None]:
     """(per metric, per (metric, config), vLLM version used) from the runs on `hardware` serving one of
     `models` (folder names). vLLM version: the given one, else the newest such run's."""
-    cells, _, version = _collect(db, hardware, models, vllm_version)
-    return _spreads(cells) + (version,)
+    stored = read_repeats(db, hardware, models, vllm_version)
+    return _spreads(cells(stored)[0]) + (stored.vllm_version,)
 
 
 def _spreads(cells: Cells) -> tuple[dict[str, Spread], dict[tuple[str, Key], Spread]]:
@@ -99,37 +88,16 @@ def _spreads(cells: Cells) -> tuple[dict[str, Spread], dict[tuple[str, Key], Spr
     return by_metric, by_config
 
 
-def _collect(db: Path, hardware: str, models: Sequence[str], vllm_version: str | None) -> tuple[Cells, Cells, str | None]:
-    """The log values of exchangeable repeats by (metric, config), grouped by launch and by block
-    ("run|block"), and the vLLM version they are of."""
+def cells(stored: StoredRepeats) -> tuple[Cells, Cells]:
+    """The log values by (metric, config), grouped by launch and by block of each run."""
+    launches: Cells = {}
     blocks: Cells = {}
-    with Store(db, read_only=True) as store:
-        runs = [r for r in store.runs() if same_gpu(r.gpu_name, hardware)]
-        runs.sort(key=run_order)
-        version = vllm_version or (runs[-1].vllm_version if runs else None)
-        runs = [r for r in runs if r.vllm_version == version]
-        # (metric, config) -> launch -> log values of exchangeable repeats
-        cells: dict[tuple[str, Key], dict[str, list[float]]] = {}
-        for run in runs:
-            plan = Plan.from_stored(run.plan_json)
-            if plan is None:
-                continue
-            steps = {p.id: (launch, p) for launch in plan.launches for p in launch.points if _model(launch) in models}
-            places = layout(plan)
-            for point in store.points(run.run_id):
-                if point.status != "ok" or not point.valid or point.point_id not in steps:
-                    continue
-                place = places.point(point.point_id, point.server_id, point.repeat)
-                if not place.exchangeable:
-                    continue
-                key = config_key(*steps[point.point_id])
-                for name, value in vars(point.summary).items():
-                    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-                        log = math.log(value)
-                        cells.setdefault((name, key), {}).setdefault(f"{run.run_id}|{place.launch}", []).append(log)
-                        if place.block is not None:
-                            blocks.setdefault((name, key), {}).setdefault(f"{run.run_id}|{place.block}", []).append(log)
-    return cells, blocks, version
+    for m in stored.measured:
+        log = math.log(m.value)
+        launches.setdefault((m.metric, m.config), {}).setdefault(Group(m.run_id, m.launch), []).append(log)
+        if m.block is not None:
+            blocks.setdefault((m.metric, m.config), {}).setdefault(Group(m.run_id, m.block), []).append(log)
+    return launches, blocks
 
 
 @dataclass(frozen=True)
@@ -148,19 +116,19 @@ def paired_spread(blocks: Cells, metric: str, top: Key, bottom: Key) -> Paired |
     without a run holding two such blocks."""
     a, b = blocks.get((metric, top), {}), blocks.get((metric, bottom), {})
     by_run: dict[str, list[float]] = {}
-    for cell in sorted(set(a) & set(b)):
-        d = math.fsum(a[cell]) / len(a[cell]) - math.fsum(b[cell]) / len(b[cell])
-        by_run.setdefault(cell.split("|", 1)[0], []).append(d)
+    for group in sorted(set(a) & set(b)):
+        d = math.fsum(a[group]) / len(a[group]) - math.fsum(b[group]) / len(b[group])
+        by_run.setdefault(group.run_id, []).append(d)
     pooled = pool(metric, [by_run])  # each run's block log-ratios as one group: the pooled within SD
     n = sum(len(ds) for ds in by_run.values())
     return Paired(pooled.within_sd, pooled.within_df, n) if pooled.within_sd is not None else None
 
 
-def _spread(metric: str, launches: dict[str, list[float]]) -> Spread:
+def _spread(metric: str, launches: Mapping[Group, Sequence[float]]) -> Spread:
     return pool(metric, [launches])
 
 
-def pool(metric: str, groups: Sequence[dict[str, list[float]]]) -> Spread:
+def pool(metric: str, groups: Sequence[Mapping[Any, Sequence[float]]]) -> Spread:
     """Pooled within-launch variance of repeats, and between-launch variance of launch means with the
     within part (sW^2 / r) taken out (method of moments, floored at 0), each weighted by its df."""
     w_ss, w_df, b_ss, b_df = 0.0, 0, 0.0, 0
@@ -345,7 +313,8 @@ def _last(score: Score | None, sd: float | None, df: float | None, gpu_time: Cal
                 blocks_95, gpu_time(blocks_95) if blocks_95 else None)
 
 
-def _pair(hyp: Any, steps: Steps, block_cells: Cells) -> Paired | None:
+def _pair(hyp: HypothesisStep, steps: Steps, block_cells: Cells) -> Paired | None:
+    assert hyp.denominator is not None  # a ratio's
     top, bottom = next(iter(hyp.numerator.points), None), next(iter(hyp.denominator.points), None)
     if top not in steps or bottom not in steps:  # none, or a capacity search's
         return None
@@ -355,14 +324,21 @@ def _pair(hyp: Any, steps: Steps, block_cells: Cells) -> Paired | None:
 def power_plan(
     plan: Plan, db: Path, last: dict[str, Score] | None = None, costs: BlockCosts | None = None,
 ) -> tuple[list[PowerRow], str | None]:
-    """Per hypothesis of a compiled plan: the blocks it likely needs and their GPU time, from `db`. With
-    `last` (hypothesis id -> the latest stored run's score), also the blocks that would decide it if the
-    truth is where that run measured it. The GPU time is the stored runs' (`costs`) where a hypothesis has
-    them, else the plan's estimates."""
+    """`power_rows` from the runs stored in `db` on the plan's GPU serving its models."""
+    return power_rows(plan, read_repeats(db, plan.hardware, sorted({model_name(s) for s in plan.launches})),
+                      last, costs)
+
+
+def power_rows(
+    plan: Plan, earlier: StoredRepeats, last: dict[str, Score] | None = None, costs: BlockCosts | None = None,
+) -> tuple[list[PowerRow], str | None]:
+    """Per hypothesis of a compiled plan: the blocks it likely needs and their GPU time, from the repeats
+    `earlier` runs stored. With `last` (hypothesis id -> the latest stored run's score), also the blocks
+    that would decide it if the truth is where that run measured it. The GPU time is the stored runs'
+    (`costs`) where a hypothesis has them, else the plan's estimates."""
     steps = {p.id: (s, p) for s in plan.launches for p in s.points}
-    models = sorted({_model(s) for s in plan.launches})
-    cells, block_cells, version = _collect(db, plan.hardware, models, None)
-    by_metric, by_config = _spreads(cells)
+    launch_cells, block_cells = cells(earlier)
+    by_metric, by_config = _spreads(launch_cells)
     block_one = [launch for launch in plan.launches if launch.block == 1]
     block_s = sum(_launch_s(launch, launch.points) for launch in block_one)
     required = sum(1 for b in plan.design.blocks if b.required) or 1
@@ -426,4 +402,4 @@ def power_plan(
                              _last(prior, sd, df, gpu_time, required,
                                    plan.design.budget.blocks if plan.design.budget else None),
                              df or None, blocks_95, gpu_time(blocks_95) if blocks_95 else None, stored))
-    return rows, version
+    return rows, earlier.vllm_version

@@ -20,6 +20,7 @@ from compiler.plan import HypothesisStep, Launch, Plan, SearchStep, budget_point
 from report.planning.block_planner import (
     BlockCosts,
     Cells,
+    Group,
     Key,
     config_key,
     launch_configuration,
@@ -84,10 +85,10 @@ def read_stored(db: Path, study_id: str, hardware: str) -> Stored:
                 for name, value in vars(point.summary).items():
                     if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
                         cell = (name, key)
-                        out.launches.setdefault(cell, {}).setdefault(f"{run.run_id}|{place.launch}", []).append(
+                        out.launches.setdefault(cell, {}).setdefault(Group(run.run_id, place.launch), []).append(
                             math.log(value))
                         if place.block is not None:
-                            out.blocks.setdefault(cell, {}).setdefault(f"{run.run_id}|{place.block}", []).append(
+                            out.blocks.setdefault(cell, {}).setdefault(Group(run.run_id, place.block), []).append(
                                 math.log(value))
             _server_values(out, run.run_id, store.servers(run.run_id), launches, places)
             _search_values(out, run.run_id, points, plan, places)
@@ -146,9 +147,9 @@ def _server_values(out: Stored, run_id: str, servers: Sequence[ServerRecord], la
             value = server.metric(name)
             if value is not None and value > 0:
                 cell = (name, server_key(launches[at.launch]))
-                out.launches.setdefault(cell, {}).setdefault(f"{run_id}|{at.launch}", []).append(math.log(value))
+                out.launches.setdefault(cell, {}).setdefault(Group(run_id, at.launch), []).append(math.log(value))
                 if at.block is not None:
-                    out.blocks.setdefault(cell, {}).setdefault(f"{run_id}|{at.block}", []).append(math.log(value))
+                    out.blocks.setdefault(cell, {}).setdefault(Group(run_id, at.block), []).append(math.log(value))
 
 
 def search_key(launch: Launch, search: SearchStep) -> Key:
@@ -170,9 +171,9 @@ def _search_values(out: Stored, run_id: str, points: Sequence[PointRecord], plan
             at = launch_place(places, launch.id)
             key = search_key(launch, search)
             value = [math.log(result.capacity)]
-            out.launches.setdefault(("capacity", key), {})[f"{run_id}|{launch.id}"] = value
+            out.launches.setdefault(("capacity", key), {})[Group(run_id, launch.id)] = value
             if at.block is not None:
-                out.blocks.setdefault(("capacity", key), {})[f"{run_id}|{at.block}"] = value
+                out.blocks.setdefault(("capacity", key), {})[Group(run_id, at.block)] = value
             out.resolution.setdefault(key, []).append(math.log(result.failed / result.capacity))
 
 
