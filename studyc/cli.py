@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from studyc.calibrate_command import calibrate
 from studyc.results_command import export, import_
 
 DEFAULT_DB = "results/studyc.duckdb"
@@ -355,6 +356,7 @@ def merge(out: Path, inputs: tuple[Path, ...]) -> None:
 
 main.add_command(export)
 main.add_command(import_)
+main.add_command(calibrate)
 
 
 @main.command()
