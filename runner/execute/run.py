@@ -26,6 +26,7 @@ from compiler.load import Problem, study_version
 from compiler.plan import BlockDesign, Launch, Plan, PointStep
 from compiler.toml_lines import key_lines, line_of
 from runner.execute import reaper
+from runner.execute.calibration_run import calibration_json
 from runner.execute.driver import (
     Driver,
     Progress,
@@ -46,6 +47,7 @@ from runner.execute.segments import PRIME, Timeline, phase_table
 from runner.load.loadgen_limit import measure_client_ceiling
 from runner.measure.calibrate import calibrate
 from runner.measure.host import machine_id
+from runner.measure.host_probe import host_probe
 from runner.measure.nvml import gpu_info
 from runner.server.placement import Placement, idle_gpus, parse_gpus, place
 from runner.server.startlog import HELD_FIRST_IMPORTS
@@ -335,8 +337,9 @@ def _with_notes(notes: str | None, more: tuple[str, ...]) -> str | None:
 def _calibration(run: RunRecord, options: RunOptions, progress: Progress) -> RunRecord:
     if not options.calibrate:
         return replace(run, calibrated=False, calibration_json=as_json({"reason": "skipped (--no-calibrate)"}))
-    progress.message("calibrating the machine (HBM bandwidth, bf16 matmul)")
+    progress.message("calibrating the machine (HBM bandwidth, bf16 matmul, the host probe)")
     cal = calibrate(options.python_argv)
+    host = host_probe()
     progress.message(
         f"calibrated: {cal.bandwidth_Bps / 1e12:.3f} TB/s, {cal.flops_bf16 / 1e12:.0f} TFLOP/s on {cal.device}"
         if cal.calibrated and cal.bandwidth_Bps and cal.flops_bf16
@@ -344,7 +347,7 @@ def _calibration(run: RunRecord, options: RunOptions, progress: Progress) -> Run
     )
     return replace(
         run, calibrated=cal.calibrated, bandwidth_Bps=cal.bandwidth_Bps, flops_bf16=cal.flops_bf16,
-        calibration_json=as_json({"device": cal.device, "reason": cal.reason, "details": cal.details}),
+        calibration_json=calibration_json(cal, host),
     )
 
 
