@@ -3,6 +3,7 @@ phases in a real DuckDB file (a killed segment closed by the next), and the comm
 
 from __future__ import annotations
 
+import tarfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,7 +17,9 @@ from runner.store.records import RunRecord
 from runner.store.store import Store
 from tests.conftest import REPO
 
-H200_LOG = REPO / "results/h200-logs/20261203T075449-6a1a6d/decode-roofline__qwen3-8b__L1.log"
+# A run's server logs are published as one xz tar per run (results/h200-logs/RUN.tar.xz)
+H200_LOGS = REPO / "results/h200-logs/20261203T075449-6a1a6d.tar.xz"
+H200_LOG = "20261203T075449-6a1a6d/decode-roofline__qwen3-8b__L1.log"
 SPAWN = datetime(2026, 12, 3, 7, 55, 0, 500_000)  # half a second before the first stamp's second
 
 
@@ -25,7 +28,11 @@ def line(at: str, text: str, proc: str = "EngineCore") -> str:
 
 
 def test_a_real_gpu_start_splits_into_every_phase() -> None:
-    got = start_phases(H200_LOG.read_text(errors="replace"), SPAWN, 143.1)
+    with tarfile.open(H200_LOGS) as logs:
+        member = logs.extractfile(H200_LOG)
+        assert member is not None
+        text = member.read().decode(errors="replace")
+    got = start_phases(text, SPAWN, 143.1)
     assert [n for n, _ in got] == [n for n, _ in START_PHASES]
     assert sum(s for _, s in got) == pytest.approx(143.1)
     phases = dict(got)
