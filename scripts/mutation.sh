@@ -89,7 +89,7 @@ run_one() {
     echo "pytest_add_cli_args_test_selection ="
     printf '    %s\n' "${present[@]}"
     echo "pytest_add_cli_args ="
-    printf '    %s\n' -m "not vllm and not chromium" -p no:cacheprovider
+    printf '    %s\n' -m "not vllm and not chromium and not ray" -p no:cacheprovider
   } >"$dir/setup.cfg"
   echo "== $name: $module against ${present[*]}"
   (cd "$dir" && nice -n 10 "$MUTMUT" run --max-children "$CHILDREN" >"$dir.log" 2>&1) || {

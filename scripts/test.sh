@@ -11,7 +11,7 @@ if [ "${1:-}" = "--fast" ]; then
   shift
   # Two workers: the tests are CPU-bound and xdist-safe. The full tier stays in one process: its session's
   # vLLM server would start once per worker, and its servers' timing checks want the cores to themselves.
-  fast=(-m "not vllm and not chromium" -n 2)
+  fast=(-m "not vllm and not chromium and not ray" -n 2)
   bash scripts/setup.sh --no-vllm  # no server, no browser
 else
   bash scripts/setup.sh --with-chromium

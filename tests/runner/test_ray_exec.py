@@ -11,7 +11,7 @@ import pytest
 from runner.store.store import Store
 from tests.runner.test_ray import RAY_MISSING, quickstart, studyc
 
-pytestmark = pytest.mark.skipif(RAY_MISSING is not None, reason=str(RAY_MISSING))
+pytestmark = [pytest.mark.ray, pytest.mark.skipif(RAY_MISSING is not None, reason=str(RAY_MISSING))]
 
 
 def failing_engine(tmp: Path) -> Path:
