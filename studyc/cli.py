@@ -150,7 +150,8 @@ def model(path: Path | None, db: Path | None, ledger: bool, batch: int, context:
     With --db instead: the calibrated step-time model fitted from the database's runs, one row of
     coefficients per vLLM version, model family and engine options (fitted on every GPU's points, each
     priced on its own run's calibrated card, so they carry to a GPU by its card); with --ledger too, its
-    leave-one-study-out error by study, GPU, vLLM version and metric."""
+    leave-one-study-out error by study, GPU, vLLM version and metric, then by GPU and metric over every
+    study, the points near saturation apart (json: {"studies", "gpus", "not_validated"})."""
     from studyc.model_command import facts_text, model_facts, step_model, step_model_text
 
     if (path is None) == (db is None):
@@ -161,7 +162,7 @@ def model(path: Path | None, db: Path | None, ledger: bool, batch: int, context:
     if db is not None:
         found = step_model(db, ledger=ledger, say=_say)
         if shown == "json":
-            click.echo(json.dumps(found.rows, indent=2))
+            click.echo(json.dumps(found.to_json(), indent=2))
         else:
             click.echo(step_model_text(found, markdown=shown == "markdown"), nl=False)
         return

@@ -60,6 +60,13 @@ class StepModel:
 
     rows: list[dict[str, Any]]
     gaps: list[dict[str, Any]] | None = None
+    gpus: list[dict[str, Any]] | None = None  # with the ledger: each GPU's error per metric over every study
+
+    def to_json(self) -> list[dict[str, Any]] | dict[str, Any]:
+        """The coefficients' rows; with the ledger, its rows by study, by GPU and the points not validated."""
+        if self.gaps is None:
+            return self.rows
+        return {"studies": self.rows, "gpus": self.gpus or [], "not_validated": self.gaps}
 
 
 def step_model(db: Path, *, ledger: bool, say: Callable[[str], None]) -> StepModel:
@@ -68,10 +75,11 @@ def step_model(db: Path, *, ledger: bool, say: Callable[[str], None]) -> StepMod
     if not ledger:
         return StepModel(ledger_text.model_rows(points))
     scored = ledger_fit.leave_one_study_out(points)
-    return StepModel(ledger_fit.ledger(scored), ledger_fit.not_validated(scored) + unreplayed)
+    return StepModel(ledger_fit.ledger(scored), ledger_fit.not_validated(scored) + unreplayed,
+                     ledger_fit.gpu_ledger(scored))
 
 
 def step_model_text(model: StepModel, markdown: bool = False) -> str:
     if model.gaps is None:
         return ledger_text.format_models(model.rows, markdown=markdown)
-    return ledger_text.format_ledger(model.rows, model.gaps, markdown=markdown)
+    return ledger_text.format_ledger(model.rows, model.gaps, markdown=markdown, gpus=model.gpus or ())

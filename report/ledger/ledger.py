@@ -24,6 +24,7 @@ from compiler.stepreplay import StepLoad, StepPrediction, cache_hit_tokens, pred
 from compiler.target_card import Calibration, PricedCard, target_card
 from compiler.workload_check import conversation_requests
 from report.ledger.ledger_fit import ANY_GPU, METRICS, StoredPoint, fit_keys
+from report.ledger.saturation import saturation
 
 if TYPE_CHECKING:
     from runner.store.records import PointSummary, RunRecord
@@ -178,6 +179,7 @@ def store_points(store: Store, root: Path = REPO,
         for check in store.checks(run.run_id):
             if check.status == "fail" and check.severity == "fail":
                 failed[check.point_id].add(check.name)
+        kv_capacity = {s.server_id: s.kv_capacity_tokens for s in store.servers(run.run_id)}
         for point in store.points(run.run_id):
             if point.status != "ok" or failed[point.point_id] - WINDOW_CHECKS or point.point_id not in loads:
                 continue
@@ -188,7 +190,9 @@ def store_points(store: Store, root: Path = REPO,
                         "ttft_s": s.ttft_mean_s, "window_s": s.window_s,
                         "burst_s": _burst(sends.get(point.point_id, []), min(load.concurrency, load.requests))}
             out.append(StoredPoint(run.study_id, run.run_id, point.point_id, point.arm, point.workload,
-                                   load.concurrency, key, shape.name, shape, load, engine, card, measured))
+                                   load.concurrency, key, shape.name, shape, load, engine, card, measured,
+                                   saturation(load, engine, point.summary.preemptions,
+                                              kv_capacity.get(point.server_id or ""))))
     return out
 
 

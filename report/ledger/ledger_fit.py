@@ -46,6 +46,7 @@ class StoredPoint:
     engine: EngineShape
     card: Card
     measured: dict[str, float | None]  # METRICS, plus window_s and burst_s
+    saturated: str = ""  # why the point is near saturation (report.ledger.saturation), "" where it is not
 
     @property
     def observation(self) -> Observation:
@@ -233,7 +234,8 @@ def _why(s: Scored, metric: str, same_config: Sequence[Scored]) -> str:
 
 def ledger(scored: Sequence[Scored]) -> list[dict[str, Any]]:
     """One row per study, GPU, vLLM version and metric over validated points: n, the median absolute
-    percentage error, and the worst point (id, predicted, measured, signed error, why)."""
+    percentage error, how many of the n are near saturation, and the worst point (id, predicted, measured,
+    signed error, why, why it is near saturation or "")."""
     groups: dict[tuple[str, str, str], list[Scored]] = defaultdict(list)
     for s in scored:
         if s.validated:
@@ -244,9 +246,8 @@ def ledger(scored: Sequence[Scored]) -> list[dict[str, Any]]:
             errs = [(abs(e), e, s) for s in members if (e := s.error_pct(metric)) is not None]
             if not errs:
                 continue
-            worst_abs, worst_err, worst = max(errs, key=lambda t: t[0])
+            _, worst_err, worst = max(errs, key=lambda t: t[0])
             same = [q for q in members if q.point.config == worst.point.config]
-            assert worst.prediction is not None
             rows.append({
                 "study": study,
                 "gpu": gpu,
@@ -254,13 +255,49 @@ def ledger(scored: Sequence[Scored]) -> list[dict[str, Any]]:
                 "metric": metric,
                 "n": len(errs),
                 "median_abs_pct_error": round(statistics.median(e for e, _, _ in errs), 2),
-                "worst_point": {
-                    "point_id": worst.point.point_id,
-                    "predicted": _sig(getattr(worst.prediction, metric)),
-                    "measured": _sig(worst.point.measured[metric]),
-                    "error_pct": round(worst_err, 1),
-                    "why": _why(worst, metric, same),
-                },
+                "saturated": sum(bool(s.point.saturated) for _, _, s in errs),
+                "worst_point": _worst(worst, worst_err, metric, same),
+            })
+    return rows
+
+
+def _worst(s: Scored, error: float, metric: str, same_config: Sequence[Scored]) -> dict[str, Any]:
+    assert s.prediction is not None
+    return {"point_id": s.point.point_id, "predicted": _sig(getattr(s.prediction, metric)),
+            "measured": _sig(s.point.measured[metric]), "error_pct": round(error, 1),
+            "why": _why(s, metric, same_config), "saturated": s.point.saturated}
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return round(statistics.median(values), 2) if values else None
+
+
+def gpu_ledger(scored: Sequence[Scored]) -> list[dict[str, Any]]:
+    """One row per GPU and metric over every validated point of every study: n, the median absolute
+    percentage error, the same over the points near saturation (`StoredPoint.saturated`) and over the
+    rest, and the worst point."""
+    groups: dict[str, list[Scored]] = defaultdict(list)
+    for s in scored:
+        if s.validated:
+            groups[s.point.key.gpu].append(s)
+    rows: list[dict[str, Any]] = []
+    for gpu, members in sorted(groups.items()):
+        for metric in METRICS:
+            errs = [(abs(e), e, s) for s in members if (e := s.error_pct(metric)) is not None]
+            if not errs:
+                continue
+            _, worst_err, worst = max(errs, key=lambda t: t[0])
+            same = [q for q in members if q.point.study == worst.point.study and q.point.config == worst.point.config]
+            rows.append({
+                "gpu": gpu,
+                "metric": metric,
+                "n": len(errs),
+                "median_abs_pct_error": _median([e for e, _, _ in errs]),
+                "saturated": sum(bool(s.point.saturated) for _, _, s in errs),
+                "median_abs_pct_error_saturated": _median([e for e, _, s in errs if s.point.saturated]),
+                "median_abs_pct_error_unsaturated": _median([e for e, _, s in errs if not s.point.saturated]),
+                "studies": len({s.point.study for _, _, s in errs}),
+                "worst_point": _worst(worst, worst_err, metric, same),
             })
     return rows
 

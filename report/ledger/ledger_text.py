@@ -64,16 +64,43 @@ def format_models(rows: Sequence[dict[str, Any]], markdown: bool = False) -> str
     return _table(head, body, markdown)
 
 
-def format_ledger(rows: Sequence[dict[str, Any]], gaps: Sequence[dict[str, Any]], markdown: bool = False) -> str:
-    head = ["study", "gpu", "vLLM", "metric", "n", "median |error| %", "worst point", "error %", "why"]
-    body = [[r["study"], r["gpu"], r["vllm_version"], r["metric"], str(r["n"]), f"{r['median_abs_pct_error']:.2f}",
-             r["worst_point"]["point_id"], f"{r['worst_point']['error_pct']:+.1f}", r["worst_point"]["why"]]
-            for r in rows]
+def format_ledger(rows: Sequence[dict[str, Any]], gaps: Sequence[dict[str, Any]], markdown: bool = False,
+                  gpus: Sequence[dict[str, Any]] = ()) -> str:
+    """The ledger by study (each row's points near saturation counted), then by GPU and metric over every
+    study (the medians of the points near saturation and of the rest apart), then what was not validated."""
+    head = ["study", "gpu", "vLLM", "metric", "n", "near sat.", "median |error| %", "worst point", "error %", "why"]
+    body = [[r["study"], r["gpu"], r["vllm_version"], r["metric"], str(r["n"]), str(r.get("saturated", 0)),
+             f"{r['median_abs_pct_error']:.2f}", r["worst_point"]["point_id"], f"{r['worst_point']['error_pct']:+.1f}",
+             _why(r["worst_point"])] for r in rows]
     text = _table(head, body, markdown)
+    if gpus:
+        text += "\nby GPU and metric, every validated point:\n" + format_gpu_ledger(gpus, markdown)
     if gaps:
         text += "\nnot validated or not replayed (never in the medians):\n"
         text += "".join(f"  {g['study']}: {g['n']} point(s): {g['reason']}\n" for g in gaps)
     return text
+
+
+def format_gpu_ledger(rows: Sequence[dict[str, Any]], markdown: bool = False) -> str:
+    """Each GPU's error per metric over every study: all points, those near saturation, the rest."""
+    head = ["gpu", "metric", "n", "studies", "median |error| %", "near sat. n", "median % near sat.", "median % rest",
+            "worst point", "error %"]
+    body = [[r["gpu"], r["metric"], str(r["n"]), str(r["studies"]), _pct(r["median_abs_pct_error"]), str(r["saturated"]),
+             _pct(r["median_abs_pct_error_saturated"]), _pct(r["median_abs_pct_error_unsaturated"]),
+             r["worst_point"]["point_id"], f"{r['worst_point']['error_pct']:+.1f}"] for r in rows]
+    return _table(head, body, markdown) + f"near saturation: {SATURATION_RULE}\n"
+
+
+SATURATION_RULE = ("the point's concurrency at or above the engine's max_num_seqs, a preemption in its window, or "
+                   "its KV demand (slots x (longest prompt + output)) at 90% or more of the server's KV capacity")
+
+
+def _pct(value: float | None) -> str:
+    return fmt.NOTHING if value is None else f"{value:.2f}"
+
+
+def _why(worst: dict[str, Any]) -> str:
+    return worst["why"] + (f" [near saturation: {worst['saturated']}]" if worst.get("saturated") else "")
 
 
 def _table(head: Sequence[str], body: Sequence[Sequence[str]], markdown: bool) -> str:

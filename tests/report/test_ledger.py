@@ -12,13 +12,14 @@ import pytest
 from compiler.plan import Plan, PointStep
 from report.ledger import ledger_fit
 from report.ledger.ledger import _model_dir, cached_tokens, predict_points, read_points
-from report.ledger.ledger_fit import leave_one_study_out, ledger, not_validated
+from report.ledger.ledger_fit import METRICS, gpu_ledger, leave_one_study_out, ledger, not_validated
+from report.ledger.ledger_text import format_ledger
 from runner.store.store import Store
 from tests.conftest import committed_copy
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "results" / "h200"
-LEDGER_KEYS = {"study", "gpu", "vllm_version", "metric", "n", "median_abs_pct_error", "worst_point"}
+LEDGER_KEYS = {"study", "gpu", "vllm_version", "metric", "n", "median_abs_pct_error", "saturated", "worst_point"}
 
 
 # The latest H200 run of each of the eight studies: the data the pinned numbers below describe. Runs
@@ -96,6 +97,32 @@ def test_loso_numbers_on_committed_results(scored):
         assert set(row) == LEDGER_KEYS
         worst = row["worst_point"]
         assert abs(worst["error_pct"]) >= row["median_abs_pct_error"] and worst["why"]
+
+
+# Per GPU and metric over the eight pinned studies (all H200): (median, median near saturation, the rest's).
+BY_GPU = {"output_throughput": (2.95, 10.28, 2.56), "tpot_s": (2.29, 6.89, 1.58), "ttft_s": (13.65, 11.55, 13.85)}
+
+
+def test_each_metrics_error_per_gpu_with_the_points_near_saturation_apart(scored):
+    by_study = ledger(scored)
+    rows = {(r["study"], r["metric"]): r for r in by_study}
+    by_gpu = {(r["gpu"], r["metric"]): r for r in gpu_ledger(scored)}
+    assert set(by_gpu) == {("H200", m) for m in METRICS}
+    for metric, (median, near, rest) in BY_GPU.items():
+        row = by_gpu[("H200", metric)]
+        assert row["n"] == sum(r["n"] for r in by_study if r["metric"] == metric) == 75 and row["studies"] == 8
+        # chunked-prefill's 100 users on 64 slots and max-num-seqs' 100 on 32 and 64: every point near saturation
+        assert row["saturated"] == rows[("chunked-prefill", metric)]["saturated"] + rows[("max-num-seqs", metric)]["saturated"] == 12
+        assert row["median_abs_pct_error"] == pytest.approx(median, abs=0.3)
+        assert row["median_abs_pct_error_saturated"] == pytest.approx(near, abs=0.5)
+        assert row["median_abs_pct_error_unsaturated"] == pytest.approx(rest, abs=0.3)
+        worst = row["worst_point"]
+        assert abs(worst["error_pct"]) == max(abs(r["worst_point"]["error_pct"]) for r in by_study if r["metric"] == metric)
+    assert rows[("fp8-kv", "tpot_s")]["saturated"] == 0  # 128 users on the default 256 slots, KV far from full
+    assert rows[("max-num-seqs", "tpot_s")]["worst_point"]["saturated"] == "concurrency 100 >= max_num_seqs 64"
+    text = format_ledger(by_study, [], gpus=gpu_ledger(scored))
+    assert "[near saturation: concurrency 100 >= max_num_seqs 64]" in text
+    assert "by GPU and metric, every validated point:" in text and "near saturation: the point's concurrency" in text
 
 
 def test_uncovered_configurations_are_not_scored(scored):

@@ -25,7 +25,9 @@ from tests.conftest import committed_copy
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "results" / "h200"
-LEDGER_KEYS = {"study", "gpu", "vllm_version", "metric", "n", "median_abs_pct_error", "worst_point"}
+LEDGER_KEYS = {"study", "gpu", "vllm_version", "metric", "n", "median_abs_pct_error", "saturated", "worst_point"}
+GPU_KEYS = {"gpu", "metric", "n", "studies", "median_abs_pct_error", "saturated", "median_abs_pct_error_saturated",
+            "median_abs_pct_error_unsaturated", "worst_point"}
 STUDY = REPO / "studies" / "cuda_graphs.toml"
 
 
@@ -42,13 +44,22 @@ def small_db(tmp_path_factory):
 def test_model_ledger_json_rows(small_db):
     result = CliRunner().invoke(main, ["model", "--ledger", "--db", str(small_db), "--format", "json"])
     assert result.exit_code == 0, result.output
-    rows = json.loads(result.stdout)
+    found = json.loads(result.stdout)
+    assert set(found) == {"studies", "gpus", "not_validated"} and found["not_validated"]
+    rows = found["studies"]
     assert rows and all(set(r) == LEDGER_KEYS for r in rows)
     assert {r["metric"] for r in rows} == {"output_throughput", "tpot_s", "ttft_s"}
-    assert set(rows[0]["worst_point"]) == {"point_id", "predicted", "measured", "error_pct", "why"}
+    assert set(rows[0]["worst_point"]) == {"point_id", "predicted", "measured", "error_pct", "why", "saturated"}
+    by_gpu = found["gpus"]  # each metric's error on the one GPU, over both studies
+    assert by_gpu and all(set(r) == GPU_KEYS and r["gpu"] == "H200" for r in by_gpu)
+    for r in by_gpu:
+        assert r["n"] == sum(s["n"] for s in rows if s["metric"] == r["metric"])
+        assert r["saturated"] == 0 and r["median_abs_pct_error_saturated"] is None  # c1 and c64 of 256 slots
+        assert r["median_abs_pct_error_unsaturated"] == r["median_abs_pct_error"]
     assert "fitting the step-time model from 2 run(s)" in result.stderr
     table = CliRunner().invoke(main, ["model", "--ledger", "--db", str(small_db)])
     assert table.exit_code == 0 and "not validated" in table.stdout and "cuda-graphs" in table.stdout
+    assert "by GPU and metric, every validated point:" in table.stdout and "near saturation: " in table.stdout
 
 
 def test_model_prints_coefficients_and_needs_a_source(small_db):
