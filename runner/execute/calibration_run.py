@@ -5,6 +5,7 @@ for that GPU (`compiler.target_card`), and the host probe (`runner.measure.host_
 
 from __future__ import annotations
 
+import json
 import platform
 import socket
 import uuid
@@ -40,8 +41,6 @@ def calibration_json(cal: Calibration, host: HostProbe | None) -> str:
 
 def stored_host_probe(run: RunRecord) -> dict[str, Any] | None:
     """The host probe a run's calibration recorded (None for runs stored before it was)."""
-    import json
-
     try:
         doc = json.loads(run.calibration_json or "{}")
     except ValueError:
