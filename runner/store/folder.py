@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 from base.errors import StoreError
 from base.settings import load_settings
 from runner.store.tables import TABLE_BY_NAME, TABLES, Table
-from runner.store.timefmt import decode_times, encode_times, read_table, write_table
+from runner.store.timefmt import TIMES_S, decode_times, encode_times, read_table, write_table
 
 MANIFEST = "manifest.json"
 FORMAT = "studyc-results"
@@ -158,6 +159,34 @@ def run_tables(run_dir: Path, top: dict[str, Any], only: str | None = None) -> I
             raise StoreError(f"{path}: rows of run {sorted(map(str, others))[0]} in the folder of run {run_dir.name}")
         yield table, decode_times(data)
 
+
+
+def rewrite_folder(folder: Path, out: Path, code_version: int) -> dict[str, int]:
+    """Write every run of a results folder again under `out` (new, or an empty folder) in this studyc's
+    file encoding: each table's rows, columns and order as read, each run's manifest with its new files'
+    sha256; a table without token times is copied as it is. Table -> rows written."""
+    top = folder_manifest(folder, code_version)
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise StoreError(f"{out}: exists and is not an empty folder")
+    out.mkdir(parents=True, exist_ok=True)
+    _write_json(out / MANIFEST, top | {"format_version": FORMAT_VERSION})
+    fmt = str(top["file_format"])
+    counts = dict.fromkeys((t.name for t in TABLES), 0)
+    for run_dir in run_folders(folder):
+        manifest = _load_json(run_dir / MANIFEST)
+        (out / run_dir.name).mkdir()
+        tables: dict[str, Any] = {}
+        for table, data in run_tables(run_dir, top):
+            path = out / run_dir.name / str(manifest["tables"][table.name]["file"])  # checked by run_tables
+            if TIMES_S in data.column_names:
+                write_table(encode_times(data), path, fmt)
+            else:  # the same bytes (written again, its lists would name their items as pyarrow does)
+                shutil.copyfile(run_dir / path.name, path)
+            tables[table.name] = {"file": path.name, "rows": data.num_rows, "sha256": _sha256(path)}
+            counts[table.name] += data.num_rows
+        _write_json(out / run_dir.name / MANIFEST, manifest | {"tables": tables})
+    return counts
 
 class Folders:
     """`Store.export_runs`, `Store.load_folder` and `Store.materialised`; the store gives the connection."""

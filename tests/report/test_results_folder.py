@@ -1,22 +1,29 @@
 """Results as a folder of files (report.exporting, runner.store.folder): `studyc export`, `import`, `merge` into a
-folder and `--db FOLDER`, on real DuckDB files holding runs copied out of the published results."""
+folder, `--db FOLDER` and scripts/rewrite_results.py, on real DuckDB files holding runs copied out of the
+published results; token times as microsecond gaps in the files, and folders written before (whole
+nanoseconds) read bit for bit, alone or beside runs of gaps."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner, Result
 
 from runner.store.store import SCHEMA_VERSION, Store
 from runner.store.tables import TABLES
-from runner.store.timefmt import decode_times, encode_times
+from runner.store.timefmt import GAPS_US, TIMES_NS, ZSTD_LEVEL, whole_us
 from studyc.cli import main
 from tests.conftest import committed_db
 
@@ -66,12 +73,16 @@ def audit(db: Path) -> str:
     return result.output
 
 
-def everything(db: Path) -> list[object]:
-    """Every record of every table, read through the store."""
+def everything(db: Path, rounded: tuple[str, ...] = ()) -> list[object]:
+    """Every record of every table, read through the store; the token times of the runs named in `rounded`
+    rounded to the microsecond, as the files hold them."""
     with Store(db, read_only=True) as store:
         out: list[object] = []
         for run in store.runs():
             requests = store.run_request_records(run.run_id)
+            if run.run_id in rounded:
+                requests = {p: [replace(r, token_times_s=tuple((whole_us(r.token_times_s) / 1e6).tolist()))
+                                for r in records] for p, records in requests.items()}
             out += [run, store.servers(run.run_id), store.points(run.run_id), requests, store.checks(run.run_id),
                     store.telemetry(run.run_id), store.timing(run.run_id)]
         return out
@@ -92,39 +103,111 @@ def one_line_error(result: Result, *fragments: str) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "csv"])
-def test_round_trip_changes_nothing(db: Path, tmp_path: Path, fmt: str) -> None:
+def test_round_trip_changes_nothing_but_token_times_to_the_microsecond(db: Path, tmp_path: Path, fmt: str) -> None:
     out, back = tmp_path / "out", tmp_path / "back.duckdb"
     assert studyc("export", "--db", str(db), str(out), "--format", fmt).exit_code == 0
     assert sorted(p.name for p in out.iterdir()) == sorted([*MLA, *ROOF, "manifest.json"])
     assert sorted(p.name for p in (out / ROOF[0]).iterdir()) == sorted(
         ["manifest.json", *(f"{t.name}.{fmt}" for t in TABLES)])
     assert studyc("import", str(out), "--db", str(back)).exit_code == 0
-    assert everything(back) == everything(db) == everything(out)
+    assert everything(back) == everything(out) == everything(db, rounded=MLA + ROOF)
     assert studyc("export", "--db", str(back), str(tmp_path / "again"), "--format", fmt).exit_code == 0
-    assert files(tmp_path / "again") == files(out)  # the same rows give the same bytes
+    assert files(tmp_path / "again") == files(out)  # the same rows give the same bytes; rounded once is rounded
     assert audit(db) == audit(back) == audit(out)
 
 
-def test_token_times_are_whole_nanoseconds_in_the_file(db: Path, tmp_path: Path) -> None:
-    studyc("export", "--db", str(db), str(tmp_path / "out"))
-    data = pq.read_table(tmp_path / "out" / ROOF[0] / "requests.parquet")
-    assert "token_times_s" not in data.column_names
-    assert str(data.schema.field("token_times_ns").type) == "list<element: int64>"
+def _request_times(db: Path, run_id: str) -> list[tuple[float, ...]]:
+    """A run's token times per request, in the order its requests file holds them."""
     with Store(db, read_only=True) as store:
-        first = store.run_request_records(ROOF[0])
-    times = [t for records in first.values() for r in records for t in r.token_times_s]
-    ns = [t for row in data.column("token_times_ns").to_pylist() for t in row]
-    assert sorted(ns) == sorted(round(t * 1e9) for t in times) and len(ns) == len(times) > 1000
+        return [r.token_times_s for records in store.run_request_records(run_id).values() for r in records]
 
 
-def test_times_that_are_not_whole_nanoseconds_stay_doubles() -> None:
-    import pyarrow as pa
+def test_token_times_are_microsecond_gaps_split_by_bytes_in_the_file(db: Path, tmp_path: Path) -> None:
+    studyc("export", "--db", str(db), str(tmp_path / "out"))
+    path = tmp_path / "out" / ROOF[0] / "requests.parquet"
+    data = pq.read_table(path)
+    assert "token_times_s" not in data.column_names and TIMES_NS not in data.column_names
+    assert str(data.schema.field(GAPS_US).type) == "list<element: int64>"
+    times = _request_times(db, ROOF[0])
+    gaps = data.column(GAPS_US).to_pylist()
+    assert len(gaps) == len(times) == data.num_rows
+    assert [np.cumsum(g, dtype=np.int64).tolist() for g in gaps] == [whole_us(t).tolist() for t in times]
+    assert sum(map(len, gaps)) > 1000
+    meta = pq.ParquetFile(path).metadata.row_group(0)
+    encodings = {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}
+    assert "BYTE_STREAM_SPLIT" in encodings[f"{GAPS_US}.list.element"]
 
-    exact = pa.table({"token_times_s": pa.array([[1.000000001, 2.5], []], pa.list_(pa.float64()))})
-    assert encode_times(exact).column_names == ["token_times_ns"]
-    assert decode_times(encode_times(exact)).equals(exact)
-    finer = pa.table({"token_times_s": pa.array([[0.1 + 1e-12]], pa.list_(pa.float64()))})
-    assert encode_times(finer).equals(finer)
+
+def as_written_before(folder: Path, run_id: str, db: Path) -> None:
+    """Make one run of a folder as folders were written before the gaps: its requests file holding
+    `token_times_ns` (the database's times in whole nanoseconds), its manifest's sha256 to match."""
+    path = folder / run_id / "requests.parquet"
+    data = pq.read_table(path)
+    ns = [[round(t * 1e9) for t in times] for times in _request_times(db, run_id)]
+    at = data.column_names.index(GAPS_US)
+    data = data.remove_column(at).add_column(at, TIMES_NS, pa.array(ns, pa.list_(pa.int64())))
+    pq.write_table(data, path, compression="zstd", compression_level=ZSTD_LEVEL,
+                   use_dictionary=[n for n in data.column_names if n != TIMES_NS])
+    _edit(folder / run_id / "manifest.json",
+          lambda m: m["tables"]["requests"].update(sha256=hashlib.sha256(path.read_bytes()).hexdigest()))
+
+
+def _times_column(folder: Path, run_id: str) -> str:
+    names = pq.read_schema(folder / run_id / "requests.parquet").names
+    return next(n for n in names if n in (GAPS_US, TIMES_NS, "token_times_s"))
+
+
+def test_merge_into_a_folder_of_nanoseconds_adds_gaps_and_both_read(tmp_path: Path, db: Path) -> None:
+    first = copy_runs(tmp_path / "mla.duckdb", MLA)
+    out = tmp_path / "published"  # a folder written before: every run in whole nanoseconds
+    assert studyc("export", "--db", str(first), str(out)).exit_code == 0
+    for run_id in MLA:
+        as_written_before(out, run_id, first)
+    assert json.loads((out / "manifest.json").read_text())["format_version"] == 1
+    assert everything(out) == everything(first)  # nanoseconds read back bit for bit
+    second = copy_runs(tmp_path / "roof.duckdb", ROOF)
+    assert studyc("merge", str(out), str(second)).exit_code == 0
+    assert {r: _times_column(out, r) for r in MLA + ROOF} == {**dict.fromkeys(MLA, TIMES_NS), ROOF[0]: GAPS_US}
+    assert json.loads((out / "manifest.json").read_text())["format_version"] == 1
+    assert everything(out) == everything(db, rounded=ROOF)
+    assert studyc("import", str(out), "--db", str(tmp_path / "back.duckdb")).exit_code == 0
+    assert everything(tmp_path / "back.duckdb") == everything(db, rounded=ROOF)
+    assert audit(out) == audit(db)
+
+
+SCRIPT = REPO / "scripts" / "rewrite_results.py"
+
+
+def rewrite(folder: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), str(folder), str(out)], capture_output=True, text=True,
+                          cwd=REPO, check=False)
+
+
+def test_rewrite_results_writes_every_run_in_gaps_and_nothing_else_anew(tmp_path: Path, db: Path) -> None:
+    mixed = tmp_path / "mixed"  # runs of both encodings
+    assert studyc("export", "--db", str(db), str(mixed)).exit_code == 0
+    for run_id in MLA:
+        as_written_before(mixed, run_id, db)
+    before = files(mixed)
+    out = tmp_path / "rewritten"
+    done = rewrite(mixed, out)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"{mixed} (") and "4 runs, " in done.stdout and " requests, " in done.stdout
+    assert files(mixed) == before  # only read
+    assert {r: _times_column(out, r) for r in MLA + ROOF} == dict.fromkeys(MLA + ROOF, GAPS_US)
+    after = files(out)
+    assert sorted(after) == sorted(before)
+    changed = {name for name in after if after[name] != before[name]}
+    assert changed == {f"{r}/{f}" for r in MLA for f in ("requests.parquet", "manifest.json")}
+    for run_id in MLA + ROOF:  # each manifest names its files' new sha256 (the store checks them as it reads)
+        entries = json.loads(after[f"{run_id}/manifest.json"])["tables"]
+        assert all(e["sha256"] == hashlib.sha256(after[f"{run_id}/{e['file']}"]).hexdigest() for e in entries.values())
+    assert everything(out) == everything(db, rounded=MLA + ROOF)
+    assert audit(out) == audit(db)
+    again = rewrite(out, tmp_path / "again")
+    assert again.returncode == 0 and files(tmp_path / "again") == after  # in the current encoding already: the same
+    refused = rewrite(mixed, out)
+    assert refused.returncode == 1 and refused.stderr == f"Error: {out}: exists and is not an empty folder\n"
 
 
 @pytest.fixture
