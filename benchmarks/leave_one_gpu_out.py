@@ -33,7 +33,7 @@ LABELS = {"output_throughput": "throughput", "tpot_s": "TPOT", "ttft_s": "TTFT"}
 def held_out_copy(db: Path, gpu: str, folder: Path) -> tuple[Path, list[str]]:
     """A copy of `db` in `folder` without the points (and their requests and checks) of `gpu`'s runs."""
     path = folder / "leave-one-gpu-out.duckdb"
-    shutil.copyfile(db, path)
+    shutil.copyfile(Store.database_file(db, read_only=True), path)  # a results folder: the database built from it
     with Store(path) as store:
         runs = [r.run_id for r in store.runs() if gpu_id(r.gpu_name) == gpu]
         if not runs:
