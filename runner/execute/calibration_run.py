@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import platform
 import socket
-import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,7 +19,7 @@ from runner.execute.machine import Calibrator
 from runner.measure.calibrate import Calibration, calibrate
 from runner.measure.host_probe import HostProbe, host_probe
 from runner.measure.nvml import gpu_info
-from runner.store.records import RunRecord
+from runner.store.records import RunRecord, new_run_id
 from runner.store.store import Store, as_json
 
 STUDY_ID = "calibration"  # the study id of a calibration-only run: no study file, no plan, no points
@@ -53,7 +52,7 @@ def calibration_run(cal: Calibration, host: HostProbe | None, gpu: dict[str, Any
     """The run record of a calibration on its own: status "calibrated", no plan."""
     now = datetime.now(UTC)
     return RunRecord(
-        run_id=now.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6], study_id=STUDY_ID,
+        run_id=new_run_id(now), study_id=STUDY_ID,
         studyc_version=__version__, host=socket.gethostname(), started_at=now, finished_at=now,
         status="calibrated", calibrated=cal.calibrated, bandwidth_Bps=cal.bandwidth_Bps, flops_bf16=cal.flops_bf16,
         calibration_json=calibration_json(cal, host), nvml_available=gpu is not None,

@@ -13,7 +13,6 @@ import re
 import socket
 import subprocess
 import time
-import uuid
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -51,7 +50,7 @@ from runner.measure.host_probe import host_probe
 from runner.measure.nvml import gpu_info
 from runner.server.placement import Placement, idle_gpus, parse_gpus, place
 from runner.server.startlog import HELD_FIRST_IMPORTS
-from runner.store.records import RunRecord
+from runner.store.records import RunRecord, new_run_id
 from runner.store.store import Store, as_json
 
 SOURCE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding runner/, studyc/, compiler/
@@ -256,7 +255,7 @@ def _open_run(store: Store, plan: Plan, options: RunOptions, progress: Progress,
                 progress.message(message)
             return previous.run_id, done
         progress.message("nothing to resume: starting a new run")
-    run_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+    run_id = new_run_id()
     run = RunRecord(
         run_id=run_id, study_id=plan.study_id, study_path=plan.study_path, study_sha256=plan.study_sha256,
         study_toml_sha256=_study_version(plan),

@@ -10,8 +10,9 @@ column) and maps them to rows and back, so nothing else keeps a list of columns 
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Literal
 
 from compiler.metrics import SERVER_METRICS, ridge_point
@@ -210,6 +211,11 @@ class TelemetrySample:
     running: float | None = None
     waiting: float | None = None
     energy_j: float | None = None  # NVML's total-energy counter at the sample
+
+
+def new_run_id(at: datetime | None = None) -> str:
+    """A new run's id: its start in UTC to the second, then six random hex digits (20261207T125949-3ca2f6)."""
+    return (at or datetime.now(UTC)).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
 
 
 @dataclass(frozen=True)
