@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from base.errors import EngineError, StudycError
 from compiler.plan import Launch, Plan, PointStep, budget_points
@@ -31,6 +31,8 @@ from runner.store.store import Store, as_json
 
 if TYPE_CHECKING:
     from base.settings import Settings
+
+Q = TypeVar("Q")  # what an executor's event queue holds
 
 
 class PredictedPoint(Protocol):
@@ -244,17 +246,17 @@ def run_phases(specs: list[LaunchSpec], driver: Driver, execute: Callable[[list[
             execute(phase)
 
 
-def drain(events: queue.Queue[tuple[str, Any]], driver: Driver) -> None:
+def drain(events: queue.Queue[Q], driver: Driver, event: Callable[[Q], object]) -> None:
     """After a stop, commit the points an executor's queue still holds that completed (they are valid
-    measurements); the rest of the queue is dropped."""
+    measurements); the rest of the queue is dropped. `event` gives the launch event an item carries."""
     while True:
         try:
-            kind, payload = events.get_nowait()
+            item = event(events.get_nowait())
         except queue.Empty:
             return
-        if kind == "event" and isinstance(payload, PointEvent) and payload.outcome.status == "ok":
+        if isinstance(item, PointEvent) and item.outcome.status == "ok":
             try:
-                driver.handle(payload)
+                driver.handle(item)
             except Exception:  # already stopping
                 return
 

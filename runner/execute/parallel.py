@@ -195,5 +195,5 @@ def run_parallel(specs: list[LaunchSpec], driver: Driver, options: RunOptions) -
         cancel.stop_all()
         for t in threads:
             t.join(timeout=60)
-        drain(events, driver)
+        drain(events, driver, lambda item: item[1] if item[0] == "event" else None)
         raise

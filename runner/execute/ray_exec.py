@@ -34,7 +34,7 @@ from typing import Any
 
 from base.errors import EngineError, StudycError
 from compiler.plan import PointStep
-from runner.execute.driver import Driver, RunOptions, fresh_server_ids, run_phases
+from runner.execute.driver import Driver, RunOptions, drain, fresh_server_ids, run_phases
 from runner.execute.launch import (
     Event,
     LaunchSpec,
@@ -189,7 +189,7 @@ class _OnCluster:
                 self.handle(self.events.get())
         except BaseException:
             self.stop()
-            _drain(self.events, self.driver)
+            drain(self.events, self.driver, lambda item: item)
             raise
 
     def handle(self, item: Item) -> None:
@@ -343,21 +343,6 @@ class _OnCluster:
             from ray.util.placement_group import remove_placement_group  # optional: see require_ray
 
             remove_placement_group(f.group)
-
-
-def _drain(events: queue.Queue[Item], driver: Driver) -> None:
-    """After a stop, commit the completed points the queue still holds (valid measurements), as
-    `runner.execute.driver.drain` does for the other executor; the rest is dropped."""
-    while True:
-        try:
-            item = events.get_nowait()
-        except queue.Empty:
-            return
-        if isinstance(item, PointEvent) and item.outcome.status == "ok":
-            try:
-                driver.handle(item)
-            except Exception:  # already stopping
-                return
 
 
 def _fresh_ids(driver: Driver, spec: LaunchSpec) -> tuple[str, ...]:
