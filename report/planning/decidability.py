@@ -138,13 +138,16 @@ def end_critical(blocks: int, first: int) -> float:
 
 
 def smallest(power: Callable[[float], float], target: float = POWER) -> float:
-    """The smallest x >= 0 with power(x) >= target, power increasing in x, to a relative 1e-4."""
+    """The smallest x >= 0 with power(x) >= target, power increasing in x, to a relative 1e-4; 0.0 where
+    every x down to 1e-12 reaches it (blocks without spread decide any distance)."""
     low, high = 0.0, 1e-3
     while power(high) < target:
         if high > 1e3:  # a thousand-fold distance: nothing decides it
             return math.inf
         low, high = high, high * 2.0
     while high - low > 1e-4 * high:
+        if high < 1e-12:  # the threshold is 0: halving towards it would never end
+            return 0.0
         mid = (low + high) / 2.0
         low, high = (low, mid) if power(mid) >= target else (mid, high)
     return high

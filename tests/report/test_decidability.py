@@ -100,6 +100,12 @@ def test_smallest_finds_the_threshold_or_none() -> None:
     assert smallest(lambda x: 1.0 if x >= 0.37 else 0.0) == pytest.approx(0.37, rel=2e-4)
     assert smallest(lambda x: 1.0 if x >= 0.37 else 0.0) >= 0.37
     assert smallest(lambda x: x, target=0.5) == pytest.approx(0.5, rel=2e-4)
+
+
+def test_smallest_ends_where_every_positive_distance_decides() -> None:
+    # blocks without spread: power 1 for any x > 0 and 0 at 0 (the bisection used to halve forever)
+    assert smallest(lambda x: 1.0 if x > 0 else 0.0) == 0.0
+    assert smallest(lambda x: 1.0 if x > 1e-11 else 0.0) == pytest.approx(1e-11, rel=2e-4)
     assert smallest(lambda x: 1.0) == pytest.approx(0.0, abs=1e-3)  # already there at the first step
     assert smallest(lambda x: 1.0 if x >= 0.0004 else 0.0) == pytest.approx(0.0004, rel=2e-4)  # below the first
     assert smallest(lambda x: 0.8 if x >= 0.5 else 0.0) == pytest.approx(0.5, rel=2e-4)  # reaching it is enough
