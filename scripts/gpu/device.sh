@@ -22,6 +22,8 @@
 #                                                # then `studyc phases` side by side, then THEN (background: `wait`)
 #   bash scripts/gpu/device.sh wait SECONDS      # wait for it at most SECONDS, copy what it has to $OUT
 #                                                # (databases gzipped in pieces: see snapshot)
+#   bash scripts/gpu/device.sh calibrate         # `studyc calibrate` into /tmp/results/h200-calibrate.duckdb (a run
+#                                                # with no points: this GPU's bandwidth, FLOP/s and host probe)
 #   bash scripts/gpu/device.sh agree             # benchmarks/bench_agreement.py on the 8B shape
 #   bash scripts/gpu/device.sh disturb           # benchmarks/telemetry_disturbance.py on the 0.6B shape
 #   bash scripts/gpu/device.sh sleep [THEN...]   # benchmarks/sleep_swap.py, then THEN, in the background (`wait`)
@@ -143,6 +145,11 @@ print(gpu_info(0)); print(calibrate(['python3']))" 2>&1 | tail -2
     done
     kill -0 "$pid" 2>/dev/null && echo "still running after ${limit} s" || echo "background run finished"
     tail -80 /tmp/results/background.log
+    snapshot
+    ;;
+  calibrate)
+    echo "source commit: $(commit || echo unknown)"
+    /usr/bin/time -f "calibrate took %e s" python3 -m studyc calibrate --db /tmp/results/h200-calibrate.duckdb 2>&1 | tail -5
     snapshot
     ;;
   agree)
