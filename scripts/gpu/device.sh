@@ -149,7 +149,9 @@ print(gpu_info(0)); print(calibrate(['python3']))" 2>&1 | tail -2
     ;;
   calibrate)
     echo "source commit: $(commit || echo unknown)"
-    /usr/bin/time -f "calibrate took %e s" python3 -m studyc calibrate --db /tmp/results/h200-calibrate.duckdb 2>&1 | tail -5
+    t0=$(date +%s%N)
+    python3 -m studyc calibrate --db /tmp/results/h200-calibrate.duckdb 2>&1 | tail -5
+    echo "calibrate took $(( ($(date +%s%N) - t0) / 1000000 )) ms"
     snapshot
     ;;
   agree)
