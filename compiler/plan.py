@@ -129,6 +129,9 @@ class Engine(Frozen):
     enforce_eager: bool = Field(description="--enforce-eager: no CUDA graphs.")
     prefix_caching: bool = Field(description="False only with --no-enable-prefix-caching.")
     chunked_prefill: bool = Field(description="False only with --no-enable-chunked-prefill.")
+    async_scheduling: bool = Field(default=True, description=(
+        "False only with --no-async-scheduling (vLLM's default on GPUs is on); plans stored before the field "
+        "read True."))
     configuration: tuple[str, ...] = Field(description=(
         "The argv that makes two launches the same configuration: the served name, a default "
         "--kv-cache-dtype and --enable-prefix-caching left out, the model by its folder name."))
@@ -149,7 +152,8 @@ class Engine(Frozen):
             max_num_batched_tokens=int(budget) if budget else None, max_num_seqs=int(seqs) if seqs else None,
             dtype=value("--dtype"), enforce_eager="--enforce-eager" in argv,
             prefix_caching="--no-enable-prefix-caching" not in argv,
-            chunked_prefill="--no-enable-chunked-prefill" not in argv, configuration=_configuration(argv),
+            chunked_prefill="--no-enable-chunked-prefill" not in argv,
+            async_scheduling="--no-async-scheduling" not in argv, configuration=_configuration(argv),
         )
 
 

@@ -96,6 +96,9 @@ class EngineShape:
     enforce_eager: bool = False
     prefix_caching: bool = True
     chunked_prefill: bool = True  # off: a prompt is scheduled only whole, when it fits the step's budget
+    # on: step k + 1 is scheduled when step k starts (vLLM's default on GPUs: the runs' server logs say
+    # "Asynchronous scheduling is enabled"), so a request the engine receives mid-step waits one step more
+    async_scheduling: bool = True
 
 
 class StepCosts:

@@ -146,7 +146,9 @@ class _Request:
 def replay(shape: ModelShape, load: StepLoad, engine: EngineShape, card: Card, coef: Coefficients) -> PointTerms:
     """Run the point's closed loop through vLLM's front end and scheduler in time. The front end admits
     requests one at a time, `admit_s` each, in the order they were sent; a request is schedulable at
-    the first step that starts after its admission, and the opening burst (one request per slot, sent
+    the first step that starts after its admission (under `engine.async_scheduling`, vLLM's default on
+    GPUs, the first step *scheduled* after it: while the engine runs, step k + 1 is scheduled when step k
+    starts, so a request admitted during step k waits for step k + 2), and the opening burst (one request per slot, sent
     at once) at the first step after the last of it is admitted. Each step schedules running sequences
     first (one decode token, or the next prefill chunk), then admitted requests in arrival order, within
     the token budget, and lasts `dot(terms, coef)`. A finished request's slot sends the next one when its
@@ -210,15 +212,17 @@ def replay(shape: ModelShape, load: StepLoad, engine: EngineShape, card: Card, c
     last_step: dict[int, list[_Request]] = {}  # tick of a request's last decode step -> requests, in running order
     done: list[_Request] = []
     steps = 0
+    scheduled_at = 0.0  # when the step about to run was scheduled: the last step's start while the engine runs
     while pending or waiting or prefilling or decoding or due:
         release(now_v)
-        while pending and pending[0].admitted.value <= now_v + 1e-15:
+        while pending and pending[0].admitted.value <= (scheduled_at if engine.async_scheduling else now_v) + 1e-15:
             waiting.append(pending.popleft())
         if not decoding and not prefilling and not waiting:
             if not pending:
                 release(due[0][0])  # every slot is thinking: the engine idles until the next turn
             idle = pending[0].admitted  # the engine idles
             now_v, now_t, now_f = idle.value, idle.terms, idle.fixed
+            scheduled_at = now_v
             continue
         if not waiting and not prefilling:
             # A run of pure decode steps: every running sequence makes one token per step until the
@@ -226,9 +230,10 @@ def replay(shape: ModelShape, load: StepLoad, engine: EngineShape, card: Card, c
             left = min(last_step) - tick - 1
             if left > 0:
                 admit_at = min(pending[0].admitted.value if pending else math.inf, due[0][0] if due else math.inf)
-                at, done_steps = _decode_run(costs, card, coef, decoding, contexts, left, _Time(now_t, now_v, now_f),
-                                             admit_at)
+                at, done_steps, last_start = _decode_run(costs, card, coef, decoding, contexts, left,
+                                                         _Time(now_t, now_v, now_f), admit_at, engine.async_scheduling)
                 now_v, now_t = at.value, at.terms
+                scheduled_at = last_start
                 tick += done_steps
                 contexts += decoding * done_steps
                 steps += done_steps
@@ -261,6 +266,7 @@ def replay(shape: ModelShape, load: StepLoad, engine: EngineShape, card: Card, c
             read += context + n
             positions += n * (context + (n + 1) / 2)
         terms = overlap_terms(work_from_sums(costs, decoding + len(scheduled), tokens, sampled, read, positions), card, coef)
+        scheduled_at = now_v
         now_v += terms[0] * c0 + terms[1] * c1 + terms[2] / bw * c2 + terms[3] / fl * c3
         now_t = add_terms(now_t, terms)
         now = _Time(now_t, now_v, now_f)
@@ -336,10 +342,13 @@ def replay(shape: ModelShape, load: StepLoad, engine: EngineShape, card: Card, c
 
 def _decode_run(
     costs: StepCosts, card: Card, coef: Coefficients, n: int, contexts: int, limit: int, now: _Time, admit_at: float,
-) -> tuple[_Time, int]:
+    async_scheduling: bool = False,
+) -> tuple[_Time, int, float]:
     """Up to `limit` decode steps of the same `n` sequences (their contexts summing to `contexts` before
     the first), each a step of `step_work`, stopping before a step that would start at or after
-    `admit_at` (the scheduler would see a new request). Returns the time after them and how many ran.
+    `admit_at` (the scheduler would see a new request); under `async_scheduling`, before a step that would
+    be scheduled at or after it (one step later: a step is scheduled when the one before it starts).
+    Returns the time after them, how many ran, and when the last of them started.
     Both kernels' byte and FLOP features scale together (the matmuls' are fixed for `n` tokens, the
     attention kernel's are proportional to the tokens read), so the p-norm weights are the same for
     every step of the run: its features are sums of an affine sequence, and each step costs one
@@ -351,16 +360,17 @@ def _decode_run(
     bw, fl = card.bandwidth_Bps, card.flops_per_s
     fixed = step_s + seq_s * n + w_bytes / bw * mem + w_flops / fl * flop
     per_read = k_bytes / bw * mem + k_flops / fl * flop
-    value = now.value
+    value = start = now.value
     done = read_sum = 0
-    while done < limit and (done == 0 or value < admit_at - 1e-15):
+    while done < limit and (done == 0 or (start if async_scheduling else value) < admit_at - 1e-15):
         read = contexts + n * (done + 1)  # each sequence reads its context plus its new token
+        start = value
         value += fixed + per_read * read
         read_sum += read
         done += 1
     total = (float(done), float(n * done), done * w_bytes + read_sum * k_bytes, done * w_flops + read_sum * k_flops,
              0.0, 0.0)
-    return _Time(add_terms(now.terms, total), value, now.fixed), done
+    return _Time(add_terms(now.terms, total), value, now.fixed), done, start
 
 
 def predict(

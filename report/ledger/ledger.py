@@ -64,7 +64,8 @@ def engine_shape(launch: Launch) -> EngineShape:
     return EngineShape(**{k: v for k, v in given.items() if v is not None},
                        dtype="bf16" if e.dtype in (None, "auto") else str(e.dtype),
                        kv_cache_dtype=launch.kv_cache_dtype, enforce_eager=e.enforce_eager,
-                       prefix_caching=e.prefix_caching, chunked_prefill=e.chunked_prefill)
+                       prefix_caching=e.prefix_caching, chunked_prefill=e.chunked_prefill,
+                       async_scheduling=e.async_scheduling)
 
 
 def cached_tokens(points: Sequence[PointStep]) -> dict[str, tuple[int, ...]]:

@@ -257,3 +257,22 @@ def test_a_replay_is_exactly_the_sum_of_its_steps(load, engine, steps):
     # no admit_s: with it at 0 every request is admitted at time 0, before the first step, off the engine's path
     assert point.steps == len(steps)
     assert point.window == pytest.approx(tuple(expected), rel=1e-12)
+
+
+def test_async_scheduling_makes_a_request_arriving_mid_step_wait_one_step_more():
+    """Under async scheduling (vLLM's default on GPUs) step k + 1 is scheduled when step k starts: a request the
+    engine receives while it runs waits for the step after the next. An idle engine schedules it at once."""
+    sync = replace(GRAPHS, async_scheduling=False)
+    assert GRAPHS.async_scheduling and not sync.async_scheduling
+    alone = StepLoad(concurrency=1, requests=4, input_len=128, output_len=256)  # each request finds the engine idle
+    assert predict(QWEN8B, alone, GRAPHS, CARD, COEF) == predict(QWEN8B, alone, sync, CARD, COEF)
+    busy = StepLoad(concurrency=8, requests=32, input_len=128, output_len=256)  # the next ones arrive mid-step
+    later = predict(QWEN8B, busy, GRAPHS, CARD, COEF).ttft_s - predict(QWEN8B, busy, sync, CARD, COEF).ttft_s
+    assert 0.2 * decode_step_s(QWEN8B, GRAPHS, CARD, COEF, 8, 256) < later < decode_step_s(QWEN8B, GRAPHS, CARD, COEF, 8, 256)
+
+
+def test_a_launch_without_async_scheduling_is_replayed_without_it():
+    from compiler.plan import Engine
+
+    assert Engine.from_argv(["serve", "m"]).async_scheduling
+    assert not Engine.from_argv(["serve", "m", "--no-async-scheduling"]).async_scheduling
