@@ -342,7 +342,7 @@ def replay(shape: ModelShape, load: StepLoad, engine: EngineShape, card: Card, c
 
 def _decode_run(
     costs: StepCosts, card: Card, coef: Coefficients, n: int, contexts: int, limit: int, now: _Time, admit_at: float,
-    async_scheduling: bool = False,
+    async_scheduling: bool,
 ) -> tuple[_Time, int, float]:
     """Up to `limit` decode steps of the same `n` sequences (their contexts summing to `contexts` before
     the first), each a step of `step_work`, stopping before a step that would start at or after
