@@ -36,24 +36,41 @@ os.environ.pop("LINES", None)
 TINY_MODEL = REPO / "models" / "tiny-qwen3"
 # The published results, a folder of Parquet files per run (docs/results-format.md)
 RESULTS = REPO / "results"
+# The cache folder the session started with: a test may point STUDYC_CACHE_DIR at a folder of its own.
+SESSION_CACHE_DIR = os.environ.get("STUDYC_CACHE_DIR")
 _IMPORTED: dict[str, Path] = {}
 
 
 def committed_db(name: str) -> Path:
-    """A DuckDB file holding the published results folder results/<name>, imported once a session (in each
-    xdist worker) and removed when the session ends; callers only read it."""
+    """A DuckDB file holding the published results folder results/<name>: the one every command given the
+    folder reads (`runner.store.folder`), built once under the session's cache folder for both xdist workers
+    and the commands the tests start (a lock keeps a second build from starting beside the first); callers
+    only read it."""
     if name not in _IMPORTED:
-        import atexit
-        import tempfile
+        import fcntl
 
-        from report.exporting import import_folder
+        from base.settings import Settings
+        from runner.store.store import Store
 
-        folder = tempfile.mkdtemp(prefix="studyc-committed-")
-        atexit.register(shutil.rmtree, folder, True)
-        built = Path(folder) / f"{name}.duckdb"
-        import_folder(RESULTS / name, built)
-        _IMPORTED[name] = built
+        cache = Settings(cache_dir=SESSION_CACHE_DIR).cache_path
+        (cache / "results").mkdir(parents=True, exist_ok=True)
+        with open(cache / "results" / f".committed-{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            _IMPORTED[name] = Store.materialised(RESULTS / name, True, cache)
     return _IMPORTED[name]
+
+
+_RUNS: dict[str, dict[str, Any]] = {}
+
+
+def committed_runs(name: str = "h200") -> dict[str, Any]:
+    """`report.results.latest_runs` of the published results folder results/<name> (study id -> its RunData),
+    read once a session in each xdist worker for the tests that only read them (a reading takes seconds)."""
+    if name not in _RUNS:
+        from report.results import latest_runs
+
+        _RUNS[name] = latest_runs([RESULTS / name])
+    return _RUNS[name]
 
 
 def committed_copy(name: str, dest: Path) -> Path:

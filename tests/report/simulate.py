@@ -395,11 +395,12 @@ def planned_runs(case: Case, plan: Callable[[float], int | None], pilot_df: int 
                  what: str, first: int = 3) -> Planned:
     """Each run planned from a pilot SD (the true block SD, or one drawn on `pilot_df` df as an earlier run
     would have measured it), then run at the planned blocks; the share decided as the truth says (confirmed
-    inside the band, refuted outside)."""
+    inside the band, refuted outside). Only the verdicts are read, so they are scored without the reasons'
+    planner figures (explain=False, as the bulk of the simulations is)."""
     rng = np.random.default_rng(case.seed)
     sd = block_sd(case.repeats)
     pilots = [sd] * runs if pilot_df is None else list(sd * np.sqrt(rng.chisquare(pilot_df, runs) / pilot_df))
-    blocks = [plan(float(p)) or 100 for p in pilots]
+    blocks = planned_blocks(plan, [float(p) for p in pilots])
     right = "refuted" if case.edge.startswith("past") else "confirmed"
     hits = 0
     with tempfile.TemporaryDirectory() as tmp, models_read_once():
@@ -409,8 +410,18 @@ def planned_runs(case: Case, plan: Callable[[float], int | None], pilot_df: int 
                 folder = Path(tmp) / str(n)
                 folder.mkdir()
                 preps[n] = prepare(design_for(case, n, first), folder)
-            hits += in_memory(preps[n], seeds(case, runs)[k]).verdict == right
+            hits += in_memory(preps[n], seeds(case, runs)[k], explain=False).verdict == right
     return Planned(what, tuple(blocks), hits / runs)
+
+
+def planned_blocks(plan: Callable[[float], int | None], pilots: Sequence[float]) -> list[int]:
+    """The blocks `plan` recommends for each pilot SD (100 where it recommends none), planned once per
+    distinct SD: with the SD known every run has the same pilot."""
+    found: dict[float, int] = {}
+    for pilot in pilots:
+        if pilot not in found:
+            found[pilot] = plan(pilot) or 100
+    return [found[pilot] for pilot in pilots]
 
 
 CENTRE = Case(BAND, "centre 1.0", 1.0, seed=41)  # confirmed, if decided

@@ -23,7 +23,7 @@ from report.scoring.scoring import score
 from report.stats.alpha_ledger import NEW_HYPOTHESIS, ONE_RUN, SHARED, ledger
 from report.stats.intervals import t_quantile
 from runner.store.records import RunRecord
-from tests.conftest import REPO
+from tests.conftest import REPO, committed_runs
 from tests.report.test_run_compare import _run, _study
 
 DB = REPO / "results/h200"
@@ -114,7 +114,7 @@ def test_the_committed_runs_fp8_kv_block_11_and_warmup_trap_ledger() -> None:
     """fp8-kv's block 11 was split across hosts by a resume: faster-at-c128-decode is refuted with it at look 11
     (as the stopping rule saw it) and inconclusive without it, the published verdict. warmup-trap's two complete
     runs state ready-is-compiled alike: they share 5%, the re-run's last look at 0.8 x 2.5% (98%)."""
-    runs = latest_runs([DB])
+    runs = committed_runs()
     fp8 = {s.hypothesis: s for s in score(build_context(load_study(REPO / "studies/fp8_kv.toml"), runs["fp8-kv"]))}
     c128 = fp8["faster-at-c128-decode"]
     assert c128.verdict == "inconclusive" and c128.set_aside is not None

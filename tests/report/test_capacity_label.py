@@ -6,12 +6,11 @@ from __future__ import annotations
 import pytest
 
 from compiler.load import load_study
-from report.results import latest_runs
 from report.scoring.context import build_context
 from report.scoring.score_model import Why
 from report.scoring.score_text import labelled, read_at
 from report.scoring.scoring import score
-from tests.conftest import REPO
+from tests.conftest import REPO, committed_runs
 
 DB = REPO / "results/h200"
 
@@ -19,7 +18,7 @@ DB = REPO / "results/h200"
 @pytest.mark.skipif(not DB.exists(), reason="the committed results database is not here")
 def test_no_capacity_interval_is_labelled_with_a_level() -> None:
     loaded = load_study(REPO / "studies/kv_capacity_slo.toml")
-    scores = score(build_context(loaded, latest_runs([DB])["kv-capacity-slo"]))
+    scores = score(build_context(loaded, committed_runs()["kv-capacity-slo"]))
     bracketed = [s for s in scores if s.has(Why.SEARCH_RESOLUTION)]
     assert bracketed, "the committed capacity run no longer brackets its interval"
     for s in bracketed:

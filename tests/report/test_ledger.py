@@ -86,8 +86,14 @@ EXPECTED = {
 
 
 @pytest.fixture(scope="module")
-def scored(db):
-    return leave_one_study_out(read_points(db))
+def points(db):
+    """The pinned runs' points, read once for the tests that read them as they are."""
+    return read_points(db)
+
+
+@pytest.fixture(scope="module")
+def scored(points):
+    return leave_one_study_out(points)
 
 
 def test_loso_numbers_on_committed_results(scored):
@@ -138,11 +144,11 @@ def test_uncovered_configurations_are_not_scored(scored):
     assert sum(s.validated for s in scored) == 75
 
 
-def test_bursts_read_from_the_requests_table(db):
-    points = {p.point_id: p for p in read_points(db) if p.run_id}
-    kept = points["prefix-cache-ladder/kept/ladder/c128/r1"].measured["burst_s"]
+def test_bursts_read_from_the_requests_table(points):
+    by_id = {p.point_id: p for p in points if p.run_id}
+    kept = by_id["prefix-cache-ladder/kept/ladder/c128/r1"].measured["burst_s"]
     assert kept == pytest.approx(0.5044, abs=0.002)  # 128 cached prompts: mostly the front-end queue
-    assert points["fp8-kv/bf16/decode/c1/r1"].measured["burst_s"] is None  # one slot: no burst
+    assert by_id["fp8-kv/bf16/decode/c1/r1"].measured["burst_s"] is None  # one slot: no burst
 
 
 def test_a_studys_latest_run_replaces_its_earlier_ones(tmp_path):

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, committed_db
+from runner.store.store import Store
+from tests.conftest import REPO, committed_copy
+from tests.report.test_ledger import PINNED_RUNS
 from tests.runner.test_run import alive, children
 
 DB = REPO / "results/h200"
@@ -21,7 +23,11 @@ DB = REPO / "results/h200"
 @pytest.mark.skipif(not DB.exists(), reason="the committed results database is not here")
 def test_a_killed_ledger_leaves_no_fit_running(tmp_path: Path) -> None:
     env = os.environ | {"STUDYC_FIT_CACHE": "0", "STUDYC_CACHE_DIR": str(tmp_path / "cache")}
-    db = committed_db("h200")  # the folder imported once a session: the fits start without an import first
+    # The eight studies test_ledger pins: read in a second, then fits that take many (every run's points
+    # take ten seconds to read before the first fit starts)
+    db = committed_copy("h200", tmp_path / "pinned.duckdb")
+    with Store(db) as store:
+        store.con.execute(f"DELETE FROM runs WHERE run_id NOT IN {PINNED_RUNS}")
     proc = subprocess.Popen([sys.executable, "-m", "studyc", "model", "--db", str(db), "--ledger"], cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     workers: list[int] = []
@@ -31,6 +37,7 @@ def test_a_killed_ledger_leaves_no_fit_running(tmp_path: Path) -> None:
         workers = children(proc.pid)
     assert workers, "the ledger started no worker process to fit in"
     time.sleep(1.0)  # in the middle of their fits
+    assert [p for p in workers if alive(p)] == workers, "a fit worker ended before its parent was killed"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
     gone_by = time.monotonic() + 10

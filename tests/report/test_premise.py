@@ -136,8 +136,9 @@ def test_the_moe_study_with_its_premise_is_valid_and_scored_against_its_runs() -
     the claim at inconclusive. The latest (three launches, vLLM's routing simulator): the premise is confirmed
     (~9.96 ms), so the claim keeps its own verdict, refuted (3.26x against 6.3x)."""
     from compiler.load import load_study
-    from report.results import latest_runs, read_run
+    from report.results import read_run
     from report.scoring.scoring import score_study
+    from tests.conftest import committed_runs
 
     assert _problems(REPO / "studies/moe_union.toml") == []
     loaded = load_study(REPO / "studies/moe_union.toml")
@@ -146,7 +147,7 @@ def test_the_moe_study_with_its_premise_is_valid_and_scored_against_its_runs() -
     assert premise.measured is not None and premise.band_low is not None and premise.measured < premise.band_low
     assert claim.verdict == "inconclusive" and claim.has(Why.PREMISE_UNSETTLED)
 
-    claim, premise = score_study(loaded, latest_runs([REPO / "results/h200"])["moe-union"])
+    claim, premise = score_study(loaded, committed_runs()["moe-union"])
     assert premise.verdict == "confirmed" and premise.measured is not None and premise.band_low is not None
     assert premise.measured > premise.band_low
     assert claim.verdict == "refuted" and not claim.has(Why.PREMISE_UNSETTLED)

@@ -6,7 +6,7 @@ import re
 import subprocess
 import sys
 
-from tests.conftest import REPO
+from tests.conftest import REPO, committed_runs
 
 
 def test_results_headline_is_the_audit_of_the_committed_results() -> None:
@@ -30,9 +30,8 @@ def test_each_run_says_the_launches_and_repeats_it_rests_on() -> None:
     """The footer under the table names each run's design: launches per arm and repeats per launch,
     read from the points it stored (so a ±2% interval is read against how many servers made it)."""
     from report.audit import design_note
-    from report.results import latest_runs
 
-    runs = latest_runs([REPO / "results/h200"])
+    runs = committed_runs()
     assert design_note(runs["cuda-graphs"]) == "3 launches per arm x 1 repeat"
     assert design_note(runs["prefix-cache-ladder"]) == ("4 launches per arm x 2 repeats; blocks 4 of 4: a repeated "
                                                         "interval, this look's at 96%")
@@ -47,10 +46,9 @@ def test_a_run_read_before_its_budget_is_spent_says_the_level_of_its_look() -> N
 
     from compiler.plan import Plan
     from report.audit import sequential_note
-    from report.results import latest_runs
     from report.stats.intervals import layout
 
-    runs = latest_runs([REPO / "results/h200"])
+    runs = committed_runs()
     run = runs["fp8-kv"]
     assert sequential_note(run) == "; blocks 12 of 12: a repeated interval, this look's at 96%"
     design = layout(Plan.from_stored(run.run.plan_json))

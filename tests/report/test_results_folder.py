@@ -58,9 +58,15 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     yield tmp_path / "cache"
 
 
+@pytest.fixture(scope="module")
+def copied(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """MLA and ROOF copied out of the published results once for the module; each test writes a copy (`db`)."""
+    return copy_runs(tmp_path_factory.mktemp("copied") / "small.duckdb", MLA + ROOF)
+
+
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return copy_runs(tmp_path / "small.duckdb", MLA + ROOF)
+def db(copied: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copyfile(copied, tmp_path / "small.duckdb"))
 
 
 def studyc(*args: str) -> Result:
@@ -210,10 +216,18 @@ def test_rewrite_results_writes_every_run_in_gaps_and_nothing_else_anew(tmp_path
     assert refused.returncode == 1 and refused.stderr == f"Error: {out}: exists and is not an empty folder\n"
 
 
+@pytest.fixture(scope="module")
+def exported(copied: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`copied` exported once for the module; each test breaks a copy (`folder`)."""
+    out = tmp_path_factory.mktemp("exported") / "out"
+    assert studyc("export", "--db", str(copied), str(out)).exit_code == 0
+    return out
+
+
 @pytest.fixture
-def folder(db: Path, tmp_path: Path) -> Path:
-    assert studyc("export", "--db", str(db), str(tmp_path / "out")).exit_code == 0
-    return tmp_path / "out"
+def folder(db: Path, exported: Path, tmp_path: Path) -> Path:
+    """The export of `db` (the same bytes as `exported`: an export of the same rows is byte for byte the same)."""
+    return Path(shutil.copytree(exported, tmp_path / "out"))
 
 
 def test_a_changed_file_is_named(folder: Path) -> None:

@@ -6,11 +6,10 @@ from __future__ import annotations
 import pytest
 
 from compiler.load import load_study
-from report.results import latest_runs
 from report.scoring.context import build_context
 from report.scoring.scoring import score
 from report.stats.intervals import run_look
-from tests.conftest import REPO
+from tests.conftest import REPO, committed_runs
 
 
 @pytest.mark.parametrize("blocks, look", [
@@ -35,7 +34,7 @@ def test_fp8_kv_neutral_at_c8_is_read_at_the_runs_last_look() -> None:
     of the pairing after the run. neutral-at-c8 was measured in all twelve, so it is read at look 12 (96%),
     not at the early look 11 (99.89%), and at that look its interval sits inside its +-2% band."""
     loaded = load_study(REPO / "studies/fp8_kv.toml")
-    data = latest_runs([DB])["fp8-kv"]
+    data = committed_runs()["fp8-kv"]
     scores = {s.hypothesis: s for s in score(build_context(loaded, data))}
     c8 = scores["neutral-at-c8"]
     assert c8.look == (12, 12) and round(c8.confidence, 2) == 0.96

@@ -169,7 +169,9 @@ def test_a_run_that_measured_refuses_to_resume_under_another_stopping_rule(tmp_p
     from runner.store.records import PointRecord, ServerRecord
 
     first = _plan(tmp_path)
-    options = RunOptions(db=tmp_path / "r.duckdb", engine_command=[], python_argv=[], runs_dir=tmp_path, resume=True)
+    # the load generator's self-test (seconds of load, advisory) runs in the test above; this one is about the rule
+    options = RunOptions(db=tmp_path / "r.duckdb", engine_command=[], python_argv=[], runs_dir=tmp_path, resume=True,
+                         client_selftest=False)
     with Store(tmp_path / "r.duckdb") as store:
         run_id, _ = _open_run(store, first, options, Progress())
         point = first.launches[0].points[0]
