@@ -49,6 +49,8 @@ def test_ctrl_c_mid_point_then_resume_completes_every_point_valid(tmp_path: Path
         assert run is not None and run.status == "interrupted"
         kept = store.points(run.run_id)
         assert kept and all(p.status == "ok" for p in kept), [(p.point_id, p.status, p.error) for p in kept]
+        # The interrupt landed inside the point after the first: only the first was committed
+        assert [p.point_id.split("/")[-2:] for p in kept] == [["c1", "r1"]], [p.point_id for p in kept]
         run_id = run.run_id
     again = studyc("run", str(study), "--db", str(db), "--no-calibrate", "--resume")
     out, _ = again.communicate(timeout=600)
