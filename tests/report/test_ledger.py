@@ -29,15 +29,18 @@ PINNED_RUNS = ("20261201T042836-0481cd", "20261201T020821-9dbfe5", "20261129T233
                "20261201T042312-aaa653", "20261201T043455-0ec2cf")
 
 
-@pytest.fixture(scope="module")
-def db(tmp_path_factory):
-    """The committed H200 results of the pinned runs, migrated to this schema in a copy (the committed
-    file is untouched)."""
-    path = tmp_path_factory.mktemp("h200") / "h200.duckdb"
+def pinned_copy(path: Path) -> Path:
+    """The committed H200 results of the pinned runs, migrated to this schema in a copy at `path` (the
+    committed file is untouched)."""
     committed_copy("h200", path)
     with Store(path) as store:
         store.con.execute(f"DELETE FROM runs WHERE run_id NOT IN {PINNED_RUNS}")
     return path
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    return pinned_copy(tmp_path_factory.mktemp("h200") / "h200.duckdb")
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.store.store import Store
-from tests.conftest import REPO, committed_copy
-from tests.report.test_ledger import PINNED_RUNS
+from tests.conftest import REPO
+from tests.report.test_ledger import pinned_copy
 from tests.runner.test_run import alive, children
 
 DB = REPO / "results/h200"
@@ -25,9 +24,7 @@ def test_a_killed_ledger_leaves_no_fit_running(tmp_path: Path) -> None:
     env = os.environ | {"STUDYC_FIT_CACHE": "0", "STUDYC_CACHE_DIR": str(tmp_path / "cache")}
     # The eight studies test_ledger pins: read in a second, then fits that take many (every run's points
     # take ten seconds to read before the first fit starts)
-    db = committed_copy("h200", tmp_path / "pinned.duckdb")
-    with Store(db) as store:
-        store.con.execute(f"DELETE FROM runs WHERE run_id NOT IN {PINNED_RUNS}")
+    db = pinned_copy(tmp_path / "pinned.duckdb")
     proc = subprocess.Popen([sys.executable, "-m", "studyc", "model", "--db", str(db), "--ledger"], cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     workers: list[int] = []

@@ -225,8 +225,8 @@ def exported(copied: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def folder(db: Path, exported: Path, tmp_path: Path) -> Path:
-    """The export of `db` (the same bytes as `exported`: an export of the same rows is byte for byte the same)."""
+def folder(exported: Path, tmp_path: Path) -> Path:
+    """A copy of `exported`: the export of the rows `db` holds (an export of the same rows is byte for byte the same)."""
     return Path(shutil.copytree(exported, tmp_path / "out"))
 
 
