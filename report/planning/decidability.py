@@ -12,7 +12,7 @@ docs/decidability.md.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
@@ -116,6 +116,14 @@ def shape_of(point: PointStep | None) -> Shape | None:
     if point is None:
         return ()
     return (point.input_len, point.output_len, point.prefix_len, point.concurrency, point.rate_rps)
+
+
+def step_modes(plan: Plan, arms: Iterable[str]) -> tuple[str, ...]:
+    """The sorted set of the arms' step modes, "eager" (--enforce-eager) or "graphs": with the shape, what
+    picks a hypothesis's similar configurations (report.planning.priors.mode)."""
+    wanted = set(arms)
+    return tuple(sorted({"eager" if launch.engine.enforce_eager else "graphs"
+                         for launch in plan.launches if launch.arm in wanted}))
 
 
 @dataclass(frozen=True)
@@ -271,6 +279,8 @@ def plan_decidability(plan: Plan, priors: Priors) -> list[Decidability]:
         blocks = plan.design.budget.blocks if plan.design.budget is not None else fixed
         point = next(iter(hyp.numerator.points), None)  # none: a server metric; not a step: a search's id
         shape = shape_of(None) if point is None else shape_of(steps[point]) if point in steps else None
+        if shape:
+            shape = (step_modes(plan, (side.arm for side in sides)), *shape)
         pred = hyp.prediction
         low, high = pred.range if pred.range is not None else (None, None)
         band = band_width(pred.kind, pred.band if pred.kind == "value" else None,

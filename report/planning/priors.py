@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import cast
 
 from compiler.metrics import METRICS, SERVER_METRICS
 from compiler.plan import Plan
@@ -87,11 +86,22 @@ def collect(db: Path, until: datetime | None = None) -> Stored:
     return out
 
 
-def pairs(blocks: Blocks) -> list[tuple[tuple[str, str, tuple[object, ...]], list[float]]]:
+def mode(config: tuple[object, ...]) -> str:
+    """How a stored configuration ((GPU, vLLM, argv)) runs its steps: "eager" (--enforce-eager: every kernel
+    launched from Python, a host-bound step whose time varies from launch to launch tens of times more than
+    a graphed one's: roofline-h100's eager arm 15% at batch 1, its graphs arms 0.03-1.1%) or "graphs"."""
+    argv = config[2] if len(config) > 2 else ()
+    return "eager" if isinstance(argv, tuple) and "--enforce-eager" in argv else "graphs"
+
+
+PairKey = tuple[str, str, tuple[object, ...], tuple[str, ...]]  # metric, run, shape, the two sides' modes
+
+
+def pairs(blocks: Blocks) -> list[tuple[PairKey, list[float]]]:
     """Per pair of server configurations measured at the same point shape in the same blocks of one run,
-    ((metric, run, shape), the per-block log-ratios: a block's mean log of one less the other's), two
-    blocks or more."""
-    out: list[tuple[tuple[str, str, tuple[object, ...]], list[float]]] = []
+    ((metric, run, shape, the sorted set of the two configurations' `mode`s), the per-block log-ratios: a
+    block's mean log of one less the other's), two blocks or more."""
+    out: list[tuple[PairKey, list[float]]] = []
     for (metric, run, shape), configs in sorted(blocks.items(), key=lambda kv: repr(kv[0])):
         names = sorted(configs, key=repr)
         for i, top in enumerate(names):
@@ -99,7 +109,7 @@ def pairs(blocks: Blocks) -> list[tuple[tuple[str, str, tuple[object, ...]], lis
                 a, b = configs[top], configs[bottom]
                 diffs = [math.fsum(a[k]) / len(a[k]) - math.fsum(b[k]) / len(b[k]) for k in sorted(set(a) & set(b))]
                 if len(diffs) >= 2:
-                    out.append(((metric, run, shape), diffs))
+                    out.append(((metric, run, shape, tuple(sorted({mode(top), mode(bottom)}))), diffs))
     return out
 
 
@@ -138,7 +148,7 @@ def kept(metric: str, groups: Iterable[dict[str, list[float]]]) -> tuple[list[di
     return [g for i, g in enumerate(groups) if i not in bad], len(bad)
 
 
-def _pooled(name: str, parts: Sequence[tuple[str, list[dict[str, list[float]]], list[list[float]]]]) -> Pooled:
+def pool_parts(name: str, parts: Sequence[tuple[str, list[dict[str, list[float]]], list[list[float]]]]) -> Pooled:
     """Pool (metric, its configurations, its pairs) parts, outliers dropped within each metric."""
     launches: list[dict[str, list[float]]] = []
     diffs: list[dict[str, list[float]]] = []
@@ -165,20 +175,47 @@ def similar(shape: tuple[object, ...]) -> tuple[object, ...]:
     return (*shape[:3], *shape[4:6]) if shape else ()
 
 
+MODE_SETS = (("graphs",), ("eager",), ("eager", "graphs"))
+
+
 def _parts(stored: Stored, where: Callable[[tuple[object, ...]], object]) -> dict[tuple[str, object], Part]:
     """(metric, where(shape)) -> the part pooled for it."""
     launches: dict[tuple[str, object], list[dict[str, list[float]]]] = {}
     for (metric, key), groups in stored.launches.items():
         launches.setdefault((metric, where(key[3:])), []).append(groups)
     found: dict[tuple[str, object], list[list[float]]] = {}
-    for (metric, _, shape), diffs in pairs(stored.blocks):
+    for (metric, _, shape, _), diffs in pairs(stored.blocks):
         found.setdefault((metric, where(shape)), []).append(diffs)
     return {k: (k[0], launches[k], found.get(k, [])) for k in sorted(launches, key=repr)}
 
 
+def similar_parts(stored: Stored) -> dict[tuple[str, tuple[object, ...]], Part]:
+    """(metric, (modes, *similar shape)) -> the part pooled for it: a point metric's configurations whose
+    `mode` is among `modes` (one of MODE_SETS: a hypothesis's sides' modes), and its pairs of exactly those
+    modes, so that an eager configuration's spread does not reach a comparison of graphed ones; a server
+    metric's part, (metric, ()), pools every configuration and pair as before."""
+    launches: dict[tuple[str, tuple[object, ...], str], list[dict[str, list[float]]]] = {}
+    for (metric, key), groups in stored.launches.items():
+        launches.setdefault((metric, similar(key[3:]), mode(key)), []).append(groups)
+    found: dict[tuple[str, tuple[object, ...], tuple[str, ...]], list[list[float]]] = {}
+    for (metric, _, shape, modes), diffs in pairs(stored.blocks):
+        found.setdefault((metric, similar(shape), modes if shape else ()), []).append(diffs)
+    out: dict[tuple[str, tuple[object, ...]], Part] = {}
+    for metric, shape in sorted({(m, s) for m, s, _ in launches}, key=repr):
+        if not shape:
+            every = [g for (m, s, _), gs in launches.items() if (m, s) == (metric, ()) for g in gs]
+            out[(metric, ())] = (metric, every, found.get((metric, (), ()), []))
+            continue
+        for modes in MODE_SETS:
+            if all((metric, shape, md) in launches for md in modes):
+                chosen = [g for md in modes for g in launches[(metric, shape, md)]]
+                out[(metric, (modes, *shape))] = (metric, chosen, found.get((metric, shape, modes), []))
+    return out
+
+
 def metric_priors(stored: Stored) -> dict[str, Pooled]:
     """metric -> its spreads pooled over every configuration and pair, outliers dropped."""
-    return {m: _pooled(m, [part]) for (m, _), part in _parts(stored, lambda _: None).items()}
+    return {m: pool_parts(m, [part]) for (m, _), part in _parts(stored, lambda _: None).items()}
 
 
 def family_priors(stored: Stored) -> dict[Family, Pooled]:
@@ -187,7 +224,7 @@ def family_priors(stored: Stored) -> dict[Family, Pooled]:
     by_family: dict[Family, list[Part]] = {}
     for part in _parts(stored, lambda _: None).values():
         by_family.setdefault(family(part[0]), []).append(part)
-    return {f: _pooled(f, found) for f, found in by_family.items()}
+    return {f: pool_parts(f, found) for f, found in by_family.items()}
 
 
 def to_prior(metric: str, pooled: Pooled, db: Path, what: str = "") -> Prior:
@@ -210,11 +247,11 @@ def to_prior(metric: str, pooled: Pooled, db: Path, what: str = "") -> Prior:
 
 
 def read_priors(db: Path) -> Priors:
-    """The priors from the runs stored in `db`: per metric at each point shape (similar configurations,
-    across GPU, model, vLLM and engine), and per metric over every shape."""
+    """The priors from the runs stored in `db`: per metric at each point shape and set of step modes (similar
+    configurations, across GPU, model, vLLM and engine), and per metric over every shape."""
     stored = collect(db)
-    by_shape = {(m, cast(tuple[object, ...], shape)): to_prior(m, _pooled(m, [part]), db, " (similar configurations)")
-                for (m, shape), part in _parts(stored, similar).items()}
+    by_shape = {(m, shape): to_prior(m, pool_parts(m, [part]), db, " (similar configurations)")
+                for (m, shape), part in similar_parts(stored).items()}
     return Priors({m: to_prior(m, p, db) for m, p in metric_priors(stored).items()}, by_shape)
 
 

@@ -29,6 +29,7 @@ from report.planning.decidability import (
     plan_decidability,
     shape_of,
     smallest,
+    step_modes,
 )
 from report.stats.intervals import fixed_critical
 from report.stats.power import power_inside, power_to_clear, sd_upper
@@ -238,6 +239,9 @@ def test_a_similar_configuration_prior_reaches_its_hypothesis() -> None:
     shape = shape_of(c8)
     assert shape is not None
     rows = {d.hypothesis: d for d in plan_decidability(plan, Priors(by_shape={("output_throughput", shape): tight}))}
+    assert rows["neutral-at-c8"].source == "default for throughput metrics"  # the shape alone: not its key
+    keyed = {("output_throughput", (("graphs",), *shape)): tight}
+    rows = {d.hypothesis: d for d in plan_decidability(plan, Priors(by_shape=keyed))}
     assert rows["neutral-at-c8"].source == "stored" and rows["neutral-at-c8"].decidable == YES
     assert rows["neutral-at-c1"].source == "default for throughput metrics"
     server = Prior("kv_capacity_tokens", 0.5, 0.0, None, "stored starts", 0.5, None)
@@ -276,3 +280,21 @@ def test_one_launch_decides_nothing_and_runs(tmp_path: Path) -> None:
 def test_a_capacity_search_takes_its_familys_prior() -> None:
     rows = plan_decidability(compile_study(load_study(ROOT / "tests/runner/studies/capacity.toml")), Priors())
     assert [(d.metric, d.source) for d in rows] == [("capacity", "default for capacity metrics")]
+
+
+def test_a_hypothesis_reads_the_prior_of_its_sides_step_modes() -> None:
+    plan = compile_study(load_study(ROOT / "studies/roofline_h100_small_models.toml"))  # eager against graphs
+    assert step_modes(plan, ["eager"]) == ("eager",) and step_modes(plan, ["graphs"]) == ("graphs",)
+    assert step_modes(plan, ["graphs", "eager"]) == ("eager", "graphs") and step_modes(plan, []) == ()
+    point = plan.launches[0].points[0]
+    shape = shape_of(point)
+    assert shape is not None
+    mixed = Prior("output_throughput", 0.001, 0.001, None, "mixed", 0.004, None)
+    graphs = Prior("output_throughput", 0.001, 0.001, None, "graphs only", 0.004, None)
+    priors = Priors(by_shape={("output_throughput", (("eager", "graphs"), *shape)): mixed,
+                              ("output_throughput", (("graphs",), *shape)): graphs})
+    rows = {d.hypothesis: d for d in plan_decidability(plan, priors)}
+    assert rows["small-suffers-more"].source == "mixed" and rows["fixed-overhead-ratio"].source == "mixed"
+    method = compile_study(load_study(ROOT / "studies/roofline_h100_method.toml"))  # A/A: graphs on both sides
+    assert shape_of(next(p for p in method.launches[0].points if p.concurrency == 1)) == shape
+    assert {d.hypothesis: d for d in plan_decidability(method, priors)}["aa-within-1-2pct-c1"].source == "graphs only"

@@ -19,10 +19,13 @@ from report.planning.priors import (
     collect,
     defaults_table,
     kept,
+    mode,
     outliers,
     pairs,
+    pool_parts,
     read_priors,
     similar,
+    similar_parts,
     to_prior,
 )
 
@@ -54,7 +57,42 @@ def test_pairs_of_configurations_in_the_same_blocks() -> None:
                                    ("z",): {1: [0.0], 9: [0.0]}}}
     assert len(pairs(blocks)) == 1  # z shares one block with each: no pair
     (key, diffs), = pairs(blocks)
-    assert key == ("m", "run", (1,)) and diffs == pytest.approx([0.1, 0.2, 0.3])  # block 3: mean of x's two
+    assert key == ("m", "run", (1,), ("graphs",)) and diffs == pytest.approx([0.1, 0.2, 0.3])  # block 3: x's mean
+
+
+GRAPHS, EAGER = ("h100", "0.26", ("--max-model-len", "4096")), ("h100", "0.26", ("--enforce-eager",))
+
+
+def test_mode_reads_enforce_eager_in_the_argv() -> None:
+    assert mode(GRAPHS) == "graphs" and mode(EAGER) == "eager"
+    assert mode(("h100", "0.26", "--enforce-eager")) == "graphs"  # an argv is a tuple; a bare string is not one
+    assert mode(()) == "graphs"
+    blocks: Blocks = {("m", "run", (1,)): {GRAPHS: {1: [0.0], 2: [0.0]}, EAGER: {1: [0.5], 2: [0.9]}}}
+    (key, _), = pairs(blocks)
+    assert key[3] == ("eager", "graphs")
+
+
+def test_an_eager_configurations_spread_does_not_reach_a_graphed_comparison() -> None:
+    stored = Stored()
+    shape = (128, 1024, 0, "reset", 1, None, "k")
+    other = ("h100", "0.26", ("--max-model-len", "8192"))
+    for launch, (g, o, e) in enumerate([(100.0, 200.0, 40.0), (100.2, 200.2, 60.0), (100.1, 200.3, 50.0)], 1):
+        stored.add("output_throughput", GRAPHS, shape, "r", f"L{launch}", launch, g)
+        stored.add("output_throughput", other, shape, "r", f"L{launch}", launch, o)
+        stored.add("output_throughput", EAGER, shape, "r", f"L{launch}", launch, e)
+    parts = similar_parts(stored)
+    similar_shape = similar(shape)
+    graphs = parts[("output_throughput", (("graphs",), *similar_shape))]
+    assert len(graphs[1]) == 2 and len(graphs[2]) == 1  # two graphed configurations, their one pair
+    mixed = parts[("output_throughput", (("eager", "graphs"), *similar_shape))]
+    assert len(mixed[1]) == 3 and len(mixed[2]) == 2  # every configuration; the two eager-graphs pairs
+    assert len(parts[("output_throughput", (("eager",), *similar_shape))][2]) == 0
+    tight = to_prior("output_throughput", pool_parts("output_throughput", [graphs]), Path("x.duckdb"))
+    wide = to_prior("output_throughput", pool_parts("output_throughput", [mixed]), Path("x.duckdb"))
+    assert tight.pair_sd is not None and wide.pair_sd is not None and tight.pair_sd < 0.01 < wide.pair_sd
+    assert tight.launch_sd is not None and wide.launch_sd is not None and tight.launch_sd < 0.01 < wide.launch_sd
+    stored.add("kv_capacity_tokens", EAGER, (), "r", "s1", 1, 5.0)
+    assert similar_parts(stored)[("kv_capacity_tokens", ())][1]  # a server metric: every configuration
 
 
 def test_similar_keeps_lengths_and_load() -> None:
@@ -117,6 +155,18 @@ def test_collect_until_leaves_out_later_runs() -> None:
 def test_priors_from_the_results_database() -> None:
     priors = read_priors(H200)
     assert priors.by_metric["output_throughput"].source.startswith("h200: ")
-    c8 = priors.prior("output_throughput", (128, 256, 0, 8, None))  # fp8-kv's decode shape at c8
+    c8 = priors.prior("output_throughput", (("graphs",), 128, 256, 0, 8, None))  # fp8-kv's decode shape at c8
     assert "similar configurations" in c8.source and c8.pair_sd is not None and c8.pair_sd < 0.02
     assert priors.prior("kv_capacity_tokens", ()).pair_sd is not None
+
+
+@needs_h200
+def test_graphed_batch_one_decode_is_not_judged_by_eagers_spread() -> None:
+    """roofline-h100's eager arm against its graphs at 128 in / 1,024 out, batch 1: a pair whose block SD is
+    about 15%, where every graphed pair's is under 1.2%: it once made the A/A design of roofline-h100-method
+    look undecidable at three launches (a block SD of 6.4%), which then decided within 0.4%."""
+    priors = read_priors(H200)
+    graphs = priors.prior("output_throughput", (("graphs",), 128, 1024, 0, 1, None))
+    mixed = priors.prior("output_throughput", (("eager", "graphs"), 128, 1024, 0, 1, None))
+    assert graphs.pair_sd is not None and mixed.pair_sd is not None
+    assert graphs.pair_sd < 0.01 < 0.1 < mixed.pair_sd
