@@ -118,12 +118,21 @@ def shape_of(point: PointStep | None) -> Shape | None:
     return (point.input_len, point.output_len, point.prefix_len, point.concurrency, point.rate_rps)
 
 
+def step_mode(enforce_eager: bool) -> str:
+    """How an engine runs its steps: "eager" (--enforce-eager: every kernel launched from Python) or
+    "graphs" (CUDA graphs); what, with the shape, makes configurations similar."""
+    return "eager" if enforce_eager else "graphs"
+
+
+MODES = ("eager", "graphs")
+MODE_SETS = (("graphs",), ("eager",), MODES)  # a hypothesis's sides' modes, sorted
+
+
 def step_modes(plan: Plan, arms: Iterable[str]) -> tuple[str, ...]:
-    """The sorted set of the arms' step modes, "eager" (--enforce-eager) or "graphs": with the shape, what
-    picks a hypothesis's similar configurations (report.planning.priors.mode)."""
+    """The sorted set of the arms' `step_mode`s: with the shape, what picks a hypothesis's similar
+    configurations (report.planning.priors.similar_parts)."""
     wanted = set(arms)
-    return tuple(sorted({"eager" if launch.engine.enforce_eager else "graphs"
-                         for launch in plan.launches if launch.arm in wanted}))
+    return tuple(sorted({step_mode(launch.engine.enforce_eager) for launch in plan.launches if launch.arm in wanted}))
 
 
 @dataclass(frozen=True)

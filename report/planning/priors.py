@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -18,11 +18,14 @@ from report.planning.block_planner import Spread, config_key, launch_configurati
 from report.planning.decidability import (
     DEFAULT_SPREADS,
     DEFAULTS_UNTIL,
+    MODE_SETS,
+    MODES,
     Family,
     Prior,
     Priors,
     default_prior,
     family,
+    step_mode,
 )
 from report.stats.intervals import layout
 from runner.store.store import Store
@@ -87,11 +90,12 @@ def collect(db: Path, until: datetime | None = None) -> Stored:
 
 
 def mode(config: tuple[object, ...]) -> str:
-    """How a stored configuration ((GPU, vLLM, argv)) runs its steps: "eager" (--enforce-eager: every kernel
-    launched from Python, a host-bound step whose time varies from launch to launch tens of times more than
-    a graphed one's: roofline-h100's eager arm 15% at batch 1, its graphs arms 0.03-1.1%) or "graphs"."""
+    """The `step_mode` of a stored configuration ((GPU, vLLM, argv)), read from its argv as
+    `compiler.plan.Engine.enforce_eager` is: an eager step is host-bound, and its time varies from launch to
+    launch tens of times more than a graphed one's (roofline-h100's eager arm 15% at batch 1, its graphs
+    arms 0.03-1.1%)."""
     argv = config[2] if len(config) > 2 else ()
-    return "eager" if isinstance(argv, tuple) and "--enforce-eager" in argv else "graphs"
+    return step_mode(isinstance(argv, tuple) and "--enforce-eager" in argv)
 
 
 PairKey = tuple[str, str, tuple[object, ...], tuple[str, ...]]  # metric, run, shape, the two sides' modes
@@ -175,18 +179,15 @@ def similar(shape: tuple[object, ...]) -> tuple[object, ...]:
     return (*shape[:3], *shape[4:6]) if shape else ()
 
 
-MODE_SETS = (("graphs",), ("eager",), ("eager", "graphs"))
-
-
-def _parts(stored: Stored, where: Callable[[tuple[object, ...]], object]) -> dict[tuple[str, object], Part]:
-    """(metric, where(shape)) -> the part pooled for it."""
-    launches: dict[tuple[str, object], list[dict[str, list[float]]]] = {}
-    for (metric, key), groups in stored.launches.items():
-        launches.setdefault((metric, where(key[3:])), []).append(groups)
-    found: dict[tuple[str, object], list[list[float]]] = {}
-    for (metric, _, shape, _), diffs in pairs(stored.blocks):
-        found.setdefault((metric, where(shape)), []).append(diffs)
-    return {k: (k[0], launches[k], found.get(k, [])) for k in sorted(launches, key=repr)}
+def _parts(stored: Stored) -> dict[str, Part]:
+    """metric -> the part pooled for it: every configuration and pair, whatever their shape."""
+    launches: dict[str, list[dict[str, list[float]]]] = {}
+    for (metric, _), groups in stored.launches.items():
+        launches.setdefault(metric, []).append(groups)
+    found: dict[str, list[list[float]]] = {}
+    for (metric, _, _, _), diffs in pairs(stored.blocks):
+        found.setdefault(metric, []).append(diffs)
+    return {m: (m, launches[m], found.get(m, [])) for m in sorted(launches)}
 
 
 def similar_parts(stored: Stored) -> dict[tuple[str, tuple[object, ...]], Part]:
@@ -202,8 +203,8 @@ def similar_parts(stored: Stored) -> dict[tuple[str, tuple[object, ...]], Part]:
         found.setdefault((metric, similar(shape), modes if shape else ()), []).append(diffs)
     out: dict[tuple[str, tuple[object, ...]], Part] = {}
     for metric, shape in sorted({(m, s) for m, s, _ in launches}, key=repr):
-        if not shape:
-            every = [g for (m, s, _), gs in launches.items() if (m, s) == (metric, ()) for g in gs]
+        if not shape:  # a server metric: every configuration and pair, whatever their modes
+            every = [g for md in MODES for g in launches.get((metric, (), md), [])]
             out[(metric, ())] = (metric, every, found.get((metric, (), ()), []))
             continue
         for modes in MODE_SETS:
@@ -215,14 +216,14 @@ def similar_parts(stored: Stored) -> dict[tuple[str, tuple[object, ...]], Part]:
 
 def metric_priors(stored: Stored) -> dict[str, Pooled]:
     """metric -> its spreads pooled over every configuration and pair, outliers dropped."""
-    return {m: pool_parts(m, [part]) for (m, _), part in _parts(stored, lambda _: None).items()}
+    return {m: pool_parts(m, [part]) for m, part in _parts(stored).items()}
 
 
 def family_priors(stored: Stored) -> dict[Family, Pooled]:
     """family -> the spreads pooled over every configuration and pair of every metric in it, each metric's
     outliers dropped (the defaults' computation, scripts/decidability_defaults.py)."""
     by_family: dict[Family, list[Part]] = {}
-    for part in _parts(stored, lambda _: None).values():
+    for part in _parts(stored).values():
         by_family.setdefault(family(part[0]), []).append(part)
     return {f: pool_parts(f, found) for f, found in by_family.items()}
 
